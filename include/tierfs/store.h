@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The store layer: one interface over every place objects can live.
+ *
+ * A store is opened from a URI:
+ *
+ *     s3://bucket/prefix          an S3-compatible object store
+ *     file:///abs/path            a directory (local disk, Lustre, NFS, ...)
+ *     /abs/path, rel/path         the same as file://
+ *     fault+URI, retry+URI        stackable wrappers, themselves stores
+ *
+ * followed by an optional "?key=value&key=value" query holding options for
+ * any layer of the chain (docs/store.md lists them).  An option no layer
+ * understands is an error, never ignored.
+ *
+ * Keys are relative to the store's root ("train/000123.jpg"), never begin
+ * with '/', and use '/' as separator.  Every store implements the same
+ * contract, checked by one conformance suite (tests/unit/test_store_conf.c):
+ *
+ *  - read() fills the caller's buffer; *nread < len only at the end of the
+ *    object.  A range starting at or past the end reads 0 bytes.
+ *  - put() is atomic: readers see the old object or the new one, never a
+ *    mix or a prefix.
+ *  - remove() of a missing key succeeds (S3 semantics).
+ *  - list() returns keys in byte order, one page at a time.
+ *
+ * Thread safety: a store handle may be used by many threads at once; its
+ * operations are thread-safe.  Open and close are not.
+ */
+#ifndef TIERFS_STORE_H
+#define TIERFS_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "tierfs/api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tfs_store;
+
+#define TFS_VERSION_MAX 80 /* bytes, with the NUL */
+
+struct tfs_stat {
+    uint64_t size;                      /* bytes */
+    int64_t  mtime_ns;                  /* since the epoch, UTC */
+    char     version[TFS_VERSION_MAX];  /* ETag, or size-mtime-inode */
+};
+
+struct tfs_list_entry {
+    char           *key;                /* owned by the page */
+    struct tfs_stat st;
+};
+
+struct tfs_list_page {
+    struct tfs_list_entry *entries;     /* in byte order of key */
+    size_t                 n_entries;
+    char                 **prefixes;    /* common prefixes, each ends in
+                                           the delimiter */
+    size_t                 n_prefixes;
+    char                  *next_token;  /* NULL on the last page */
+};
+
+/* Frees what a list call put in page and zeroes it.  NULL is a no-op. */
+TFS_API void tfs_list_page_cleanup(struct tfs_list_page *page);
+
+/* What a put reads from: a buffer, or a file descriptor at an offset. */
+struct tfs_source {
+    const void *buf;                    /* when not NULL: read from here */
+    int         fd;                     /* else pread() from fd */
+    uint64_t    off;                    /* first byte in fd */
+    uint64_t    len;                    /* bytes */
+};
+
+/* Capabilities (tfs_store_ops.caps). */
+#define TFS_SCAP_RANGE   0x01u          /* ranged reads are cheap */
+#define TFS_SCAP_RENAME  0x02u          /* native atomic rename */
+#define TFS_SCAP_COPY    0x04u          /* server-side copy */
+#define TFS_SCAP_WRAPPER 0x08u          /* wraps another store */
+#define TFS_SCAP_DIRS    0x10u          /* directories exist on their own */
+
+#define TFS_STORE_OPS_VERSION 1
+
+/*
+ * The operations table a store implements.  Only src/store/store.c calls
+ * through it; everyone else calls the tfs_store_* functions below, which
+ * check arguments, clear the error detail and count statistics.  A NULL
+ * optional op makes the call return -ENOTSUP.
+ *
+ * For a wrapper (TFS_SCAP_WRAPPER), the wrapped store is opened first and
+ * reached with tfs_store_next().
+ */
+struct tfs_store_ops {
+    int         version;                /* TFS_STORE_OPS_VERSION */
+    const char *scheme;                 /* "file", "s3", "fault", ... */
+    size_t      priv_size;              /* zeroed, owned by the core */
+    unsigned    caps;                   /* TFS_SCAP_* */
+
+    /*
+     * location: the URI without scheme and query ("bucket/prefix" for s3,
+     * the path for file; empty for wrappers).  Options are taken with
+     * tfs_store_opt_*(); on failure close is not called, so open frees
+     * what it allocated.
+     */
+    int  (*open)(struct tfs_store *st, const char *location);
+    void (*close)(struct tfs_store *st);
+
+    int  (*stat)(struct tfs_store *st, const char *key, struct tfs_stat *out);
+    /*
+     * Read up to len bytes at off.  if_version, when not NULL, is the
+     * version the caller expects: a different object fails TFS_ECHANGED
+     * instead of returning bytes of another version.
+     */
+    int  (*read)(struct tfs_store *st, const char *key, void *buf,
+                 size_t len, uint64_t off, const char *if_version,
+                 size_t *nread);
+    /*
+     * One page of keys under prefix, after token (NULL: from the start).
+     * delim (NULL or "") rolls keys up into common prefixes.  At most
+     * max_keys entries plus prefixes.  On success page is filled (the
+     * caller frees it with tfs_list_page_cleanup); on failure it is left
+     * zeroed.
+     */
+    int  (*list)(struct tfs_store *st, const char *prefix, const char *delim,
+                 const char *token, size_t max_keys,
+                 struct tfs_list_page *page);
+    /* out (may be NULL) receives the new object's stat. */
+    int  (*put)(struct tfs_store *st, const char *key,
+                const struct tfs_source *src, struct tfs_stat *out);
+    int  (*remove)(struct tfs_store *st, const char *key);
+    int  (*copy)(struct tfs_store *st, const char *src, const char *dst);
+    int  (*rename)(struct tfs_store *st, const char *src, const char *dst);
+};
+
+/*
+ * Open the store named by uri.  options (may be NULL) is an extra
+ * "key=value&..." string merged over the URI's own query.  On success
+ * *out owns the store until tfs_store_close().  Errors: TFS_EURI (bad
+ * URI or unknown scheme), TFS_EOPTION (bad or unknown option), -ENOENT /
+ * -ENOTDIR (posix root missing), TFS_ENOCRED, -ENOMEM, ...; the detail
+ * names the part that was wrong.
+ */
+TFS_API int tfs_store_open(struct tfs_store **out, const char *uri,
+                           const char *options);
+/* NULL is a no-op.  Waits for nothing: callers stop using st first. */
+TFS_API void tfs_store_close(struct tfs_store *st);
+
+TFS_API int tfs_store_stat(struct tfs_store *st, const char *key,
+                           struct tfs_stat *out);
+TFS_API int tfs_store_read(struct tfs_store *st, const char *key, void *buf,
+                           size_t len, uint64_t off, const char *if_version,
+                           size_t *nread);
+TFS_API int tfs_store_list(struct tfs_store *st, const char *prefix,
+                           const char *delim, const char *token,
+                           size_t max_keys, struct tfs_list_page *page);
+TFS_API int tfs_store_put(struct tfs_store *st, const char *key,
+                          const void *buf, size_t len, struct tfs_stat *out);
+/* Streams the file at path (multipart above the store's threshold). */
+TFS_API int tfs_store_put_file(struct tfs_store *st, const char *key,
+                               const char *path, struct tfs_stat *out);
+TFS_API int tfs_store_put_source(struct tfs_store *st, const char *key,
+                                 const struct tfs_source *src,
+                                 struct tfs_stat *out);
+TFS_API int tfs_store_remove(struct tfs_store *st, const char *key);
+/* -ENOTSUP where the store has no native copy/rename. */
+TFS_API int tfs_store_copy(struct tfs_store *st, const char *src,
+                           const char *dst);
+TFS_API int tfs_store_rename(struct tfs_store *st, const char *src,
+                             const char *dst);
+/* Rename where native, else copy then remove (not atomic). */
+TFS_API int tfs_store_move(struct tfs_store *st, const char *src,
+                           const char *dst);
+
+/*
+ * Walk every page of a listing, calling fn once per page.  fn returns 0
+ * to go on, or a non-zero value that stops the walk and is returned.
+ */
+typedef int tfs_list_fn(void *arg, const struct tfs_list_page *page);
+TFS_API int tfs_store_list_all(struct tfs_store *st, const char *prefix,
+                               const char *delim, tfs_list_fn *fn, void *arg);
+
+/* Operation counts of one store (each layer of a chain has its own). */
+struct tfs_store_stats {
+    uint64_t stats;
+    uint64_t reads;
+    uint64_t lists;
+    uint64_t puts;
+    uint64_t removes;
+    uint64_t copies;
+    uint64_t renames;
+    uint64_t errors;
+    uint64_t read_bytes;
+    uint64_t put_bytes;
+};
+TFS_API void tfs_store_get_stats(struct tfs_store *st,
+                                 struct tfs_store_stats *out);
+
+/* The scheme of the outermost layer and its caps. */
+TFS_API const char *tfs_store_scheme(const struct tfs_store *st);
+TFS_API unsigned tfs_store_caps(const struct tfs_store *st);
+/* The next layer of a wrapper, or NULL. */
+TFS_API struct tfs_store *tfs_store_next(struct tfs_store *st);
+/* The first layer whose scheme is scheme, or NULL. */
+TFS_API struct tfs_store *tfs_store_find(struct tfs_store *st,
+                                         const char *scheme);
+
+/* For implementations: per-instance state (ops->priv_size bytes). */
+TFS_API void *tfs_store_priv(struct tfs_store *st);
+
+/*
+ * For implementations, during open: take an option.  Each returns 0 and
+ * leaves *out unchanged when the option is absent, TFS_EOPTION (with the
+ * detail naming it) when its value does not parse.  Sizes accept K/M/G/T
+ * (binary) and KB/MB/GB/TB (decimal) suffixes; durations are numbers of
+ * milliseconds.
+ */
+TFS_API int tfs_store_opt_str(struct tfs_store *st, const char *name,
+                              const char **out);
+TFS_API int tfs_store_opt_u64(struct tfs_store *st, const char *name,
+                              uint64_t *out);
+TFS_API int tfs_store_opt_size(struct tfs_store *st, const char *name,
+                               uint64_t *out);
+TFS_API int tfs_store_opt_double(struct tfs_store *st, const char *name,
+                                 double *out);
+TFS_API int tfs_store_opt_bool(struct tfs_store *st, const char *name,
+                               bool *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TIERFS_STORE_H */

@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Clocks, sleeping, and the per-thread request deadline (util.h).
+ */
+#include <errno.h>
+#include <time.h>
+
+#include "common/util.h"
+
+static _Thread_local uint64_t clock_deadline_ns;
+
+uint64_t tfs_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int64_t tfs_wall_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void tfs_sleep_ns(uint64_t ns)
+{
+    struct timespec ts;
+
+    ts.tv_sec = (time_t)(ns / 1000000000u);
+    ts.tv_nsec = (long)(ns % 1000000000u);
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+uint64_t tfs_deadline_get(void)
+{
+    return clock_deadline_ns;
+}
+
+uint64_t tfs_deadline_set(uint64_t abs_ns)
+{
+    uint64_t prev = clock_deadline_ns;
+
+    clock_deadline_ns = abs_ns;
+    return prev;
+}
+
+uint64_t tfs_deadline_left_ms(uint64_t dflt_ms)
+{
+    uint64_t now;
+    uint64_t left_ms;
+
+    if (clock_deadline_ns == 0)
+        return dflt_ms;
+    now = tfs_now_ns();
+    if (now >= clock_deadline_ns)
+        return 0;
+    left_ms = (clock_deadline_ns - now + 999999) / 1000000;
+    if (dflt_ms > 0 && left_ms > dflt_ms)
+        left_ms = dflt_ms;
+    return left_ms;
+}

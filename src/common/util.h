@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internal helpers shared by every module (not installed):
+ *
+ *   error detail      tfs_err(), tfs_errdetail_set()          err.c
+ *   growable buffers  struct tfs_buf, capped                  buf.c
+ *   clocks, sleeps and the per-thread request deadline         clock.c
+ *   random numbers, percent-encoding, number parsing          util.c
+ *   URIs and option bags                                      opts.c
+ */
+#ifndef TFS_COMMON_UTIL_H
+#define TFS_COMMON_UTIL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tierfs/api.h"
+#include "tierfs/err.h"
+#include "tierfs/mem.h"
+
+#define TFS_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define TFS_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define TFS_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define tfs_container_of(ptr, type, member)                                \
+    ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/* ---- error detail (err.c) ---- */
+
+/* Set the calling thread's error detail; returns rc, for "return tfs_err". */
+int tfs_err(int rc, const char *fmt, ...) TFS_PRINTF(2, 3);
+void tfs_errdetail_set(const char *fmt, ...) TFS_PRINTF(1, 2);
+void tfs_errdetail_clear(void);
+
+/* ---- growable buffer with a cap (buf.c) ---- */
+
+struct tfs_buf {
+    char  *p;                           /* NUL-terminated when len > 0 */
+    size_t len;                         /* bytes used */
+    size_t cap;                         /* bytes allocated */
+    size_t max;                         /* growth limit; 0 = none */
+};
+
+void tfs_buf_init(struct tfs_buf *b, size_t max);
+void tfs_buf_cleanup(struct tfs_buf *b);
+void tfs_buf_reset(struct tfs_buf *b);
+/* -ENOMEM, or TFS_ETOOBIG when len would pass b->max. */
+int tfs_buf_append(struct tfs_buf *b, const void *data, size_t len);
+int tfs_buf_puts(struct tfs_buf *b, const char *s);
+int tfs_buf_printf(struct tfs_buf *b, const char *fmt, ...) TFS_PRINTF(2, 3);
+/* The contents ("" when empty); valid until the next change. */
+const char *tfs_buf_str(const struct tfs_buf *b);
+/* Hand the contents to the caller (free with tfs_free); b is reset. */
+char *tfs_buf_steal(struct tfs_buf *b);
+
+/* ---- clocks and deadlines (clock.c) ---- */
+
+uint64_t tfs_now_ns(void);              /* CLOCK_MONOTONIC */
+int64_t tfs_wall_ns(void);              /* CLOCK_REALTIME */
+void tfs_sleep_ns(uint64_t ns);         /* whole duration, EINTR retried */
+
+/*
+ * The calling thread's deadline for store requests, in tfs_now_ns()
+ * time; 0 means none.  The retry layer sets it around each attempt; the
+ * S3 client turns it into a curl timeout and the fault layer cuts its
+ * injected stalls at it.  set returns the previous value, to restore.
+ */
+uint64_t tfs_deadline_get(void);
+uint64_t tfs_deadline_set(uint64_t abs_ns);
+/*
+ * Milliseconds left before the deadline, at least 1 while it has not
+ * passed, 0 once it has, or dflt_ms when there is none (never more than
+ * dflt_ms when dflt_ms > 0).
+ */
+uint64_t tfs_deadline_left_ms(uint64_t dflt_ms);
+
+/* ---- small utilities (util.c) ---- */
+
+/* A fast per-thread PRNG (xoshiro256**), seeded from the clock and tid. */
+uint64_t tfs_rand_u64(void);
+double tfs_rand_double(void);           /* in [0, 1) */
+
+/*
+ * RFC 3986 percent-encoding: every byte but A-Z a-z 0-9 - _ . ~ (and '/'
+ * when keep_slash) becomes %XX (uppercase hex).
+ */
+int tfs_pct_encode(struct tfs_buf *b, const char *s, size_t len,
+                   bool keep_slash);
+/* Decode %XX in place ('+' is left as is).  TFS_EURI on a bad escape. */
+int tfs_pct_decode(char *s);
+
+/* Whole-string parsers; TFS_EOPTION on anything malformed or out of range. */
+int tfs_parse_u64(const char *s, uint64_t *out);
+int tfs_parse_size(const char *s, uint64_t *out);
+int tfs_parse_double(const char *s, double *out);
+int tfs_parse_bool(const char *s, bool *out);
+/* "12.3 MiB" style; returns buf. */
+const char *tfs_fmt_bytes(char *buf, size_t len, double bytes);
+
+/* ---- URIs and options (opts.c) ---- */
+
+#define TFS_URI_MAX_LAYERS 8
+
+struct tfs_uri {
+    char  *schemes[TFS_URI_MAX_LAYERS]; /* outermost first, owned */
+    int    n_schemes;
+    char  *location;                    /* decoded, without scheme/query */
+    char  *query;                       /* raw query without '?', or NULL */
+};
+
+/*
+ * Split "a+b+s3://loc?query" (or a plain path, scheme "file").  Schemes
+ * are lowercased letters, digits and '-'.  Errors: TFS_EURI, -ENOMEM.
+ */
+int tfs_uri_parse(const char *s, struct tfs_uri *out);
+void tfs_uri_cleanup(struct tfs_uri *u);
+
+struct tfs_opt {
+    char *name;                         /* owned */
+    char *value;                        /* owned; "" for a bare name */
+    bool  used;                         /* taken by some layer */
+};
+
+struct tfs_opts {
+    struct tfs_opt *v;                  /* owned array */
+    size_t          n;
+};
+
+/*
+ * Add the pairs of "k=v&k2=v2" (percent-decoded).  A later value for the
+ * same name replaces an earlier one.  Errors: TFS_EOPTION, -ENOMEM.
+ */
+int tfs_opts_parse(struct tfs_opts *o, const char *query);
+void tfs_opts_cleanup(struct tfs_opts *o);
+/* The value of name, marking it used, or NULL. */
+const char *tfs_opts_take(struct tfs_opts *o, const char *name);
+/* The first option no layer took, or NULL. */
+const char *tfs_opts_unused(const struct tfs_opts *o);
+
+#endif /* TFS_COMMON_UTIL_H */

@@ -1,0 +1,508 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The store registry and the single dispatch point.
+ *
+ * tfs_store_open() turns a URI into a chain of layers (wrappers outside,
+ * one real store at the bottom), handing each layer the shared option bag.
+ * Every other tfs_store_* function checks its arguments, clears the
+ * calling thread's error detail, calls through the ops table and counts
+ * the operation: no other file calls st->ops->x.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "store/store_int.h"
+
+static const struct tfs_store_ops *const store_registry[] = {
+    &tfs_posix_ops,
+    &tfs_s3_ops,
+    &tfs_fault_ops,
+    &tfs_retry_ops,
+};
+
+static const struct tfs_store_ops *store_lookup(const char *scheme)
+{
+    for (size_t i = 0; i < TFS_ARRAY_LEN(store_registry); i++) {
+        if (strcmp(store_registry[i]->scheme, scheme) == 0)
+            return store_registry[i];
+    }
+    return NULL;
+}
+
+/* ---- opening and closing ---- */
+
+static void store_free(struct tfs_store *st)
+{
+    tfs_free(st->priv);
+    tfs_free(st);
+}
+
+void tfs_store_close(struct tfs_store *st)
+{
+    while (st != NULL) {
+        struct tfs_store *next = st->next;
+
+        st->ops->close(st);
+        store_free(st);
+        st = next;
+    }
+}
+
+/* Open one layer over next (NULL for the bottom store). */
+static int store_open_layer(const char *scheme, const char *location,
+                            struct tfs_store *next, struct tfs_opts *opts,
+                            struct tfs_store **out)
+{
+    const struct tfs_store_ops *ops = store_lookup(scheme);
+    bool wrapper;
+    struct tfs_store *st;
+    int rc;
+
+    if (ops == NULL)
+        return tfs_err(TFS_EURI, "unknown store scheme '%s'", scheme);
+    wrapper = (ops->caps & TFS_SCAP_WRAPPER) != 0;
+    if (wrapper != (next != NULL))
+        return tfs_err(TFS_EURI, wrapper ? "'%s' must wrap another store"
+                                         : "'%s' cannot wrap a store",
+                       scheme);
+    st = tfs_calloc(1, sizeof(*st));
+    if (st == NULL)
+        return -ENOMEM;
+    st->ops = ops;
+    st->next = next;
+    st->opts = opts;
+    st->priv = tfs_calloc(1, ops->priv_size);
+    if (st->priv == NULL) {
+        store_free(st);
+        return -ENOMEM;
+    }
+    rc = ops->open(st, location);
+    st->opts = NULL;
+    if (rc < 0) {
+        store_free(st);
+        return rc;
+    }
+    *out = st;
+    return 0;
+}
+
+static int store_open_chain(const struct tfs_uri *u, struct tfs_opts *opts,
+                            struct tfs_store **out)
+{
+    struct tfs_store *st = NULL;
+    int rc = 0;
+
+    for (int i = u->n_schemes - 1; i >= 0; i--) {
+        struct tfs_store *layer = NULL;
+        bool bottom = i == u->n_schemes - 1;
+
+        rc = store_open_layer(u->schemes[i], bottom ? u->location : "",
+                              st, opts, &layer);
+        if (rc < 0)
+            break;
+        st = layer;
+    }
+    if (rc < 0) {
+        tfs_store_close(st);
+        return rc;
+    }
+    *out = st;
+    return 0;
+}
+
+int tfs_store_open(struct tfs_store **out, const char *uri,
+                   const char *options)
+{
+    struct tfs_opts opts = {0};
+    struct tfs_uri u;
+    struct tfs_store *st = NULL;
+    const char *unused;
+    int rc;
+
+    assert(out != NULL && uri != NULL);
+    tfs_errdetail_clear();
+    rc = tfs_uri_parse(uri, &u);
+    if (rc < 0)
+        return rc;
+    rc = tfs_opts_parse(&opts, u.query);
+    if (rc == 0)
+        rc = tfs_opts_parse(&opts, options);
+    if (rc == 0)
+        rc = store_open_chain(&u, &opts, &st);
+    if (rc < 0)
+        goto out;
+    unused = tfs_opts_unused(&opts);
+    if (unused != NULL) {
+        rc = tfs_err(TFS_EOPTION, "unknown option '%s'", unused);
+        tfs_store_close(st);
+        goto out;
+    }
+    *out = st;
+out:
+    tfs_opts_cleanup(&opts);
+    tfs_uri_cleanup(&u);
+    return rc;
+}
+
+/* ---- options, during open ---- */
+
+/* Take name from the bag, or NULL (also when not inside open). */
+static const char *store_opt(struct tfs_store *st, const char *name)
+{
+    if (st->opts == NULL)
+        return NULL;
+    return tfs_opts_take(st->opts, name);
+}
+
+/* Parse v with parse(); the detail names the option on failure. */
+#define STORE_OPT_PARSE(st, name, out, parse, what)                        \
+    do {                                                                   \
+        const char *v_ = store_opt(st, name);                              \
+        if (v_ != NULL && parse(v_, out) < 0)                              \
+            return tfs_err(TFS_EOPTION, "option %s=%s: expected %s",       \
+                           name, v_, what);                                \
+        return 0;                                                          \
+    } while (0)
+
+int tfs_store_opt_str(struct tfs_store *st, const char *name,
+                      const char **out)
+{
+    const char *v = store_opt(st, name);
+
+    if (v != NULL)
+        *out = v;
+    return 0;
+}
+
+int tfs_store_opt_u64(struct tfs_store *st, const char *name, uint64_t *out)
+{
+    STORE_OPT_PARSE(st, name, out, tfs_parse_u64, "a whole number");
+}
+
+int tfs_store_opt_size(struct tfs_store *st, const char *name, uint64_t *out)
+{
+    STORE_OPT_PARSE(st, name, out, tfs_parse_size, "a size such as 8M");
+}
+
+int tfs_store_opt_double(struct tfs_store *st, const char *name,
+                         double *out)
+{
+    STORE_OPT_PARSE(st, name, out, tfs_parse_double, "a number");
+}
+
+int tfs_store_opt_bool(struct tfs_store *st, const char *name, bool *out)
+{
+    STORE_OPT_PARSE(st, name, out, tfs_parse_bool, "0 or 1");
+}
+
+/* ---- accessors ---- */
+
+void *tfs_store_priv(struct tfs_store *st)
+{
+    return st->priv;
+}
+
+struct tfs_store *tfs_store_next(struct tfs_store *st)
+{
+    return st->next;
+}
+
+const char *tfs_store_scheme(const struct tfs_store *st)
+{
+    return st->ops->scheme;
+}
+
+unsigned tfs_store_caps(const struct tfs_store *st)
+{
+    return st->ops->caps;
+}
+
+struct tfs_store *tfs_store_find(struct tfs_store *st, const char *scheme)
+{
+    for (; st != NULL; st = st->next) {
+        if (strcmp(st->ops->scheme, scheme) == 0)
+            return st;
+    }
+    return NULL;
+}
+
+void tfs_store_get_stats(struct tfs_store *st, struct tfs_store_stats *out)
+{
+    out->stats = atomic_load(&st->n_stat);
+    out->reads = atomic_load(&st->n_read);
+    out->lists = atomic_load(&st->n_list);
+    out->puts = atomic_load(&st->n_put);
+    out->removes = atomic_load(&st->n_remove);
+    out->copies = atomic_load(&st->n_copy);
+    out->renames = atomic_load(&st->n_rename);
+    out->errors = atomic_load(&st->n_error);
+    out->read_bytes = atomic_load(&st->read_bytes);
+    out->put_bytes = atomic_load(&st->put_bytes);
+}
+
+/* ---- shared helpers for implementations ---- */
+
+int tfs_key_check(const char *key)
+{
+    size_t len = strlen(key);
+
+    if (len == 0)
+        return tfs_err(TFS_EBADKEY, "empty key");
+    if (len > 1024)
+        return tfs_err(TFS_EBADKEY, "key longer than 1024 bytes: %.40s...",
+                       key);
+    if (key[0] == '/')
+        return tfs_err(TFS_EBADKEY, "key '%s' starts with '/'", key);
+    return 0;
+}
+
+int tfs_source_read(const struct tfs_source *src, void *buf, size_t len,
+                    uint64_t off)
+{
+    size_t done = 0;
+
+    if (src->buf != NULL) {
+        memcpy(buf, (const char *)src->buf + off, len);
+        return 0;
+    }
+    while (done < len) {
+        ssize_t n = pread(src->fd, (char *)buf + done, len - done,
+                          (off_t)(src->off + off + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return tfs_err(-errno, "read of the source file failed");
+        if (n == 0)
+            return tfs_err(-EIO, "source file shrank while being read");
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+void tfs_version_from_file(struct tfs_stat *st, uint64_t size,
+                           int64_t mtime_ns, uint64_t ino)
+{
+    snprintf(st->version, sizeof(st->version), "%llx-%llx-%llx",
+             (unsigned long long)size, (unsigned long long)mtime_ns,
+             (unsigned long long)ino);
+}
+
+void tfs_list_page_cleanup(struct tfs_list_page *page)
+{
+    if (page == NULL)
+        return;
+    for (size_t i = 0; i < page->n_entries; i++)
+        tfs_free(page->entries[i].key);
+    for (size_t i = 0; i < page->n_prefixes; i++)
+        tfs_free(page->prefixes[i]);
+    tfs_free(page->entries);
+    tfs_free(page->prefixes);
+    tfs_free(page->next_token);
+    memset(page, 0, sizeof(*page));
+}
+
+/* ---- dispatch ---- */
+
+/* Count the call and, when it failed, the error. */
+static int store_count(struct tfs_store *st, atomic_uint_fast64_t *ctr,
+                       int rc)
+{
+    atomic_fetch_add(ctr, 1);
+    if (rc < 0)
+        atomic_fetch_add(&st->n_error, 1);
+    return rc;
+}
+
+int tfs_store_stat(struct tfs_store *st, const char *key,
+                   struct tfs_stat *out)
+{
+    int rc;
+
+    assert(st != NULL && key != NULL && out != NULL);
+    tfs_errdetail_clear();
+    rc = tfs_key_check(key);
+    if (rc == 0)
+        rc = st->ops->stat ? st->ops->stat(st, key, out) : -ENOTSUP;
+    return store_count(st, &st->n_stat, rc);
+}
+
+int tfs_store_read(struct tfs_store *st, const char *key, void *buf,
+                   size_t len, uint64_t off, const char *if_version,
+                   size_t *nread)
+{
+    size_t n = 0;
+    int rc;
+
+    assert(st != NULL && key != NULL && nread != NULL);
+    assert(buf != NULL || len == 0);
+    tfs_errdetail_clear();
+    rc = tfs_key_check(key);
+    if (rc == 0 && st->ops->read == NULL)
+        rc = -ENOTSUP;
+    if (rc == 0)
+        rc = st->ops->read(st, key, buf, len, off, if_version, &n);
+    if (rc == 0) {
+        assert(n <= len);
+        *nread = n;
+        atomic_fetch_add(&st->read_bytes, n);
+    }
+    return store_count(st, &st->n_read, rc);
+}
+
+int tfs_store_list(struct tfs_store *st, const char *prefix,
+                   const char *delim, const char *token, size_t max_keys,
+                   struct tfs_list_page *page)
+{
+    int rc;
+
+    assert(st != NULL && page != NULL);
+    tfs_errdetail_clear();
+    memset(page, 0, sizeof(*page));
+    if (prefix == NULL)
+        prefix = "";
+    if (delim != NULL && delim[0] == '\0')
+        delim = NULL;
+    if (token != NULL && token[0] == '\0')
+        token = NULL;
+    if (max_keys == 0 || max_keys > 1000)
+        max_keys = 1000;
+    rc = st->ops->list ? st->ops->list(st, prefix, delim, token, max_keys,
+                                       page)
+                       : -ENOTSUP;
+    if (rc < 0)
+        tfs_list_page_cleanup(page);
+    return store_count(st, &st->n_list, rc);
+}
+
+int tfs_store_put_source(struct tfs_store *st, const char *key,
+                         const struct tfs_source *src, struct tfs_stat *out)
+{
+    int rc;
+
+    assert(st != NULL && key != NULL && src != NULL);
+    tfs_errdetail_clear();
+    rc = tfs_key_check(key);
+    if (rc == 0)
+        rc = st->ops->put ? st->ops->put(st, key, src, out) : -ENOTSUP;
+    if (rc == 0)
+        atomic_fetch_add(&st->put_bytes, src->len);
+    return store_count(st, &st->n_put, rc);
+}
+
+int tfs_store_put(struct tfs_store *st, const char *key, const void *buf,
+                  size_t len, struct tfs_stat *out)
+{
+    static const char empty[1];
+    struct tfs_source src = {
+        .buf = buf != NULL ? buf : empty,
+        .fd = -1,
+        .len = len,
+    };
+
+    assert(buf != NULL || len == 0);
+    return tfs_store_put_source(st, key, &src, out);
+}
+
+int tfs_store_put_file(struct tfs_store *st, const char *key,
+                       const char *path, struct tfs_stat *out)
+{
+    struct tfs_source src = {.fd = -1};
+    struct stat sb;
+    int rc;
+
+    src.fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (src.fd < 0)
+        return tfs_err(-errno, "cannot open %s", path);
+    if (fstat(src.fd, &sb) < 0) {
+        rc = tfs_err(-errno, "cannot stat %s", path);
+        goto out_close;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        rc = tfs_err(-EINVAL, "%s is not a regular file", path);
+        goto out_close;
+    }
+    src.len = (uint64_t)sb.st_size;
+    rc = tfs_store_put_source(st, key, &src, out);
+out_close:
+    close(src.fd);
+    return rc;
+}
+
+int tfs_store_remove(struct tfs_store *st, const char *key)
+{
+    int rc;
+
+    assert(st != NULL && key != NULL);
+    tfs_errdetail_clear();
+    rc = tfs_key_check(key);
+    if (rc == 0)
+        rc = st->ops->remove ? st->ops->remove(st, key) : -ENOTSUP;
+    return store_count(st, &st->n_remove, rc);
+}
+
+int tfs_store_copy(struct tfs_store *st, const char *src, const char *dst)
+{
+    int rc;
+
+    assert(st != NULL && src != NULL && dst != NULL);
+    tfs_errdetail_clear();
+    rc = tfs_key_check(src);
+    if (rc == 0)
+        rc = tfs_key_check(dst);
+    if (rc == 0)
+        rc = st->ops->copy ? st->ops->copy(st, src, dst) : -ENOTSUP;
+    return store_count(st, &st->n_copy, rc);
+}
+
+int tfs_store_rename(struct tfs_store *st, const char *src, const char *dst)
+{
+    int rc;
+
+    assert(st != NULL && src != NULL && dst != NULL);
+    tfs_errdetail_clear();
+    rc = tfs_key_check(src);
+    if (rc == 0)
+        rc = tfs_key_check(dst);
+    if (rc == 0)
+        rc = st->ops->rename ? st->ops->rename(st, src, dst) : -ENOTSUP;
+    return store_count(st, &st->n_rename, rc);
+}
+
+int tfs_store_move(struct tfs_store *st, const char *src, const char *dst)
+{
+    int rc = tfs_store_rename(st, src, dst);
+
+    if (rc != -ENOTSUP)
+        return rc;
+    rc = tfs_store_copy(st, src, dst);
+    if (rc < 0)
+        return rc;
+    return tfs_store_remove(st, src);
+}
+
+int tfs_store_list_all(struct tfs_store *st, const char *prefix,
+                       const char *delim, tfs_list_fn *fn, void *arg)
+{
+    struct tfs_list_page page;
+    char *token = NULL;
+    int rc;
+
+    do {
+        rc = tfs_store_list(st, prefix, delim, token, 1000, &page);
+        tfs_free(token);
+        token = NULL;
+        if (rc < 0)
+            break;
+        rc = fn(arg, &page);
+        token = page.next_token;
+        page.next_token = NULL;
+        tfs_list_page_cleanup(&page);
+    } while (rc == 0 && token != NULL);
+    tfs_free(token);
+    return rc;
+}

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A minimal test harness.  A test file defines static void functions with
+ * TEST(name), lists them in a TESTS(...) table and ends with TEST_MAIN().
+ * CHECK macros print file:line, both values and tfs_strerror() on failure
+ * and abandon the current test; the binary exits 1 if any test failed.
+ * Run one test with: ./test_x name.
+ */
+#ifndef TFS_TEST_H
+#define TFS_TEST_H
+
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tierfs/err.h"
+
+struct test_case {
+    const char *name;
+    void (*fn)(void);
+};
+
+static jmp_buf test_jmp;
+static int test_failed;
+
+#define TEST(name) static void test_##name(void)
+#define T(name) {#name, test_##name}
+
+#define TEST_FAIL_(...)                                                    \
+    do {                                                                   \
+        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                    \
+        fprintf(stderr, __VA_ARGS__);                                      \
+        fprintf(stderr, "\n");                                             \
+        longjmp(test_jmp, 1);                                              \
+    } while (0)
+
+#define CHECK(cond)                                                        \
+    do {                                                                   \
+        if (!(cond))                                                       \
+            TEST_FAIL_("CHECK(%s) failed", #cond);                         \
+    } while (0)
+
+#define CHECK_EQ(a, b)                                                     \
+    do {                                                                   \
+        long long a_ = (long long)(a);                                     \
+        long long b_ = (long long)(b);                                     \
+        if (a_ != b_)                                                      \
+            TEST_FAIL_("CHECK_EQ(%s, %s): %lld != %lld", #a, #b, a_, b_);  \
+    } while (0)
+
+#define CHECK_STR(a, b)                                                    \
+    do {                                                                   \
+        const char *a_ = (a);                                              \
+        const char *b_ = (b);                                              \
+        if (a_ == NULL || b_ == NULL || strcmp(a_, b_) != 0)               \
+            TEST_FAIL_("CHECK_STR(%s, %s): \"%s\" != \"%s\"", #a, #b,      \
+                       a_ ? a_ : "(null)", b_ ? b_ : "(null)");            \
+    } while (0)
+
+#define CHECK_RC(expr, want)                                               \
+    do {                                                                   \
+        int rc_ = (expr);                                                  \
+        int want_ = (want);                                                \
+        if (rc_ != want_)                                                  \
+            TEST_FAIL_("%s = %d (%s) [%s], want %d (%s)", #expr, rc_,      \
+                       tfs_strerror(rc_), tfs_errdetail(), want_,          \
+                       tfs_strerror(want_));                               \
+    } while (0)
+
+#define CHECK_OK(expr) CHECK_RC(expr, 0)
+
+#define TESTS(...) static const struct test_case test_cases[] = {__VA_ARGS__}
+
+/* Run one case; 1 when it failed.  Nothing here changes after setjmp. */
+static inline int test_run_one(const struct test_case *tc)
+{
+    if (setjmp(test_jmp) != 0) {
+        printf("FAIL - %s\n", tc->name);
+        fflush(stdout);
+        return 1;
+    }
+    tc->fn();
+    printf("ok - %s\n", tc->name);
+    fflush(stdout);
+    return 0;
+}
+
+static inline int test_run(const struct test_case *test_cases, size_t n,
+                           int argc, char **argv)
+{
+    int ran = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        if (argc > 1 && strcmp(argv[1], test_cases[i].name) != 0)
+            continue;
+        ran++;
+        test_failed += test_run_one(&test_cases[i]);
+    }
+    if (ran == 0) {
+        fprintf(stderr, "no test named %s\n", argc > 1 ? argv[1] : "");
+        return 2;
+    }
+    printf("%d passed, %d failed\n", ran - test_failed, test_failed);
+    return test_failed ? 1 : 0;
+}
+
+#define TEST_MAIN()                                                        \
+    int main(int argc, char **argv)                                        \
+    {                                                                      \
+        return test_run(test_cases,                                        \
+                        sizeof(test_cases) / sizeof(test_cases[0]), argc,  \
+                        argv);                                             \
+    }
+
+#endif /* TFS_TEST_H */
