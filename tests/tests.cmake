@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: MIT
+# Tests beyond one-binary-per-module: the store conformance suite over
+# every store, the S3 fixture, CLI tests that run the real binary.
+set(TFS_S3_SERVER ${PROJECT_SOURCE_DIR}/scripts/s3-server)
+set(TFS_WITH_S3 ${PROJECT_SOURCE_DIR}/scripts/with-s3)
+
+# The local Ceph RGW: started once for every test that needs it, stopped
+# afterwards unless someone else (make test) started it.
+add_test(NAME s3.start COMMAND ${TFS_S3_SERVER} start --owner ctest)
+add_test(NAME s3.stop COMMAND ${TFS_S3_SERVER} stop --owner ctest)
+set_tests_properties(s3.start PROPERTIES FIXTURES_SETUP s3 TIMEOUT 120)
+set_tests_properties(s3.stop PROPERTIES FIXTURES_CLEANUP s3 TIMEOUT 60)
+
+function(tfs_conf name uri)
+  add_test(NAME store.${name} COMMAND test_store_conf "${uri}")
+  set_tests_properties(store.${name} PROPERTIES TIMEOUT 300 LABELS store)
+endfunction()
+
+function(tfs_s3_test name)
+  add_test(NAME ${name} COMMAND ${TFS_WITH_S3} ${ARGN})
+  set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED s3
+    TIMEOUT 600 LABELS s3 RESOURCE_LOCK s3)
+endfunction()
+
+tfs_conf(posix "file://@TMP@")
+tfs_conf(fault "fault+file://@TMP@")
+tfs_conf(retry "retry+fault+file://@TMP@?error_rate=0.2&error=ECONNRESET&retries=12&retry_base_ms=1&retry_max_ms=4")
+
+tfs_s3_test(store.s3 $<TARGET_FILE:test_store_conf>
+  "s3://tierfs-test/conf?multipart_threshold=1M&part_size=256K")
+tfs_s3_test(store.s3-retry $<TARGET_FILE:test_store_conf>
+  "retry+fault+s3://tierfs-test/conf-retry?error_rate=0.1&error=ECONNRESET&retries=12&retry_base_ms=1&retry_max_ms=4&multipart_threshold=1M&part_size=256K")
+if(TARGET test_s3_live)
+  tfs_s3_test(unit.s3_live $<TARGET_FILE:test_s3_live>)
+endif()

@@ -219,6 +219,8 @@ const char *tfs_store_scheme(const struct tfs_store *st)
 
 unsigned tfs_store_caps(const struct tfs_store *st)
 {
+    if (st->ops->caps & TFS_SCAP_WRAPPER)
+        return TFS_SCAP_WRAPPER | tfs_store_caps(st->next);
     return st->ops->caps;
 }
 
@@ -371,6 +373,10 @@ int tfs_store_list(struct tfs_store *st, const char *prefix,
         token = NULL;
     if (max_keys == 0 || max_keys > 1000)
         max_keys = 1000;
+    if (prefix[0] == '/')
+        return store_count(st, &st->n_list,
+                           tfs_err(TFS_EBADKEY, "prefix '%s' starts with '/'",
+                                   prefix));
     rc = st->ops->list ? st->ops->list(st, prefix, delim, token, max_keys,
                                        page)
                        : -ENOTSUP;

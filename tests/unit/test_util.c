@@ -1,13 +1,260 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * Common helpers: number and size parsing, percent-encoding, URIs, option
+ * bags, capped buffers, the error space and the allocation hooks.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "test.h"
+#include "tierfs/log.h"
+#include "tierfs/mem.h"
+#include "tierfs/store.h"
 #include "common/util.h"
 
-TEST(size)
+TEST(sizes)
 {
     uint64_t v = 0;
+
     CHECK_OK(tfs_parse_size("8M", &v));
     CHECK_EQ(v, 8 << 20);
+    CHECK_OK(tfs_parse_size("200MB", &v));
+    CHECK_EQ(v, 200000000);
+    CHECK_OK(tfs_parse_size("1.5GiB", &v));
+    CHECK_EQ(v, 3ull << 29);
+    CHECK_OK(tfs_parse_size("4096", &v));
+    CHECK_EQ(v, 4096);
+    CHECK_OK(tfs_parse_size("2k", &v));
+    CHECK_EQ(v, 2048);
+    CHECK_RC(tfs_parse_size("", &v), TFS_EOPTION);
+    CHECK_RC(tfs_parse_size("-1", &v), TFS_EOPTION);
+    CHECK_RC(tfs_parse_size("12Q", &v), TFS_EOPTION);
+    CHECK_RC(tfs_parse_size("1Mib", &v), TFS_EOPTION);
+    CHECK_RC(tfs_parse_size("99999999999T", &v), TFS_EOPTION);
 }
 
-TESTS(T(size));
+TEST(numbers)
+{
+    uint64_t u = 0;
+    double d = 0;
+    bool b = false;
+
+    CHECK_OK(tfs_parse_u64("18446744073709551615", &u));
+    CHECK(u == UINT64_MAX);
+    CHECK_RC(tfs_parse_u64("18446744073709551616", &u), TFS_EOPTION);
+    CHECK_RC(tfs_parse_u64("12x", &u), TFS_EOPTION);
+    CHECK_OK(tfs_parse_double("0.25", &d));
+    CHECK(d == 0.25);
+    CHECK_RC(tfs_parse_double("nan", &d), TFS_EOPTION);
+    CHECK_OK(tfs_parse_bool("yes", &b));
+    CHECK(b);
+    CHECK_OK(tfs_parse_bool("0", &b));
+    CHECK(!b);
+    CHECK_RC(tfs_parse_bool("maybe", &b), TFS_EOPTION);
+}
+
+TEST(pct)
+{
+    struct tfs_buf b;
+    char s[] = "a%20b%2Fc%e6%97%a5";
+
+    tfs_buf_init(&b, 0);
+    CHECK_OK(tfs_pct_encode(&b, "a b/c~+\xe6", 8, true));
+    CHECK_STR(tfs_buf_str(&b), "a%20b/c~%2B%E6");
+    tfs_buf_reset(&b);
+    CHECK_OK(tfs_pct_encode(&b, "x/y", 3, false));
+    CHECK_STR(tfs_buf_str(&b), "x%2Fy");
+    tfs_buf_cleanup(&b);
+    CHECK_OK(tfs_pct_decode(s));
+    CHECK_STR(s, "a b/c\xe6\x97\xa5");
+    char bad1[] = "%4";
+    char bad2[] = "%zz";
+    char nul[] = "a%00b";
+    CHECK_RC(tfs_pct_decode(bad1), TFS_EURI);
+    CHECK_RC(tfs_pct_decode(bad2), TFS_EURI);
+    CHECK_RC(tfs_pct_decode(nul), TFS_EURI);
+}
+
+TEST(uris)
+{
+    struct tfs_uri u;
+
+    CHECK_OK(tfs_uri_parse("retry+Fault+s3://bkt/pre%20fix?a=1&b", &u));
+    CHECK_EQ(u.n_schemes, 3);
+    CHECK_STR(u.schemes[0], "retry");
+    CHECK_STR(u.schemes[1], "fault");
+    CHECK_STR(u.schemes[2], "s3");
+    CHECK_STR(u.location, "bkt/pre fix");
+    CHECK_STR(u.query, "a=1&b");
+    tfs_uri_cleanup(&u);
+    CHECK_OK(tfs_uri_parse("/data/with:colon?x", &u));
+    CHECK_EQ(u.n_schemes, 1);
+    CHECK_STR(u.schemes[0], "file");
+    CHECK_STR(u.location, "/data/with:colon?x");
+    CHECK(u.query == NULL);
+    tfs_uri_cleanup(&u);
+    CHECK_OK(tfs_uri_parse("relative/dir", &u));
+    CHECK_STR(u.location, "relative/dir");
+    tfs_uri_cleanup(&u);
+    CHECK_RC(tfs_uri_parse("", &u), TFS_EURI);
+    CHECK_RC(tfs_uri_parse("+s3://b", &u), TFS_EURI);
+    CHECK_RC(tfs_uri_parse("a++b://x", &u), TFS_EURI);
+    CHECK_RC(tfs_uri_parse("s_3://x", &u), TFS_EURI);
+    CHECK_RC(tfs_uri_parse("s3://b/%zz", &u), TFS_EURI);
+    CHECK_RC(tfs_uri_parse("a+b+c+d+e+f+g+h+i://x", &u), TFS_EURI);
+}
+
+TEST(option_bags)
+{
+    struct tfs_opts o = {0};
+
+    CHECK_OK(tfs_opts_parse(&o, "a=1&b=two%20words&&flag&a=3"));
+    CHECK_EQ(o.n, 3);
+    CHECK_STR(tfs_opts_take(&o, "a"), "3");
+    CHECK_STR(tfs_opts_take(&o, "b"), "two words");
+    CHECK_STR(tfs_opts_unused(&o), "flag");
+    CHECK_STR(tfs_opts_take(&o, "flag"), "");
+    CHECK(tfs_opts_unused(&o) == NULL);
+    CHECK(tfs_opts_take(&o, "missing") == NULL);
+    CHECK_RC(tfs_opts_parse(&o, "=x"), TFS_EOPTION);
+    CHECK_RC(tfs_opts_parse(&o, "k=%g0"), TFS_EOPTION);
+    tfs_opts_cleanup(&o);
+}
+
+TEST(capped_buffer)
+{
+    struct tfs_buf b;
+    char *s;
+
+    tfs_buf_init(&b, 10);
+    CHECK_OK(tfs_buf_puts(&b, "12345"));
+    CHECK_OK(tfs_buf_printf(&b, "%d", 6789));
+    CHECK_EQ(b.len, 9);
+    CHECK_RC(tfs_buf_puts(&b, "ab"), TFS_ETOOBIG);
+    CHECK_EQ(b.len, 9);
+    CHECK_OK(tfs_buf_puts(&b, "a"));
+    s = tfs_buf_steal(&b);
+    CHECK_STR(s, "123456789a");
+    CHECK_EQ(b.len, 0);
+    tfs_free(s);
+    tfs_buf_cleanup(&b);
+}
+
+TEST(errors)
+{
+    CHECK_STR(tfs_strerror(0), "success");
+    CHECK_STR(tfs_strerror(-ENOENT), "No such file or directory");
+    CHECK_STR(tfs_strerror(TFS_ECHANGED), "object changed in the store");
+    CHECK_STR(tfs_strerror(12345), "invalid status");
+    CHECK_STR(tfs_errname(TFS_ECORRUPT), "TFS_ECORRUPT");
+    CHECK_STR(tfs_errname(-EAGAIN), "EAGAIN");
+    CHECK_EQ(tfs_errno(-EACCES), EACCES);
+    CHECK_EQ(tfs_errno(TFS_ECHANGED), ESTALE);
+    CHECK_EQ(tfs_errno(TFS_ECORRUPT), EIO);
+    CHECK(tfs_err_is_retryable(-ETIMEDOUT));
+    CHECK(tfs_err_is_retryable(TFS_ESERVER));
+    CHECK(!tfs_err_is_retryable(-ENOENT));
+    CHECK(!tfs_err_is_retryable(TFS_ECHANGED));
+}
+
+TEST(deadline)
+{
+    uint64_t prev = tfs_deadline_set(0);
+
+    CHECK_EQ(tfs_deadline_left_ms(500), 500);
+    tfs_deadline_set(tfs_now_ns() + 200000000u);
+    CHECK(tfs_deadline_left_ms(0) <= 200 && tfs_deadline_left_ms(0) > 100);
+    CHECK(tfs_deadline_left_ms(50) == 50);
+    tfs_deadline_set(tfs_now_ns() - 1);
+    CHECK_EQ(tfs_deadline_left_ms(500), 0);
+    tfs_deadline_set(prev);
+}
+
+/* ---- allocation failures: every failing allocation gives -ENOMEM ---- */
+
+static long mem_budget = -1;            /* allocations left; -1: no limit */
+
+static void *failing_malloc(size_t n)
+{
+    if (mem_budget == 0)
+        return NULL;
+    if (mem_budget > 0)
+        mem_budget--;
+    return malloc(n);
+}
+
+static void *failing_realloc(void *p, size_t n)
+{
+    if (mem_budget == 0)
+        return NULL;
+    if (mem_budget > 0)
+        mem_budget--;
+    return realloc(p, n);
+}
+
+static void *failing_calloc(size_t c, size_t n)
+{
+    if (mem_budget == 0)
+        return NULL;
+    if (mem_budget > 0)
+        mem_budget--;
+    return calloc(c, n);
+}
+
+static int count_page(void *arg, const struct tfs_list_page *pg)
+{
+    *(size_t *)arg += pg->n_entries;
+    return 0;
+}
+
+/* One round of store work; returns the first error. */
+static int store_round(const char *root)
+{
+    struct tfs_store *st = NULL;
+    char buf[16];
+    size_t n = 0;
+    int rc = tfs_store_open(&st, root, "fsync=0");
+
+    if (rc < 0)
+        return rc;
+    rc = tfs_store_put(st, "d/k1", "hello", 5, NULL);
+    if (rc == 0)
+        rc = tfs_store_read(st, "d/k1", buf, sizeof(buf), 0, NULL, &n);
+    if (rc == 0)
+        rc = tfs_store_list_all(st, "", NULL, count_page, &n);
+    if (rc == 0)
+        rc = tfs_store_list_all(st, "", "/", count_page, &n);
+    tfs_store_close(st);
+    return rc;
+}
+
+TEST(allocation_failures)
+{
+    char root[] = "/tmp/tfs-mem-XXXXXX";
+    int failures = 0;
+    int rc;
+
+    CHECK(mkdtemp(root) != NULL);
+    CHECK_OK(tfs_replace_allocator(failing_malloc, failing_realloc,
+                                   failing_calloc, free));
+    /* Fail the 1st, 2nd, ... allocation until a round needs no more. */
+    for (long k = 0; k < 1000; k++) {
+        mem_budget = k;
+        rc = store_round(root);
+        mem_budget = -1;
+        if (rc == 0)
+            break;
+        CHECK_RC(rc, -ENOMEM);
+        failures++;
+    }
+    CHECK(failures > 5);
+    CHECK_OK(store_round(root));
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    CHECK(system(cmd) == 0);
+}
+
+TESTS(T(sizes), T(numbers), T(pct), T(uris), T(option_bags),
+      T(capped_buffer), T(errors), T(deadline), T(allocation_failures));
 TEST_MAIN()

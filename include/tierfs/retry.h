@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The retry store: a wrapper ("retry+URI") that retries operations of the
+ * store below it which fail with a retryable error (tfs_err_is_retryable:
+ * timeouts, resets, throttling, server errors), with capped exponential
+ * backoff and full jitter, under a per-attempt timeout and an overall
+ * deadline per operation.  Other errors return at once.  Its options and
+ * the deadline model are described in docs/wrappers.md.
+ */
+#ifndef TIERFS_RETRY_H
+#define TIERFS_RETRY_H
+
+#include <stdint.h>
+#include "tierfs/api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tfs_store;
+
+/* What a retry layer has done since it was opened. */
+struct tfs_retry_stats {
+    uint64_t calls;                     /* operations that entered it */
+    uint64_t retries;                   /* attempts after the first */
+    uint64_t giveups;                   /* failed with attempts exhausted */
+    uint64_t deadline_exceeded;         /* failed at the overall deadline */
+};
+
+/*
+ * Copy the counters of the first retry layer of st into out; all zero
+ * when st has none.  Thread-safe.
+ */
+TFS_API void tfs_retry_get_stats(struct tfs_store *st,
+                                 struct tfs_retry_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TIERFS_RETRY_H */
