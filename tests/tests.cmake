@@ -33,3 +33,13 @@ tfs_s3_test(store.s3-retry $<TARGET_FILE:test_store_conf>
 if(TARGET test_s3_live)
   tfs_s3_test(unit.s3_live $<TARGET_FILE:test_s3_live>)
 endif()
+
+# The Python binding, with Debian's python3 (python3-pytest, python3-torch).
+add_test(NAME python.store
+  COMMAND ${TFS_WITH_S3} env TIERFS_LIB=$<TARGET_FILE:tierfs_shared>
+          TIERFS_TEST_S3_URI=s3://tierfs-test
+          PYTHONPATH=${PROJECT_SOURCE_DIR}/python PYTHONDONTWRITEBYTECODE=1
+          /usr/bin/python3 -m pytest -q -p no:cacheprovider
+          ${PROJECT_SOURCE_DIR}/python/tests)
+set_tests_properties(python.store PROPERTIES LABELS python TIMEOUT 600
+  FIXTURES_REQUIRED s3 RESOURCE_LOCK s3)

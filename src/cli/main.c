@@ -1,7 +1,204 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * tierfs: the command-line tool.  A git-style table of commands, global
+ * options parsed before the command name, and the helpers every command
+ * shares: opening a URI as (store, key), one-line errors, sizes.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
-int main(void)
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/util.h"
+#include "tierfs/log.h"
+
+const char *cli_store_options;
+bool cli_verbose;
+
+struct cli_cmd {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+};
+
+static const struct cli_cmd cli_cmds[] = {
+    {"ls", cmd_ls, "list objects and prefixes under a URI"},
+    {"stat", cmd_stat, "show size, mtime and version of objects"},
+    {"cat", cmd_cat, "write objects (or a byte range) to stdout"},
+    {"get", cmd_get, "download an object to a local file"},
+    {"put", cmd_put, "upload a local file (multipart, parallel parts)"},
+    {"rm", cmd_rm, "remove objects, or everything under a prefix"},
+    {"version", cmd_version, "print version information"},
+};
+
+static void cli_help(FILE *f)
 {
-    puts("tierfs: being written");
+    fprintf(f,
+            "usage: tierfs [--opt NAME=VALUE]... [-v] COMMAND [ARGS]\n"
+            "\n"
+            "tierfs makes remote shared storage (S3-compatible object "
+            "stores,\nPOSIX shared file systems) feel local to training "
+            "jobs.\n\ncommands:\n");
+    for (size_t i = 0; i < TFS_ARRAY_LEN(cli_cmds); i++)
+        fprintf(f, "  %-10s %s\n", cli_cmds[i].name, cli_cmds[i].summary);
+    fprintf(f,
+            "\nURIs: s3://bucket/key, file:///abs/path or a plain path; "
+            "wrappers\nstack in front: retry+s3://..., "
+            "fault+file:///data?latency_ms=2.\nStore options go in the "
+            "URI query or in --opt NAME=VALUE.\n"
+            "S3 settings follow AWS conventions (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY,\nAWS_REGION, AWS_ENDPOINT_URL, "
+            "AWS_PROFILE, ~/.aws/credentials).\n"
+            "\n'tierfs COMMAND --help' describes one command; "
+            "see also tierfs(1).\n"
+            "Exit status: 0 ok, 1 failure, 2 usage error.\n");
+}
+
+int cli_fail(const char *cmd, const char *what, int rc)
+{
+    const char *detail = tfs_errdetail();
+
+    if (detail[0] != '\0')
+        fprintf(stderr, "tierfs: %s %s: %s (%s)\n", cmd, what,
+                tfs_strerror(rc), detail);
+    else
+        fprintf(stderr, "tierfs: %s %s: %s\n", cmd, what, tfs_strerror(rc));
+    return CLI_FAIL;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+
+    fprintf(stderr, "tierfs: %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\ntry 'tierfs %s --help'\n", cmd);
+    return CLI_USAGE;
+}
+
+int cli_parse_size(const char *cmd, const char *opt, const char *s,
+                   uint64_t *out)
+{
+    if (tfs_parse_size(s, out) < 0)
+        return cli_usage_error(cmd, "%s: '%s' is not a size (e.g. 8M)", opt,
+                               s);
     return 0;
+}
+
+int cli_parse_uint(const char *cmd, const char *opt, const char *s,
+                   unsigned min, unsigned max, unsigned *out)
+{
+    uint64_t v;
+
+    if (tfs_parse_u64(s, &v) < 0 || v < min || v > max)
+        return cli_usage_error(cmd, "%s: '%s' is not a number in %u..%u",
+                               opt, s, min, max);
+    *out = (unsigned)v;
+    return 0;
+}
+
+/* Add --opt NAME=VALUE to the "&"-joined option string. */
+static int cli_add_opt(struct tfs_buf *opts, const char *kv)
+{
+    if (strchr(kv, '=') == NULL || kv[0] == '=') {
+        fprintf(stderr, "tierfs: --opt wants NAME=VALUE, not '%s'\n", kv);
+        return CLI_USAGE;
+    }
+    if (opts->len > 0 && tfs_buf_puts(opts, "&") < 0)
+        return CLI_FAIL;
+    return tfs_buf_puts(opts, kv) < 0 ? CLI_FAIL : 0;
+}
+
+/* Global options; returns the index of the command name or -exit. */
+static int cli_global_opts(int argc, char **argv, struct tfs_buf *opts)
+{
+    static const struct option longopts[] = {
+        {"opt", required_argument, NULL, 'o'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+
+    while ((c = getopt_long(argc, argv, "+o:vhV", longopts, NULL)) != -1) {
+        int rc = 0;
+        switch (c) {
+        case 'o':
+            rc = cli_add_opt(opts, optarg);
+            break;
+        case 'v':
+            cli_verbose = true;
+            break;
+        case 'h':
+            cli_help(stdout);
+            return -CLI_OK;
+        case 'V':
+            return -cmd_version(1, argv);
+        default:
+            cli_help(stderr);
+            return -CLI_USAGE;
+        }
+        if (rc != 0)
+            return -rc;
+    }
+    if (optind >= argc) {
+        cli_help(stderr);
+        return -CLI_USAGE;
+    }
+    return optind;
+}
+
+static const struct cli_cmd *cli_find(const char *name)
+{
+    for (size_t i = 0; i < TFS_ARRAY_LEN(cli_cmds); i++) {
+        if (strcmp(cli_cmds[i].name, name) == 0)
+            return &cli_cmds[i];
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    const struct cli_cmd *cmd;
+    struct tfs_buf opts;
+    int idx;
+    int rc;
+
+    tfs_buf_init(&opts, 0);
+    idx = cli_global_opts(argc, argv, &opts);
+    if (idx <= 0) {
+        tfs_buf_cleanup(&opts);
+        return -idx;
+    }
+    cli_store_options = opts.len ? tfs_buf_str(&opts) : NULL;
+    tfs_log_set_sink(tfs_log_stderr, NULL);
+    tfs_log_set_level(cli_verbose ? TFS_LOG_DEBUG : TFS_LOG_WARNING);
+    if (strcmp(argv[idx], "help") == 0 && idx + 1 < argc) {
+        cmd = cli_find(argv[idx + 1]);
+        char *help_argv[] = {argv[idx + 1], "--help", NULL};
+        rc = cmd ? cmd->run(2, help_argv) : CLI_USAGE;
+    } else if (strcmp(argv[idx], "help") == 0) {
+        cli_help(stdout);
+        rc = CLI_OK;
+    } else {
+        cmd = cli_find(argv[idx]);
+        if (cmd == NULL) {
+            fprintf(stderr, "tierfs: '%s' is not a command; see "
+                    "'tierfs --help'\n", argv[idx]);
+            rc = CLI_USAGE;
+        } else {
+            optind = 0;                 /* reset getopt for the command */
+            rc = cmd->run(argc - idx, argv + idx);
+        }
+    }
+    tfs_buf_cleanup(&opts);
+    return rc;
 }
