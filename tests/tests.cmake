@@ -43,3 +43,10 @@ add_test(NAME python.store
           ${PROJECT_SOURCE_DIR}/python/tests)
 set_tests_properties(python.store PROPERTIES LABELS python TIMEOUT 600
   FIXTURES_REQUIRED s3 RESOURCE_LOCK s3)
+
+# The CLI, run for real against a directory and against the S3 server.
+add_test(NAME cli.posix COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/cli.sh
+  $<TARGET_FILE:tierfs> /tmp/tfs-cli-posix)
+set_tests_properties(cli.posix PROPERTIES LABELS cli TIMEOUT 300)
+tfs_s3_test(cli.s3 ${PROJECT_SOURCE_DIR}/tests/integ/cli.sh
+  $<TARGET_FILE:tierfs> s3://tierfs-test/cli)
