@@ -1,13 +1,364 @@
 /* SPDX-License-Identifier: MIT */
-/* Placeholder: being written. */
+/*
+ * The retry store: a wrapper that absorbs network blips of the store below
+ * it (include/tierfs/retry.h, docs/wrappers.md).
+ *
+ * Every operation becomes an attempt function and goes through one loop,
+ * retry_run(): attempt under a per-attempt deadline; on a retryable error
+ * (tfs_err_is_retryable) back off with full jitter and attempt again,
+ * until it succeeds, fails for good, runs out of attempts or reaches the
+ * overall deadline.  The deadline travels to the layers below in the
+ * calling thread's request deadline (tfs_deadline_set), which the S3
+ * client turns into curl timeouts and the fault layer into cut stalls;
+ * the caller's own deadline is honoured and restored after each attempt.
+ *
+ * The file is divided into: settings, the loop, the operations, open and
+ * the public function.
+ */
 #include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "tierfs/log.h"
+#include "tierfs/retry.h"
 #include "store/store_int.h"
+
+#define RETRY_NS_PER_MS 1000000ull
+#define RETRY_MAX_MS    1000000000ull   /* about 11.6 days */
+
+struct retry_priv {
+    uint64_t             retries;       /* attempts after the first */
+    uint64_t             base_ms;       /* first backoff cap */
+    uint64_t             max_ms;        /* cap of any one backoff */
+    uint64_t             timeout_ms;    /* per attempt; 0 = none */
+    uint64_t             deadline_ms;   /* per operation; 0 = none */
+    atomic_uint_fast64_t n_calls;
+    atomic_uint_fast64_t n_retries;
+    atomic_uint_fast64_t n_giveups;
+    atomic_uint_fast64_t n_deadline;
+};
+
+/* One attempt of an operation against the next store. */
+typedef int retry_attempt_fn(struct tfs_store *next, void *arg);
+
+struct retry_op {
+    const char       *name;             /* "read", for logs */
+    const char       *key;              /* for logs */
+    retry_attempt_fn *attempt;
+    void             *arg;              /* the operation's arguments */
+};
+
+/* ---- settings ---- */
+
+static const struct retry_option {
+    const char *name;
+    size_t      off;                    /* of a uint64_t in retry_priv */
+    uint64_t    dflt;
+    uint64_t    max;
+} retry_options[] = {
+    {"retries", offsetof(struct retry_priv, retries), 4, UINT32_MAX},
+    {"retry_base_ms", offsetof(struct retry_priv, base_ms), 50,
+     RETRY_MAX_MS},
+    {"retry_max_ms", offsetof(struct retry_priv, max_ms), 5000,
+     RETRY_MAX_MS},
+    {"timeout_ms", offsetof(struct retry_priv, timeout_ms), 30000,
+     RETRY_MAX_MS},
+    {"deadline_ms", offsetof(struct retry_priv, deadline_ms), 120000,
+     RETRY_MAX_MS},
+};
+
+/* The earlier of two deadlines, where 0 means none. */
+static uint64_t retry_earlier(uint64_t a, uint64_t b)
+{
+    if (a == 0)
+        return b;
+    if (b == 0)
+        return a;
+    return TFS_MIN(a, b);
+}
+
+/* now + ms, or 0 (none) when ms is 0. */
+static uint64_t retry_after_ms(uint64_t now, uint64_t ms)
+{
+    return ms == 0 ? 0 : now + ms * RETRY_NS_PER_MS;
+}
+
+/*
+ * The backoff before retry n (0 for the first): full jitter under a cap
+ * that doubles from retry_base_ms up to retry_max_ms.
+ */
+static uint64_t retry_backoff_ns(const struct retry_priv *p, uint64_t n)
+{
+    uint64_t cap_ms = p->base_ms;
+
+    for (uint64_t i = 0; i < n && cap_ms > 0 && cap_ms < p->max_ms; i++)
+        cap_ms *= 2;
+    cap_ms = TFS_MIN(cap_ms, p->max_ms);
+    return tfs_rand_u64() % (cap_ms * RETRY_NS_PER_MS + 1);
+}
+
+/* ---- the loop ---- */
+
+/*
+ * Sleep before retry n, but never past the overall deadline: false when
+ * that deadline is reached instead.
+ */
+static bool retry_backoff(const struct retry_priv *p,
+                          const struct retry_op *op, uint64_t n,
+                          uint64_t overall, int rc)
+{
+    uint64_t ns = retry_backoff_ns(p, n);
+    uint64_t now = tfs_now_ns();
+
+    TFS_DEBUG("retry: %s '%s' attempt %llu failed: %s (%s); retrying in "
+              "%llu ms", op->name, op->key, (unsigned long long)n + 1,
+              tfs_strerror(rc), tfs_errdetail(),
+              (unsigned long long)(ns / RETRY_NS_PER_MS));
+    if (overall != 0 && now + ns >= overall) {
+        if (overall > now)
+            tfs_sleep_ns(overall - now);
+        return false;
+    }
+    tfs_sleep_ns(ns);
+    return true;
+}
+
+/* End an operation that ran out of attempts with rc. */
+static int retry_give_up(struct retry_priv *p, const struct retry_op *op,
+                         uint64_t attempts, int rc)
+{
+    atomic_fetch_add(&p->n_giveups, 1);
+    TFS_INFO("retry: %s '%s' failed after %llu attempts: %s (%s)",
+             op->name, op->key, (unsigned long long)attempts,
+             tfs_strerror(rc), tfs_errdetail());
+    return rc;
+}
+
+/*
+ * End an operation whose overall deadline passed; rc is the last
+ * attempt's error, or 0 when there was none (then -ETIMEDOUT).
+ */
+static int retry_deadline(struct retry_priv *p, const struct retry_op *op,
+                          uint64_t attempts, int rc)
+{
+    atomic_fetch_add(&p->n_deadline, 1);
+    if (rc == 0)
+        rc = tfs_err(-ETIMEDOUT, "retry: deadline passed before %s '%s' "
+                     "could start", op->name, op->key);
+    TFS_INFO("retry: %s '%s' failed after %llu attempts, deadline "
+             "reached: %s (%s)", op->name, op->key,
+             (unsigned long long)attempts, tfs_strerror(rc),
+             tfs_errdetail());
+    return rc;
+}
+
+/*
+ * Run op: attempt, and while it fails with a retryable error and both
+ * attempts and time remain, back off and attempt again.  Each attempt
+ * runs under the earliest of its timeout, the overall deadline and the
+ * caller's deadline; the caller's deadline is restored after each.
+ */
+static int retry_run(struct tfs_store *st, const struct retry_op *op)
+{
+    struct retry_priv *p = tfs_store_priv(st);
+    uint64_t caller = tfs_deadline_get();
+    uint64_t now = tfs_now_ns();
+    uint64_t overall = retry_earlier(retry_after_ms(now, p->deadline_ms),
+                                     caller);
+    uint64_t attempts = 0;
+    int rc;
+
+    atomic_fetch_add(&p->n_calls, 1);
+    if (overall != 0 && now >= overall)
+        return retry_deadline(p, op, 0, 0);
+    for (;;) {
+        uint64_t attempt_dl = retry_after_ms(tfs_now_ns(), p->timeout_ms);
+
+        tfs_deadline_set(retry_earlier(attempt_dl, overall));
+        rc = op->attempt(tfs_store_next(st), op->arg);
+        tfs_deadline_set(caller);
+        attempts++;
+        if (rc == 0 || !tfs_err_is_retryable(rc))
+            return rc;
+        if (attempts > p->retries)
+            return retry_give_up(p, op, attempts, rc);
+        if (!retry_backoff(p, op, attempts - 1, overall, rc))
+            return retry_deadline(p, op, attempts, rc);
+        atomic_fetch_add(&p->n_retries, 1);
+    }
+}
+
+/* ---- operations ---- */
+
+struct retry_stat_args {
+    const char      *key;
+    struct tfs_stat *out;
+};
+
+static int retry_stat_once(struct tfs_store *next, void *arg)
+{
+    struct retry_stat_args *a = arg;
+
+    return tfs_store_stat(next, a->key, a->out);
+}
+
+static int retry_stat(struct tfs_store *st, const char *key,
+                      struct tfs_stat *out)
+{
+    struct retry_stat_args a = {key, out};
+    struct retry_op op = {"stat", key, retry_stat_once, &a};
+
+    return retry_run(st, &op);
+}
+
+struct retry_read_args {
+    const char *key;
+    void       *buf;
+    size_t      len;
+    uint64_t    off;
+    const char *if_version;
+    size_t     *nread;
+};
+
+static int retry_read_once(struct tfs_store *next, void *arg)
+{
+    struct retry_read_args *a = arg;
+
+    return tfs_store_read(next, a->key, a->buf, a->len, a->off,
+                          a->if_version, a->nread);
+}
+
+static int retry_read(struct tfs_store *st, const char *key, void *buf,
+                      size_t len, uint64_t off, const char *if_version,
+                      size_t *nread)
+{
+    struct retry_read_args a = {key, buf, len, off, if_version, nread};
+    struct retry_op op = {"read", key, retry_read_once, &a};
+
+    return retry_run(st, &op);
+}
+
+struct retry_list_args {
+    const char           *prefix;
+    const char           *delim;
+    const char           *token;
+    size_t                max_keys;
+    struct tfs_list_page *page;
+};
+
+/* A failed attempt leaves the page zeroed (tfs_store_list). */
+static int retry_list_once(struct tfs_store *next, void *arg)
+{
+    struct retry_list_args *a = arg;
+
+    return tfs_store_list(next, a->prefix, a->delim, a->token, a->max_keys,
+                          a->page);
+}
+
+static int retry_list(struct tfs_store *st, const char *prefix,
+                      const char *delim, const char *token, size_t max_keys,
+                      struct tfs_list_page *page)
+{
+    struct retry_list_args a = {prefix, delim, token, max_keys, page};
+    struct retry_op op = {"list", prefix, retry_list_once, &a};
+
+    return retry_run(st, &op);
+}
+
+struct retry_put_args {
+    const char              *key;
+    const struct tfs_source *src;
+    struct tfs_stat         *out;
+};
+
+/* The source is read with pread() at offsets, so each attempt rereads. */
+static int retry_put_once(struct tfs_store *next, void *arg)
+{
+    struct retry_put_args *a = arg;
+
+    return tfs_store_put_source(next, a->key, a->src, a->out);
+}
+
+static int retry_put(struct tfs_store *st, const char *key,
+                     const struct tfs_source *src, struct tfs_stat *out)
+{
+    struct retry_put_args a = {key, src, out};
+    struct retry_op op = {"put", key, retry_put_once, &a};
+
+    return retry_run(st, &op);
+}
+
+static int retry_remove_once(struct tfs_store *next, void *arg)
+{
+    return tfs_store_remove(next, arg);
+}
+
+static int retry_remove(struct tfs_store *st, const char *key)
+{
+    struct retry_op op = {"remove", key, retry_remove_once, (void *)key};
+
+    return retry_run(st, &op);
+}
+
+struct retry_pair_args {
+    const char *src;
+    const char *dst;
+};
+
+static int retry_copy_once(struct tfs_store *next, void *arg)
+{
+    struct retry_pair_args *a = arg;
+
+    return tfs_store_copy(next, a->src, a->dst);
+}
+
+static int retry_copy(struct tfs_store *st, const char *src,
+                      const char *dst)
+{
+    struct retry_pair_args a = {src, dst};
+    struct retry_op op = {"copy", src, retry_copy_once, &a};
+
+    return retry_run(st, &op);
+}
+
+static int retry_rename_once(struct tfs_store *next, void *arg)
+{
+    struct retry_pair_args *a = arg;
+
+    return tfs_store_rename(next, a->src, a->dst);
+}
+
+static int retry_rename(struct tfs_store *st, const char *src,
+                        const char *dst)
+{
+    struct retry_pair_args a = {src, dst};
+    struct retry_op op = {"rename", src, retry_rename_once, &a};
+
+    return retry_run(st, &op);
+}
+
+/* ---- open ---- */
 
 static int retry_open(struct tfs_store *st, const char *location)
 {
-    (void)st;
+    struct retry_priv *p = tfs_store_priv(st);
+
     (void)location;
-    return tfs_err(-ENOTSUP, "the retry store is not built yet");
+    for (size_t i = 0; i < TFS_ARRAY_LEN(retry_options); i++) {
+        const struct retry_option *o = &retry_options[i];
+        uint64_t *v = (uint64_t *)(void *)((char *)p + o->off);
+        int rc;
+
+        *v = o->dflt;
+        rc = tfs_store_opt_u64(st, o->name, v);
+        if (rc < 0)
+            return rc;
+        if (*v > o->max)
+            return tfs_err(TFS_EOPTION, "option %s=%llu: at most %llu",
+                           o->name, (unsigned long long)*v,
+                           (unsigned long long)o->max);
+    }
+    return 0;
 }
 
 static void retry_close(struct tfs_store *st)
@@ -16,9 +367,34 @@ static void retry_close(struct tfs_store *st)
 }
 
 const struct tfs_store_ops tfs_retry_ops = {
-    .version = TFS_STORE_OPS_VERSION,
-    .scheme = "retry",
-    .caps = TFS_SCAP_WRAPPER,
-    .open = retry_open,
-    .close = retry_close,
+    .version   = TFS_STORE_OPS_VERSION,
+    .scheme    = "retry",
+    .priv_size = sizeof(struct retry_priv),
+    .caps      = TFS_SCAP_WRAPPER,
+    .open      = retry_open,
+    .close     = retry_close,
+    .stat      = retry_stat,
+    .read      = retry_read,
+    .list      = retry_list,
+    .put       = retry_put,
+    .remove    = retry_remove,
+    .copy      = retry_copy,
+    .rename    = retry_rename,
 };
+
+/* ---- public function ---- */
+
+void tfs_retry_get_stats(struct tfs_store *st, struct tfs_retry_stats *out)
+{
+    struct tfs_store *r = tfs_store_find(st, "retry");
+    struct retry_priv *p;
+
+    memset(out, 0, sizeof(*out));
+    if (r == NULL)
+        return;
+    p = tfs_store_priv(r);
+    out->calls = atomic_load(&p->n_calls);
+    out->retries = atomic_load(&p->n_retries);
+    out->giveups = atomic_load(&p->n_giveups);
+    out->deadline_exceeded = atomic_load(&p->n_deadline);
+}

@@ -1,0 +1,488 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The retry store over a fault store over a posix store in a temporary
+ * directory: flaky reads absorbed, non-retryable errors returned at once,
+ * the overall deadline, the per-attempt timeout, the caller's deadline,
+ * put and list retried, no partial object after a failed put, logging
+ * and options.  Timing checks assert lower bounds; upper bounds are wide.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "common/util.h"
+#include "tierfs/fault.h"
+#include "tierfs/log.h"
+#include "tierfs/retry.h"
+#include "tierfs/store.h"
+
+static char base_dir[64];
+static char dir[128];                   /* this test's directory */
+static char uri[512];
+
+/* ---- fixtures ---- */
+
+static int rm_one(const char *path, const struct stat *sb, int flag,
+                  struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void base_cleanup(void)
+{
+    if (base_dir[0] != '\0')
+        nftw(base_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A fresh directory for this test, under one removed at exit. */
+static void use_dir(const char *name)
+{
+    if (base_dir[0] == '\0') {
+        snprintf(base_dir, sizeof(base_dir), "/tmp/tierfs-retry-XXXXXX");
+        CHECK(mkdtemp(base_dir) != NULL);
+        atexit(base_cleanup);
+    }
+    snprintf(dir, sizeof(dir), "%s/%s", base_dir, name);
+    CHECK_OK(mkdir(dir, 0755) < 0 ? -errno : 0);
+}
+
+/* Open "<schemes>://<dir>?query". */
+static struct tfs_store *open_at(const char *schemes, const char *query)
+{
+    struct tfs_store *st = NULL;
+
+    snprintf(uri, sizeof(uri), "%s://%s?%s", schemes, dir, query);
+    CHECK_OK(tfs_store_open(&st, uri, NULL));
+    return st;
+}
+
+static struct tfs_store *open_retry(const char *query)
+{
+    return open_at("retry+fault+file", query);
+}
+
+/* Put len random bytes at key through the plain posix store. */
+static unsigned char *put_plain(const char *key, size_t len)
+{
+    struct tfs_store *st = open_at("file", "");
+    unsigned char *data = malloc(len + 1);
+
+    CHECK(data != NULL);
+    for (size_t i = 0; i < len; i++)
+        data[i] = (unsigned char)tfs_rand_u64();
+    CHECK_OK(tfs_store_put(st, key, data, len, NULL));
+    tfs_store_close(st);
+    return data;
+}
+
+static double secs_since(uint64_t t0)
+{
+    return (double)(tfs_now_ns() - t0) / 1e9;
+}
+
+static int read_some(struct tfs_store *st, const char *key)
+{
+    char buf[16];
+    size_t n;
+
+    return tfs_store_read(st, key, buf, sizeof(buf), 0, NULL, &n);
+}
+
+/* The entries of the test directory, hidden temp files included. */
+static int count_dir_entries(void)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0;
+
+    CHECK(d != NULL);
+    while ((de = readdir(d)) != NULL)
+        n += strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+/* A partition file under the base directory, created. */
+static const char *make_cut(const char *name)
+{
+    static char cut[200];
+    int fd;
+
+    snprintf(cut, sizeof(cut), "%s/%s", base_dir, name);
+    fd = open(cut, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    CHECK(fd >= 0);
+    close(fd);
+    return cut;
+}
+
+/* ---- tests ---- */
+
+TEST(flaky_reads)
+{
+    size_t len = 65536;
+    unsigned char *data;
+    unsigned char buf[4096];
+    struct tfs_store *st;
+    struct tfs_retry_stats rs;
+    struct tfs_fault_stats fs;
+
+    use_dir("flaky");
+    data = put_plain("obj", len);
+    st = open_retry("error_rate=0.5&seed=1&error=ECONNRESET&retries=30"
+                    "&retry_base_ms=1&retry_max_ms=2");
+    for (int i = 0; i < 200; i++) {
+        size_t off = (size_t)i * 293 % (len - sizeof(buf));
+        size_t n = 0;
+
+        memset(buf, 0, sizeof(buf));
+        CHECK_OK(tfs_store_read(st, "obj", buf, sizeof(buf), off, NULL, &n));
+        CHECK_EQ(n, sizeof(buf));
+        CHECK(memcmp(buf, data + off, n) == 0);
+    }
+    tfs_retry_get_stats(st, &rs);
+    tfs_fault_get_stats(st, &fs);
+    CHECK_EQ(rs.calls, 200);
+    CHECK(rs.retries > 20);
+    CHECK_EQ(rs.giveups + rs.deadline_exceeded, 0);
+    CHECK_EQ(rs.retries, fs.injected_errors);
+    CHECK_EQ(fs.calls, 200 + rs.retries);
+    tfs_store_close(st);
+    free(data);
+}
+
+TEST(non_retryable)
+{
+    struct tfs_store *st;
+    struct tfs_store_stats ns;
+    struct tfs_retry_stats rs;
+    struct tfs_fault_stats fs;
+    struct tfs_stat s;
+
+    use_dir("nonretry");
+    free(put_plain("obj", 100));
+    st = open_retry("error=ENOENT&error_rate=1&retry_base_ms=1000");
+    CHECK_RC(read_some(st, "obj"), -ENOENT);
+    CHECK_STR(tfs_errdetail(), "fault: injected ENOENT (read 'obj')");
+    tfs_fault_get_stats(st, &fs);
+    CHECK_EQ(fs.calls, 1);
+    tfs_store_get_stats(tfs_store_find(st, "fault"), &ns);
+    CHECK_EQ(ns.reads, 1);
+    tfs_retry_get_stats(st, &rs);
+    CHECK_EQ(rs.retries + rs.giveups + rs.deadline_exceeded, 0);
+    tfs_store_close(st);
+
+    /* A real ENOENT from the store below, likewise. */
+    st = open_retry("");
+    CHECK_RC(tfs_store_stat(st, "missing", &s), -ENOENT);
+    tfs_retry_get_stats(st, &rs);
+    CHECK_EQ(rs.calls, 1);
+    CHECK_EQ(rs.retries, 0);
+    tfs_store_close(st);
+}
+
+TEST(overall_deadline)
+{
+    struct tfs_store *st;
+    struct tfs_retry_stats rs;
+    uint64_t t0;
+    double secs;
+
+    use_dir("deadline");
+    free(put_plain("obj", 100));
+    st = open_retry("deadline_ms=300&error_rate=1&error=EAGAIN"
+                    "&retries=100000&retry_base_ms=5&retry_max_ms=40");
+    t0 = tfs_now_ns();
+    CHECK_RC(read_some(st, "obj"), -EAGAIN);
+    secs = secs_since(t0);
+    if (secs < 0.299 || secs > 1.5)
+        TEST_FAIL_("gave up after %.3f s, want [0.3, 1.5]", secs);
+    CHECK(strstr(tfs_errdetail(), "fault: injected EAGAIN") != NULL);
+    CHECK_EQ(tfs_deadline_get(), 0);
+    tfs_retry_get_stats(st, &rs);
+    CHECK_EQ(rs.deadline_exceeded, 1);
+    CHECK_EQ(rs.giveups, 0);
+    CHECK(rs.retries >= 5);
+    tfs_store_close(st);
+}
+
+TEST(attempt_timeout)
+{
+    struct tfs_store *st;
+    struct tfs_retry_stats rs;
+    struct tfs_fault_stats fs;
+    char query[300];
+    uint64_t t0;
+    double secs;
+
+    use_dir("timeout");
+    free(put_plain("obj", 100));
+    snprintf(query, sizeof(query), "partition_file=%s&timeout_ms=100"
+             "&retries=2&retry_base_ms=1&deadline_ms=5000",
+             make_cut("cut-timeout"));
+    st = open_retry(query);
+    t0 = tfs_now_ns();
+    CHECK_RC(read_some(st, "obj"), -ETIMEDOUT);
+    secs = secs_since(t0);
+    if (secs < 0.299 || secs > 3.0)
+        TEST_FAIL_("gave up after %.3f s, want [0.3, 3]", secs);
+    CHECK(strstr(tfs_errdetail(), "partitioned") != NULL);
+    CHECK_EQ(tfs_deadline_get(), 0);
+    tfs_fault_get_stats(st, &fs);
+    CHECK_EQ(fs.calls, 3);
+    CHECK_EQ(fs.timeouts, 3);
+    tfs_retry_get_stats(st, &rs);
+    CHECK_EQ(rs.retries, 2);
+    CHECK_EQ(rs.giveups, 1);
+    tfs_store_close(st);
+    unlink(make_cut("cut-timeout"));
+}
+
+TEST(caller_deadline)
+{
+    struct tfs_store *st;
+    struct tfs_retry_stats rs;
+    struct tfs_fault_stats fs;
+    char query[300];
+    uint64_t t0;
+    uint64_t mine;
+    double secs;
+
+    use_dir("caller");
+    free(put_plain("obj", 100));
+    snprintf(query, sizeof(query), "partition_file=%s&timeout_ms=100"
+             "&retries=1000&retry_base_ms=1", make_cut("cut-caller"));
+    st = open_retry(query);
+    t0 = tfs_now_ns();
+    mine = t0 + 250000000;
+    tfs_deadline_set(mine);
+    CHECK_RC(read_some(st, "obj"), -ETIMEDOUT);
+    CHECK_EQ(tfs_deadline_get(), mine);     /* restored */
+    secs = secs_since(t0);
+    if (secs < 0.249 || secs > 1.5)
+        TEST_FAIL_("gave up after %.3f s, want [0.25, 1.5]", secs);
+    tfs_retry_get_stats(st, &rs);
+    CHECK_EQ(rs.deadline_exceeded, 1);
+
+    /* A deadline already past: no attempt at all. */
+    tfs_fault_get_stats(st, &fs);
+    CHECK_RC(read_some(st, "obj"), -ETIMEDOUT);
+    CHECK(strstr(tfs_errdetail(), "retry: deadline passed") != NULL);
+    CHECK_EQ(tfs_deadline_get(), mine);
+    tfs_deadline_set(0);
+    {
+        uint64_t before = fs.calls;
+
+        tfs_fault_get_stats(st, &fs);
+        CHECK_EQ(fs.calls, before);
+    }
+    tfs_store_close(st);
+    unlink(make_cut("cut-caller"));
+}
+
+static int count_keys(void *arg, const struct tfs_list_page *page)
+{
+    *(size_t *)arg += page->n_entries;
+    return 0;
+}
+
+TEST(put_and_list)
+{
+    struct tfs_store *st;
+    struct tfs_store *plain;
+    struct tfs_retry_stats rs;
+    struct tfs_list_page page;
+    char key[32];
+    char val[32];
+    char buf[32];
+    size_t keys = 0;
+    size_t n;
+
+    use_dir("putlist");
+    st = open_retry("error_rate=0.5&seed=7&error=ECONNRESET"
+                    "&error_ops=put,list&retries=30&retry_base_ms=1"
+                    "&retry_max_ms=2");
+    for (int i = 0; i < 20; i++) {
+        snprintf(key, sizeof(key), "d/k%02d", i);
+        snprintf(val, sizeof(val), "value %d", i);
+        CHECK_OK(tfs_store_put(st, key, val, strlen(val), NULL));
+    }
+    tfs_retry_get_stats(st, &rs);
+    CHECK(rs.retries > 0);
+    for (int i = 0; i < 10; i++) {
+        CHECK_OK(tfs_store_list(st, "d/", NULL, NULL, 7, &page));
+        CHECK_EQ(page.n_entries, 7);
+        CHECK(page.next_token != NULL);
+        tfs_list_page_cleanup(&page);
+    }
+    CHECK_OK(tfs_store_list_all(st, "d/", NULL, count_keys, &keys));
+    CHECK_EQ(keys, 20);
+    tfs_retry_get_stats(st, &rs);
+    CHECK(rs.retries > 5);
+    CHECK_EQ(rs.giveups, 0);
+    tfs_store_close(st);
+    plain = open_at("file", "");
+    for (int i = 0; i < 20; i++) {
+        snprintf(key, sizeof(key), "d/k%02d", i);
+        snprintf(val, sizeof(val), "value %d", i);
+        CHECK_OK(tfs_store_read(plain, key, buf, sizeof(buf), 0, NULL, &n));
+        CHECK(n == strlen(val) && memcmp(buf, val, n) == 0);
+    }
+    tfs_store_close(plain);
+}
+
+TEST(other_ops)
+{
+    struct tfs_store *st;
+    struct tfs_retry_stats rs;
+    struct tfs_stat s;
+
+    use_dir("ops");
+    free(put_plain("a", 100));
+    st = open_retry("error_rate=0.5&seed=5&error=server&retries=30"
+                    "&retry_base_ms=1&retry_max_ms=2");
+    for (int i = 0; i < 5; i++) {
+        CHECK_OK(tfs_store_stat(st, "a", &s));
+        CHECK_OK(tfs_store_copy(st, "a", "b"));
+        CHECK_OK(tfs_store_rename(st, "b", "c"));
+        CHECK_OK(tfs_store_remove(st, "c"));
+    }
+    CHECK_RC(tfs_store_stat(st, "c", &s), -ENOENT);
+    tfs_retry_get_stats(st, &rs);
+    CHECK(rs.retries > 0);
+    CHECK_EQ(rs.calls, 21);
+    tfs_store_close(st);
+}
+
+TEST(failed_put_no_partial)
+{
+    size_t len = 4 << 20;
+    unsigned char *data = malloc(len);
+    unsigned char *old;
+    unsigned char buf[64];
+    struct tfs_store *st;
+    struct tfs_store *plain;
+    struct tfs_retry_stats rs;
+    struct tfs_stat s;
+    size_t n;
+
+    use_dir("nopartial");
+    memset(data, 'x', len);
+    st = open_retry("error_rate=1&error=ECONNRESET&error_ops=put"
+                    "&retries=2&retry_base_ms=1");
+    CHECK_RC(tfs_store_put(st, "k", data, len, NULL), -ECONNRESET);
+    tfs_retry_get_stats(st, &rs);
+    CHECK_EQ(rs.giveups, 1);
+    tfs_store_close(st);
+    CHECK_EQ(count_dir_entries(), 0);
+
+    /* Cut off mid-upload by the per-attempt timeout, twice. */
+    st = open_retry("bw=1M&timeout_ms=100&retries=1&retry_base_ms=1");
+    CHECK_RC(tfs_store_put(st, "k", data, len, NULL), -ETIMEDOUT);
+    tfs_store_close(st);
+    CHECK_EQ(count_dir_entries(), 0);
+
+    /* A failed overwrite leaves the old object whole. */
+    old = put_plain("k", sizeof(buf));
+    st = open_retry("error_rate=1&error=EAGAIN&error_ops=put&retries=1"
+                    "&retry_base_ms=1");
+    CHECK_RC(tfs_store_put(st, "k", data, len, NULL), -EAGAIN);
+    tfs_store_close(st);
+    plain = open_at("file", "");
+    CHECK_OK(tfs_store_stat(plain, "k", &s));
+    CHECK_EQ(s.size, sizeof(buf));
+    CHECK_OK(tfs_store_read(plain, "k", buf, sizeof(buf), 0, NULL, &n));
+    CHECK(n == sizeof(buf) && memcmp(buf, old, n) == 0);
+    tfs_store_close(plain);
+    CHECK_EQ(count_dir_entries(), 1);
+    free(old);
+    free(data);
+}
+
+/* ---- logging ---- */
+
+static int log_debug_retrying;
+static int log_info_giveup;
+static char log_last[1024];
+
+static void log_capture(void *arg, int level, const char *msg)
+{
+    (void)arg;
+    if (level == TFS_LOG_DEBUG && strstr(msg, "; retrying in ") != NULL)
+        log_debug_retrying++;
+    if (level == TFS_LOG_INFO) {
+        log_info_giveup++;
+        snprintf(log_last, sizeof(log_last), "%s", msg);
+    }
+}
+
+TEST(logging)
+{
+    struct tfs_store *st;
+
+    use_dir("log");
+    free(put_plain("obj", 100));
+    st = open_retry("error_rate=1&error=EAGAIN&retries=2&retry_base_ms=1");
+    tfs_log_set_sink(log_capture, NULL);
+    tfs_log_set_level(TFS_LOG_DEBUG);
+    CHECK_RC(read_some(st, "obj"), -EAGAIN);
+    tfs_log_set_sink(NULL, NULL);
+    tfs_log_set_level(TFS_LOG_WARNING);
+    CHECK_EQ(log_debug_retrying, 2);
+    CHECK_EQ(log_info_giveup, 1);
+    if (strncmp(log_last, "retry: read 'obj' failed after 3 attempts: ",
+                43) != 0 || strstr(log_last, "injected EAGAIN") == NULL)
+        TEST_FAIL_("unexpected give-up line '%s'", log_last);
+    CHECK_STR(tfs_errdetail(), "fault: injected EAGAIN (read 'obj')");
+    tfs_store_close(st);
+}
+
+TEST(options)
+{
+    struct tfs_store *st = NULL;
+    struct tfs_retry_stats rs;
+
+    use_dir("options");
+    free(put_plain("obj", 100));
+    st = open_at("retry+file", "");
+    CHECK_STR(tfs_store_scheme(st), "retry");
+    CHECK(tfs_store_caps(st) & TFS_SCAP_WRAPPER);
+    CHECK_OK(read_some(st, "obj"));
+    tfs_retry_get_stats(st, &rs);
+    CHECK_EQ(rs.calls, 1);
+    tfs_store_close(st);
+    st = open_at("file", "");
+    rs.calls = 9;
+    tfs_retry_get_stats(st, &rs);       /* no retry layer: zeros */
+    CHECK_EQ(rs.calls, 0);
+    tfs_store_close(st);
+
+    st = NULL;
+    snprintf(uri, sizeof(uri), "retry+file://%s?retries=abc", dir);
+    CHECK_RC(tfs_store_open(&st, uri, NULL), TFS_EOPTION);
+    CHECK(strstr(tfs_errdetail(), "retries=abc") != NULL);
+    snprintf(uri, sizeof(uri), "retry+file://%s?retires=3", dir);
+    CHECK_RC(tfs_store_open(&st, uri, NULL), TFS_EOPTION);
+    CHECK(strstr(tfs_errdetail(), "retires") != NULL);
+    snprintf(uri, sizeof(uri), "retry+file://%s?timeout_ms=99999999999", dir);
+    CHECK_RC(tfs_store_open(&st, uri, NULL), TFS_EOPTION);
+    CHECK(strstr(tfs_errdetail(), "timeout_ms") != NULL);
+    snprintf(uri, sizeof(uri), "retry+file://%s?deadline_ms=0&timeout_ms=0"
+             "&retries=0&retry_base_ms=0&retry_max_ms=0", dir);
+    CHECK_OK(tfs_store_open(&st, uri, NULL));
+    CHECK_OK(read_some(st, "obj"));
+    tfs_store_close(st);
+}
+
+TESTS(T(flaky_reads), T(non_retryable), T(overall_deadline),
+      T(attempt_timeout), T(caller_deadline), T(put_and_list),
+      T(other_ops), T(failed_put_no_partial), T(logging), T(options));
+TEST_MAIN()
