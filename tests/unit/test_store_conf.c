@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -631,7 +632,7 @@ TEST(concurrent_readers)
     CHECK_EQ(bad, 0);
 }
 
-static volatile int atom_stop;
+static atomic_int atom_stop;
 
 static void *atom_writer(void *arg)
 {

@@ -1,0 +1,846 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One S3 request end to end, over a pool of keep-alive curl handles.
+ *
+ * Pool: a mutex-guarded free list of easy handles, created on demand up
+ * to max_conns; a thread takes one for one request and gives it back, so
+ * each handle (and its kept-alive connection) belongs to one thread at a
+ * time.  The handles share DNS answers and TLS sessions (CURLSH).  Options
+ * that never change are set when a handle is made; each request sets the
+ * rest, so the download buffer and connection survive between requests.
+ *
+ * Request: the canonical URI and query built here are both signed (with
+ * s3_sign.c) and sent.  Response headers are parsed as they arrive; a 2xx
+ * body goes straight into the caller's buffer (GET) or into a capped
+ * buffer (XML), an error body into a small capped buffer for its <Error>.
+ *
+ * Errors are mapped here, once: curl codes and HTTP status/S3 codes to
+ * our error space, with the detail naming the S3 code, method and path.
+ * Nothing here ever logs or reports a header value we sent: the
+ * Authorization header, the secret and the session token stay inside.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <curl/curl.h>
+
+#include "store/s3_int.h"
+#include "tierfs/log.h"
+
+#define HTTP_BUFFER_SIZE (256L << 10)   /* curl download buffer */
+#define HTTP_UPLOAD_BUFFER_SIZE (256L << 10)
+
+struct s3_conn {
+    CURL           *curl;
+    struct s3_conn *next;               /* in the free list */
+    struct tfs_buf  path;               /* canonical URI of this request */
+    struct tfs_buf  query;              /* canonical query */
+    struct tfs_buf  url;
+    struct tfs_buf  line;               /* one header line being built */
+    struct tfs_buf  scratch;            /* canonical request, for signing */
+    struct tfs_buf  auth;               /* Authorization value */
+    char            errbuf[CURL_ERROR_SIZE];
+};
+
+/* The state of one transfer, shared with the curl callbacks. */
+struct s3_xfer {
+    const struct s3_req *req;
+    struct s3_resp      *resp;
+    struct tfs_buf       errbody;       /* a non-2xx body, capped */
+    uint64_t             sent;          /* body bytes handed to curl */
+    int                  cb_rc;         /* error raised in a callback */
+    bool                 full;          /* dst_prefix: stopped on purpose */
+};
+
+/* ---- process-wide curl setup ---- */
+
+static pthread_once_t http_once = PTHREAD_ONCE_INIT;
+static CURLcode http_global_rc = CURLE_FAILED_INIT;
+
+static void http_global_init(void)
+{
+    http_global_rc = curl_global_init_mem(CURL_GLOBAL_DEFAULT, tfs_malloc,
+                                          tfs_free, tfs_realloc, tfs_strdup,
+                                          tfs_calloc);
+}
+
+/* ---- the pool ---- */
+
+static pthread_mutex_t *http_share_mutex(struct s3_pool *pool,
+                                         curl_lock_data data)
+{
+    switch (data) {
+    case CURL_LOCK_DATA_DNS:
+        return &pool->share_lock[0];
+    case CURL_LOCK_DATA_SSL_SESSION:
+        return &pool->share_lock[1];
+    case CURL_LOCK_DATA_SHARE:
+        return &pool->share_lock[2];
+    default:
+        return &pool->share_lock[3];
+    }
+}
+
+static void http_share_lock(CURL *h, curl_lock_data data,
+                            curl_lock_access access, void *arg)
+{
+    (void)h;
+    (void)access;
+    pthread_mutex_lock(http_share_mutex(arg, data));
+}
+
+static void http_share_unlock(CURL *h, curl_lock_data data, void *arg)
+{
+    (void)h;
+    pthread_mutex_unlock(http_share_mutex(arg, data));
+}
+
+int tfs_s3_pool_init(struct s3_priv *p, unsigned max_conns)
+{
+    struct s3_pool *pool = &p->pool;
+    pthread_condattr_t ca;
+    CURLSH *sh;
+
+    pthread_once(&http_once, http_global_init);
+    if (http_global_rc != CURLE_OK)
+        return tfs_err(-ENOMEM, "curl_global_init failed: %s",
+                       curl_easy_strerror(http_global_rc));
+    sh = curl_share_init();
+    if (sh == NULL)
+        return -ENOMEM;
+    pthread_mutex_init(&pool->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&pool->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    for (size_t i = 0; i < TFS_ARRAY_LEN(pool->share_lock); i++)
+        pthread_mutex_init(&pool->share_lock[i], NULL);
+    curl_share_setopt(sh, CURLSHOPT_LOCKFUNC, http_share_lock);
+    curl_share_setopt(sh, CURLSHOPT_UNLOCKFUNC, http_share_unlock);
+    curl_share_setopt(sh, CURLSHOPT_USERDATA, pool);
+    curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    pool->share = sh;
+    pool->max_conns = max_conns;
+    return 0;
+}
+
+static void http_conn_destroy(struct s3_conn *c)
+{
+    curl_easy_cleanup(c->curl);
+    tfs_buf_cleanup(&c->path);
+    tfs_buf_cleanup(&c->query);
+    tfs_buf_cleanup(&c->url);
+    tfs_buf_cleanup(&c->line);
+    tfs_buf_cleanup(&c->scratch);
+    tfs_buf_cleanup(&c->auth);
+    tfs_free(c);
+}
+
+void tfs_s3_pool_cleanup(struct s3_priv *p)
+{
+    struct s3_pool *pool = &p->pool;
+
+    if (pool->share == NULL)
+        return;                         /* never set up */
+    while (pool->free != NULL) {
+        struct s3_conn *c = pool->free;
+
+        pool->free = c->next;
+        http_conn_destroy(c);
+    }
+    curl_share_cleanup(pool->share);
+    pool->share = NULL;
+    pthread_cond_destroy(&pool->cond);
+    pthread_mutex_destroy(&pool->lock);
+    for (size_t i = 0; i < TFS_ARRAY_LEN(pool->share_lock); i++)
+        pthread_mutex_destroy(&pool->share_lock[i]);
+}
+
+static size_t http_on_header(char *b, size_t size, size_t n, void *arg);
+static size_t http_on_body(char *b, size_t size, size_t n, void *arg);
+static size_t http_on_read(char *b, size_t size, size_t n, void *arg);
+static int http_on_seek(void *arg, curl_off_t off, int origin);
+
+/* The options every request of this store shares. */
+static void http_conn_setup(struct s3_priv *p, struct s3_conn *c)
+{
+    CURL *h = c->curl;
+
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    /* "a/../b" is a key like any other: never squash dot segments */
+    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, HTTP_BUFFER_SIZE);
+    curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, HTTP_UPLOAD_BUFFER_SIZE);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, c->errbuf);
+    curl_easy_setopt(h, CURLOPT_SHARE, p->pool.share);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, http_on_header);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, http_on_body);
+    curl_easy_setopt(h, CURLOPT_READFUNCTION, http_on_read);
+    curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, http_on_seek);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, p->tls_verify ? 1L : 0L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, p->tls_verify ? 2L : 0L);
+    if (p->ca_file != NULL)
+        curl_easy_setopt(h, CURLOPT_CAINFO, p->ca_file);
+}
+
+static struct s3_conn *http_conn_create(struct s3_priv *p)
+{
+    struct s3_conn *c = tfs_calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return NULL;
+    c->curl = curl_easy_init();
+    if (c->curl == NULL) {
+        tfs_free(c);
+        return NULL;
+    }
+    tfs_buf_init(&c->path, 0);
+    tfs_buf_init(&c->query, 0);
+    tfs_buf_init(&c->url, 0);
+    tfs_buf_init(&c->line, 0);
+    tfs_buf_init(&c->scratch, 0);
+    tfs_buf_init(&c->auth, 0);
+    http_conn_setup(p, c);
+    return c;
+}
+
+/* Wait until deadline_ns (monotonic) for a handle to come back. */
+static int http_pool_wait(struct s3_pool *pool, uint64_t deadline_ns)
+{
+    struct timespec ts = {
+        .tv_sec = (time_t)(deadline_ns / 1000000000u),
+        .tv_nsec = (long)(deadline_ns % 1000000000u),
+    };
+
+    return pthread_cond_timedwait(&pool->cond, &pool->lock, &ts);
+}
+
+/* Take a handle: an idle one, a new one, or wait up to wait_ms. */
+static int http_pool_get(struct s3_priv *p, uint64_t wait_ms,
+                         struct s3_conn **out)
+{
+    struct s3_pool *pool = &p->pool;
+    uint64_t deadline_ns = tfs_now_ns() + wait_ms * 1000000u;
+    struct s3_conn *c = NULL;
+    bool create = false;
+    int wrc = 0;
+
+    pthread_mutex_lock(&pool->lock);
+    while (pool->free == NULL && pool->n_conns >= pool->max_conns &&
+           wrc == 0)
+        wrc = http_pool_wait(pool, deadline_ns);
+    if (pool->free != NULL) {
+        c = pool->free;
+        pool->free = c->next;
+    } else if (pool->n_conns < pool->max_conns) {
+        pool->n_conns++;
+        create = true;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    if (create)
+        c = http_conn_create(p);
+    if (create && c == NULL) {
+        pthread_mutex_lock(&pool->lock);
+        pool->n_conns--;
+        pthread_cond_signal(&pool->cond);
+        pthread_mutex_unlock(&pool->lock);
+        return -ENOMEM;
+    }
+    if (c == NULL)
+        return tfs_err(-ETIMEDOUT, "all %u S3 connections stayed busy",
+                       pool->max_conns);
+    *out = c;
+    return 0;
+}
+
+static void http_pool_put(struct s3_priv *p, struct s3_conn *c)
+{
+    struct s3_pool *pool = &p->pool;
+
+    pthread_mutex_lock(&pool->lock);
+    c->next = pool->free;
+    pool->free = c;
+    pthread_cond_signal(&pool->cond);
+    pthread_mutex_unlock(&pool->lock);
+}
+
+/* ---- response headers ---- */
+
+static const char *const http_months[12] = {
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+    "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+};
+
+int tfs_s3_parse_http_date(const char *s, int64_t *out_ns)
+{
+    struct tm tm = {0};
+    char mon[4];
+    int n = 0;
+
+    if (sscanf(s, "%*3[A-Za-z], %2d %3s %4d %2d:%2d:%2d GMT%n", &tm.tm_mday,
+               mon, &tm.tm_year, &tm.tm_hour, &tm.tm_min, &tm.tm_sec,
+               &n) != 6 || n == 0)
+        return TFS_EPROTO;
+    tm.tm_mon = -1;
+    for (int i = 0; i < 12; i++) {
+        if (strcmp(mon, http_months[i]) == 0)
+            tm.tm_mon = i;
+    }
+    /* int64 nanoseconds end in 2262: refuse years we cannot hold */
+    if (tm.tm_mon < 0 || tm.tm_mday < 1 || tm.tm_mday > 31 ||
+        tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60 ||
+        tm.tm_year < 1900 || tm.tm_year > 2200)
+        return TFS_EPROTO;
+    tm.tm_year -= 1900;
+    *out_ns = (int64_t)timegm(&tm) * 1000000000;
+    return 0;
+}
+
+/* "bytes F-L/T", T a number or '*'; false when malformed. */
+static bool http_parse_range(const char *v, struct s3_resp *r)
+{
+    char *end;
+
+    if (strncasecmp(v, "bytes ", 6) != 0 || v[6] < '0' || v[6] > '9')
+        return false;
+    r->range_first = strtoull(v + 6, &end, 10);
+    if (*end != '-' || end[1] < '0' || end[1] > '9')
+        return false;
+    r->range_last = strtoull(end + 1, &end, 10);
+    if (*end != '/' || r->range_last < r->range_first)
+        return false;
+    if (strcmp(end + 1, "*") == 0) {
+        r->range_total = UINT64_MAX;
+        return true;
+    }
+    r->range_total = strtoull(end + 1, &end, 10);
+    return *end == '\0';
+}
+
+static void http_set_etag(struct s3_resp *r, const char *v)
+{
+    size_t len = strlen(v);
+
+    if (len >= 2 && v[0] == '"' && v[len - 1] == '"') {
+        v++;
+        len -= 2;
+    }
+    if (len >= sizeof(r->etag))
+        len = 0;                        /* not an S3 ETag: report none */
+    memcpy(r->etag, v, len);
+    r->etag[len] = '\0';
+}
+
+/* One header "name: value" (value trimmed) into r. */
+static void http_header(struct s3_resp *r, const char *name, const char *v)
+{
+    char *end;
+
+    if (strcasecmp(name, "content-length") == 0) {
+        r->length = strtoull(v, &end, 10);
+        r->has_length = *v >= '0' && *v <= '9' && *end == '\0';
+    } else if (strcasecmp(name, "content-range") == 0) {
+        r->has_range = http_parse_range(v, r);
+    } else if (strcasecmp(name, "etag") == 0) {
+        http_set_etag(r, v);
+    } else if (strcasecmp(name, "last-modified") == 0) {
+        if (tfs_s3_parse_http_date(v, &r->mtime_ns) < 0)
+            r->mtime_ns = 0;
+    } else if (strcasecmp(name, "date") == 0) {
+        if (tfs_s3_parse_http_date(v, &r->date_ns) < 0)
+            r->date_ns = 0;
+    }
+}
+
+/* A status line starts a new response (after a 1xx): forget the last. */
+static void http_status_line(struct s3_resp *r, const char *line)
+{
+    const char *sp = strchr(line, ' ');
+
+    memset(r, 0, offsetof(struct s3_resp, err));
+    r->status = sp != NULL ? strtol(sp + 1, NULL, 10) : 0;
+}
+
+static size_t http_on_header(char *b, size_t size, size_t n, void *arg)
+{
+    struct s3_xfer *x = arg;
+    size_t len = size * n;
+    char line[1024];
+    char *colon;
+    char *v;
+
+    if (len >= sizeof(line))
+        return len;                     /* no header we parse is that long */
+    memcpy(line, b, len);
+    while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n' ||
+                       line[len - 1] == ' ' || line[len - 1] == '\t'))
+        len--;
+    line[len] = '\0';
+    if (strncmp(line, "HTTP/", 5) == 0) {
+        http_status_line(x->resp, line);
+        return size * n;
+    }
+    colon = strchr(line, ':');
+    if (colon == NULL)
+        return size * n;
+    *colon = '\0';
+    for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
+        ;
+    http_header(x->resp, line, v);
+    return size * n;
+}
+
+/* ---- bodies ---- */
+
+/* A 2xx body for the caller's buffer; 0 stops the transfer. */
+static size_t http_body_dst(struct s3_xfer *x, const char *b, size_t len)
+{
+    const struct s3_req *req = x->req;
+    size_t room = req->dst_len - x->resp->nbody;
+
+    if (len > room && req->dst_prefix) {
+        memcpy((char *)req->dst + x->resp->nbody, b, room);
+        x->resp->nbody += room;
+        x->full = true;                 /* we have all we asked for */
+        return 0;
+    }
+    if (len > room) {
+        x->cb_rc = tfs_err(TFS_EPROTO, "S3 sent more bytes than the range "
+                           "asked for");
+        return 0;
+    }
+    memcpy((char *)req->dst + x->resp->nbody, b, len);
+    x->resp->nbody += len;
+    return len;
+}
+
+static size_t http_on_body(char *b, size_t size, size_t n, void *arg)
+{
+    struct s3_xfer *x = arg;
+    size_t len = size * n;
+    int rc;
+
+    if (x->resp->status < 200 || x->resp->status > 299) {
+        size_t keep = TFS_MIN(len, S3_ERRBODY_MAX - x->errbody.len);
+        if (keep > 0 && tfs_buf_append(&x->errbody, b, keep) < 0)
+            tfs_buf_reset(&x->errbody); /* no memory: lose the detail */
+        return len;
+    }
+    if (x->req->dst != NULL)
+        return http_body_dst(x, b, len);
+    if (x->req->xml == NULL)
+        return len;
+    rc = tfs_buf_append(x->req->xml, b, len);
+    if (rc < 0) {
+        x->cb_rc = rc == TFS_ETOOBIG
+                       ? tfs_err(rc, "S3 response body over %zu bytes",
+                                 x->req->xml->max)
+                       : rc;
+        return 0;
+    }
+    return len;
+}
+
+/* Upload: fill curl's buffer straight from the source. */
+static size_t http_on_read(char *b, size_t size, size_t n, void *arg)
+{
+    struct s3_xfer *x = arg;
+    const struct s3_body *body = &x->req->body;
+    size_t len = (size_t)TFS_MIN((uint64_t)(size * n),
+                                 body->len - x->sent);
+    int rc;
+
+    if (len == 0)
+        return 0;
+    rc = tfs_source_read(body->src, b, len, body->off + x->sent);
+    if (rc < 0) {
+        x->cb_rc = rc;                  /* the detail is set */
+        return CURL_READFUNC_ABORT;
+    }
+    x->sent += len;
+    return len;
+}
+
+/* curl rewinds a body to resend it on a fresh connection. */
+static int http_on_seek(void *arg, curl_off_t off, int origin)
+{
+    struct s3_xfer *x = arg;
+
+    if (origin != SEEK_SET || off < 0 ||
+        (uint64_t)off > x->req->body.len)
+        return CURL_SEEKFUNC_CANTSEEK;
+    x->sent = (uint64_t)off;
+    return CURL_SEEKFUNC_OK;
+}
+
+/* ---- error mapping ---- */
+
+static int http_map_curl(CURLcode cc)
+{
+    switch (cc) {
+    case CURLE_OPERATION_TIMEDOUT:
+        return -ETIMEDOUT;
+    case CURLE_COULDNT_CONNECT:
+        return -ECONNREFUSED;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+        return -EHOSTUNREACH;
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_GOT_NOTHING:
+    case CURLE_SEND_FAIL_REWIND:
+        return -ECONNRESET;
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+        return -EACCES;                 /* we do not trust the server */
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ENGINE_SETFAILED:
+    case CURLE_SSL_CIPHER:
+    case CURLE_USE_SSL_FAILED:
+    case CURLE_UNSUPPORTED_PROTOCOL:
+        return -EPROTO;                 /* no common protocol */
+    case CURLE_OUT_OF_MEMORY:
+        return -ENOMEM;
+    case CURLE_URL_MALFORMAT:
+        return -EINVAL;
+    default:
+        return TFS_ENETWORK;
+    }
+}
+
+/* Errors told by their S3 code, whatever the status. */
+static int http_map_code(const char *code)
+{
+    static const struct {
+        const char *code;
+        int rc;
+    } codes[] = {
+        {"SlowDown", -EAGAIN},
+        {"ServiceUnavailable", -EAGAIN},
+        {"RequestTimeout", -ETIMEDOUT},
+        {"RequestTimeTooSkewed", -EACCES},
+        {"ExpiredToken", -EACCES},
+        {"InvalidToken", -EACCES},
+        {"TokenRefreshRequired", -EACCES},
+        {"AuthorizationHeaderMalformed", -EACCES},
+        {"PreconditionFailed", TFS_ECHANGED},
+        {"InternalError", TFS_ESERVER},
+        {"OperationAborted", -EAGAIN},
+        {"NotImplemented", -ENOTSUP},
+    };
+
+    for (size_t i = 0; i < TFS_ARRAY_LEN(codes); i++) {
+        if (strcmp(code, codes[i].code) == 0)
+            return codes[i].rc;
+    }
+    return 0;
+}
+
+static int http_map_http(long status, const char **name)
+{
+    static const struct {
+        long status;
+        const char *name;
+        int rc;
+    } table[] = {
+        {400, "BadRequest", -EINVAL},
+        {403, "Forbidden", -EACCES},
+        {404, "NotFound", -ENOENT},
+        {405, "MethodNotAllowed", -ENOTSUP},
+        {409, "Conflict", -EEXIST},
+        {412, "PreconditionFailed", TFS_ECHANGED},
+        {416, "InvalidRange", TFS_EHTTP},
+        {429, "TooManyRequests", -EAGAIN},
+        {500, "InternalError", TFS_ESERVER},
+        {501, "NotImplemented", -ENOTSUP},
+        {502, "BadGateway", TFS_ESERVER},
+        {503, "ServiceUnavailable", -EAGAIN},
+        {504, "GatewayTimeout", TFS_ESERVER},
+    };
+
+    for (size_t i = 0; i < TFS_ARRAY_LEN(table); i++) {
+        if (table[i].status == status) {
+            *name = table[i].name;
+            return table[i].rc;
+        }
+    }
+    *name = "UnexpectedStatus";
+    /* an <Error> inside a 200 (complete, copy) is the server's failure */
+    return status >= 200 && status <= 299 ? TFS_ESERVER : TFS_EHTTP;
+}
+
+int tfs_s3_map_status(const struct s3_priv *p, const char *method,
+                      const char *key, long status,
+                      const struct s3_error *err)
+{
+    const char *code = err != NULL ? err->code : "";
+    const char *msg = err != NULL ? err->message : "";
+    const char *name;
+    int rc = http_map_http(status, &name);
+    int by_code = code[0] != '\0' ? http_map_code(code) : 0;
+
+    if (by_code != 0)
+        rc = by_code;
+    return tfs_err(rc, "S3 %s%s%s (%s /%s%s%s, HTTP %ld)",
+                   code[0] ? code : name, msg[0] ? ": " : "", msg, method,
+                   p->bucket, key ? "/" : "", key ? key : "", status);
+}
+
+/* Set the detail of a failed transfer: the curl text, method and URL. */
+static int http_fail_curl(const struct s3_priv *p, struct s3_conn *c,
+                          const struct s3_req *req, CURLcode cc)
+{
+    const char *text = c->errbuf[0] ? c->errbuf : curl_easy_strerror(cc);
+
+    return tfs_err(http_map_curl(cc), "%s (%s %s%s)", text, req->method,
+                   p->base_url, tfs_buf_str(&c->path));
+}
+
+/* ---- building and sending ---- */
+
+int tfs_s3_req_hdr(struct s3_req *req, const char *name, const char *value)
+{
+    if (req->n_hdrs == S3_MAX_HDRS)
+        return -EINVAL;
+    req->hdrs[req->n_hdrs].name = name;
+    req->hdrs[req->n_hdrs].value = value;
+    req->n_hdrs++;
+    return 0;
+}
+
+/* The canonical URI, query and URL of req into c's buffers. */
+static int http_build_url(struct s3_priv *p, struct s3_conn *c,
+                          const struct s3_req *req)
+{
+    int rc;
+
+    tfs_buf_reset(&c->path);
+    tfs_buf_reset(&c->query);
+    tfs_buf_reset(&c->url);
+    rc = tfs_buf_puts(&c->path, p->base_path);
+    if (rc == 0 && p->path_style)
+        rc = tfs_buf_printf(&c->path, "/%s", p->bucket);
+    if (rc == 0 && (req->key != NULL || !p->path_style))
+        rc = tfs_buf_puts(&c->path, "/");
+    if (rc == 0 && req->key != NULL)
+        rc = tfs_pct_encode(&c->path, req->key, strlen(req->key), true);
+    if (rc == 0)
+        rc = tfs_s3_query(&c->query, req->query, req->n_query);
+    if (rc == 0)
+        rc = tfs_buf_printf(&c->url, "%s%s%s%s", p->base_url,
+                            tfs_buf_str(&c->path), c->query.len ? "?" : "",
+                            tfs_buf_str(&c->query));
+    return rc;
+}
+
+/* Append "name: value" to *list (curl copies the line). */
+static int http_add(struct s3_conn *c, struct curl_slist **list,
+                    const char *name, const char *value)
+{
+    struct curl_slist *l;
+    int rc;
+
+    tfs_buf_reset(&c->line);
+    rc = tfs_buf_printf(&c->line, "%s: %s", name, value);
+    if (rc < 0)
+        return rc;
+    l = curl_slist_append(*list, tfs_buf_str(&c->line));
+    if (l == NULL)
+        return -ENOMEM;
+    *list = l;
+    return 0;
+}
+
+/* Sign req: fills the signed headers into *list, then Authorization. */
+static int http_sign(struct s3_priv *p, struct s3_conn *c,
+                     const struct s3_req *req, const char *payload_hash,
+                     struct curl_slist **list)
+{
+    struct s3_hdr h[S3_MAX_HDRS + 4];
+    struct s3_sign_in in = {
+        .method = req->method,
+        .uri = tfs_buf_str(&c->path),
+        .query = tfs_buf_str(&c->query),
+        .hdrs = h,
+        .payload_hash = payload_hash,
+        .region = p->region,
+        .access_key = p->access_key,
+        .secret_key = p->secret_key,
+    };
+    char date[17];
+    size_t n = 0;
+    int rc = 0;
+
+    tfs_s3_amz_date(time(NULL), date);
+    in.amz_date = date;
+    h[n++] = (struct s3_hdr){"host", p->host};
+    h[n++] = (struct s3_hdr){"x-amz-content-sha256", payload_hash};
+    h[n++] = (struct s3_hdr){"x-amz-date", date};
+    if (p->session_token != NULL)
+        h[n++] = (struct s3_hdr){"x-amz-security-token", p->session_token};
+    for (size_t i = 0; i < req->n_hdrs; i++)
+        h[n++] = req->hdrs[i];
+    in.n_hdrs = n;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = http_add(c, list, h[i].name, h[i].value);
+    if (rc < 0)
+        return rc;
+    tfs_buf_reset(&c->auth);
+    rc = tfs_s3_sign(&in, &p->keys, &c->scratch, &c->auth);
+    if (rc == 0)
+        rc = http_add(c, list, "Authorization", tfs_buf_str(&c->auth));
+    tfs_buf_reset(&c->auth);            /* no copy lingers past the call */
+    return rc;
+}
+
+/* All request headers: signed ones (or plain ones when anonymous). */
+static int http_headers(struct s3_priv *p, struct s3_conn *c,
+                        const struct s3_req *req, struct curl_slist **list)
+{
+    char hash[65];
+    const char *payload = S3_EMPTY_SHA256;
+    int rc = 0;
+
+    if (req->body.mem != NULL) {
+        tfs_s3_sha256_hex(req->body.mem, req->body.len, hash);
+        payload = hash;
+    } else if (req->body.src != NULL) {
+        payload = S3_UNSIGNED_PAYLOAD;
+    }
+    if (p->anonymous) {
+        rc = http_add(c, list, "Host", p->host);
+        for (size_t i = 0; i < req->n_hdrs && rc == 0; i++)
+            rc = http_add(c, list, req->hdrs[i].name, req->hdrs[i].value);
+    } else {
+        rc = http_sign(p, c, req, payload, list);
+    }
+    if (rc == 0)
+        rc = http_add(c, list, "Expect", "");
+    if (rc == 0 && strcmp(req->method, "POST") == 0)
+        rc = http_add(c, list, "Content-Type",
+                      req->body.mem ? "application/xml" : "");
+    return rc;
+}
+
+/* Per-request options: method, body, timeouts, callback data. */
+static void http_set_request(struct s3_priv *p, struct s3_conn *c,
+                             struct s3_xfer *x, uint64_t left_ms)
+{
+    const struct s3_req *req = x->req;
+    CURL *h = c->curl;
+
+    curl_easy_setopt(h, CURLOPT_URL, tfs_buf_str(&c->url));
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, NULL);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, NULL);  /* no stale pointer */
+    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);  /* resets the method */
+    if (strcmp(req->method, "HEAD") == 0) {
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    } else if (strcmp(req->method, "PUT") == 0) {
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE,
+                         (curl_off_t)(req->body.src ? req->body.len : 0));
+    } else if (strcmp(req->method, "POST") == 0) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
+                         (curl_off_t)(req->body.mem ? req->body.len : 0));
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS,
+                         req->body.mem ? req->body.mem : "");
+    } else if (strcmp(req->method, "GET") != 0) {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
+    }
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)TFS_MIN(left_ms, p->connect_timeout_ms));
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(h, CURLOPT_READDATA, x);
+    curl_easy_setopt(h, CURLOPT_SEEKDATA, x);
+}
+
+/* Turn the outcome of a finished transfer into our error space. */
+static int http_outcome(struct s3_priv *p, struct s3_conn *c,
+                        struct s3_xfer *x, CURLcode cc)
+{
+    const struct s3_req *req = x->req;
+    struct s3_resp *resp = x->resp;
+    long status = 0;
+
+    if (x->cb_rc != 0)
+        return x->cb_rc;
+    if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && x->full))
+        return http_fail_curl(p, c, req, cc);
+    curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
+    resp->status = status;
+    if (status >= 200 && status <= 299)
+        return 0;
+    if (x->errbody.len > 0)
+        tfs_s3_xml_parse_error(x->errbody.p, x->errbody.len, &resp->err);
+    return tfs_s3_map_status(p, req->method, req->key, status, &resp->err);
+}
+
+/* Run req on handle c. */
+static int http_perform(struct s3_priv *p, struct s3_conn *c,
+                        const struct s3_req *req, struct s3_resp *resp,
+                        uint64_t left_ms)
+{
+    struct s3_xfer x = {.req = req, .resp = resp};
+    struct curl_slist *hdrs = NULL;
+    CURLcode cc;
+    int rc;
+
+    tfs_buf_init(&x.errbody, 0);
+    c->errbuf[0] = '\0';
+    rc = http_build_url(p, c, req);
+    if (rc == 0)
+        rc = http_headers(p, c, req, &hdrs);
+    if (rc < 0)
+        goto out_free;
+    http_set_request(p, c, &x, left_ms);
+    curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, hdrs);
+    cc = curl_easy_perform(c->curl);
+    curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, NULL);
+    rc = http_outcome(p, c, &x, cc);
+out_free:
+    curl_slist_free_all(hdrs);
+    tfs_buf_cleanup(&x.errbody);
+    return rc;
+}
+
+int tfs_s3_request(struct s3_priv *p, const struct s3_req *req,
+                   struct s3_resp *resp)
+{
+    uint64_t left_ms = tfs_deadline_left_ms(p->timeout_ms);
+    uint64_t t0 = tfs_now_ns();
+    struct s3_conn *c = NULL;
+    int rc;
+
+    memset(resp, 0, sizeof(*resp));
+    if (left_ms == 0)
+        return tfs_err(-ETIMEDOUT, "deadline passed before sending (%s /%s"
+                       "%s%s)", req->method, p->bucket, req->key ? "/" : "",
+                       req->key ? req->key : "");
+    rc = http_pool_get(p, left_ms, &c);
+    if (rc < 0)
+        return rc;
+    left_ms = tfs_deadline_left_ms(p->timeout_ms);
+    rc = left_ms == 0 ? tfs_err(-ETIMEDOUT, "deadline passed waiting for "
+                                "an S3 connection")
+                      : http_perform(p, c, req, resp, left_ms);
+    TFS_DEBUG("s3: %s /%s/%s -> %ld %s (%.1f ms)", req->method, p->bucket,
+              req->key ? req->key : "", resp->status, tfs_errname(rc),
+              (double)(tfs_now_ns() - t0) / 1e6);
+    http_pool_put(p, c);
+    return rc;
+}

@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internals of the s3 store, shared by its four files (not installed):
+ *
+ *   s3.c       the ops table, configuration and credentials, operations
+ *   s3_http.c  the pool of keep-alive curl handles, one request end to
+ *              end (build, sign, send, parse headers), error mapping
+ *   s3_sign.c  AWS Signature Version 4 on OpenSSL, URI/query encoding
+ *   s3_xml.c   expat parsers for S3's XML response bodies
+ *
+ * Thread safety: the priv struct is written during open only; afterwards
+ * its pool and signing-key cache carry their own locks and everything else
+ * is read-only, so every function here may be called from many threads.
+ */
+#ifndef TFS_S3_INT_H
+#define TFS_S3_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "store/store_int.h"
+
+#define S3_XML_MAX      (16u << 20)     /* cap of any XML body we parse */
+#define S3_ERRBODY_MAX  (64u << 10)     /* bytes of an error body kept */
+#define S3_UPLOAD_ID_MAX 512            /* bytes, with the NUL */
+#define S3_MAX_PARTS    10000u          /* S3's limit per upload */
+#define S3_MAX_PART     (5ull << 30)    /* bytes per part (and CopyObject) */
+#define S3_MAX_HDRS     8               /* extra headers of one request */
+
+/* SHA-256 of the empty string, hex: the payload hash of bodiless requests */
+#define S3_EMPTY_SHA256 \
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#define S3_UNSIGNED_PAYLOAD "UNSIGNED-PAYLOAD"
+
+/* One query parameter or header, both strings borrowed. */
+struct s3_param {
+    const char *name;                   /* raw (not yet encoded) */
+    const char *value;                  /* raw; "" for a bare name */
+};
+
+struct s3_hdr {
+    const char *name;                   /* lowercase */
+    const char *value;
+};
+
+/* ---- signing (s3_sign.c) ---- */
+
+/* The derived SigV4 key of one day, cached: it changes once a day. */
+struct s3_keycache {
+    pthread_mutex_t lock;
+    char            day[9];             /* "YYYYMMDD"; protected by lock */
+    unsigned char   key[32];            /* protected by lock */
+};
+
+struct s3_sign_in {
+    const char          *method;        /* "GET" */
+    const char          *uri;           /* canonical URI, already encoded */
+    const char          *query;         /* canonical query (tfs_s3_query) */
+    const struct s3_hdr *hdrs;          /* every signed header, host too */
+    size_t               n_hdrs;
+    const char          *payload_hash;  /* hex SHA-256 or UNSIGNED-PAYLOAD */
+    const char          *amz_date;      /* "YYYYMMDDTHHMMSSZ" */
+    const char          *region;
+    const char          *access_key;
+    const char          *secret_key;
+};
+
+void tfs_s3_keycache_init(struct s3_keycache *kc);
+void tfs_s3_keycache_cleanup(struct s3_keycache *kc);
+
+/*
+ * Append the canonical query string of q[0..n) to b: names and values
+ * RFC 3986-encoded ('/' too), sorted by encoded name then value, joined
+ * with '&', bare names as "name=".  The same string goes on the wire.
+ */
+int tfs_s3_query(struct tfs_buf *b, const struct s3_param *q, size_t n);
+
+/*
+ * Append the SigV4 canonical request of in to b (exposed for tests).
+ * Header names must be lowercase; values are trimmed here.
+ */
+int tfs_s3_canonical_request(struct tfs_buf *b, const struct s3_sign_in *in);
+
+/*
+ * Append the Authorization header value for in to auth.  kc (may be NULL)
+ * caches the derived key; scratch is reset and used for the canonical
+ * request, so a caller can reuse its memory.  -ENOMEM, TFS_ETOOBIG or
+ * -EINVAL (too many headers).  Thread-safe.
+ */
+int tfs_s3_sign(const struct s3_sign_in *in, struct s3_keycache *kc,
+                struct tfs_buf *scratch, struct tfs_buf *auth);
+
+/* Lowercase hex SHA-256 of data into out[65]. */
+void tfs_s3_sha256_hex(const void *data, size_t len, char out[65]);
+
+/* t as "YYYYMMDDTHHMMSSZ" (UTC) into out[17]. */
+void tfs_s3_amz_date(time_t t, char out[17]);
+
+/* ---- XML bodies (s3_xml.c) ---- */
+
+struct s3_error {
+    char code[64];                      /* "NoSuchKey"; "" when none */
+    char message[256];                  /* truncated to fit */
+};
+
+/* The answer of the one-element results (upload, complete, copy). */
+struct s3_result {
+    bool            is_error;           /* the root was <Error> */
+    struct s3_error err;                /* when is_error */
+    char            etag[TFS_VERSION_MAX]; /* unquoted; may be "" */
+    char            upload_id[S3_UPLOAD_ID_MAX];
+    int64_t         mtime_ns;           /* LastModified; 0 when absent */
+};
+
+/*
+ * Parse a ListObjectsV2 result.  Keys and common prefixes are %-decoded
+ * when the body says <EncodingType>url</EncodingType> ('+' means space,
+ * as S3 writes it), must start with strip, and are returned without it;
+ * a key equal to strip (a "directory marker" at the root) is dropped.
+ * mtimes are cut to whole seconds, like HEAD's Last-Modified.
+ * next_token is set only when IsTruncated is true.  On failure page is
+ * left zeroed.  Errors: TFS_EPROTO (malformed, or an unexpected root),
+ * TFS_ETOOBIG (len over S3_XML_MAX, or a field over its cap), -ENOMEM.
+ */
+int tfs_s3_xml_parse_list(const char *body, size_t len, const char *strip,
+                          struct tfs_list_page *page);
+
+/*
+ * Parse an <Error> body into out.  TFS_EPROTO when the body is not one,
+ * TFS_ETOOBIG, -ENOMEM.  Over-long fields are truncated, not refused.
+ */
+int tfs_s3_xml_parse_error(const char *body, size_t len,
+                           struct s3_error *out);
+
+/*
+ * Parse a body whose root is root ("InitiateMultipartUploadResult",
+ * "CompleteMultipartUploadResult", "CopyObjectResult", "CopyPartResult")
+ * or <Error> (S3 may answer 200 with an error inside for the last three).
+ * Errors: TFS_EPROTO (malformed or another root), TFS_ETOOBIG, -ENOMEM.
+ */
+int tfs_s3_xml_parse_result(const char *body, size_t len, const char *root,
+                            struct s3_result *out);
+
+/* "2009-10-12T17:50:30.000Z" to nanoseconds; TFS_EPROTO when malformed. */
+int tfs_s3_parse_iso8601(const char *s, int64_t *out_ns);
+
+/* ---- the store's state (filled by s3.c during open) ---- */
+
+struct s3_conn;
+
+struct s3_pool {
+    pthread_mutex_t lock;
+    pthread_cond_t  cond;               /* signalled when a conn is freed */
+    struct s3_conn *free;               /* idle handles; protected by lock */
+    unsigned        n_conns;            /* created; protected by lock */
+    unsigned        max_conns;          /* immutable after open */
+    void           *share;              /* CURLSH: DNS and TLS sessions */
+    pthread_mutex_t share_lock[4];      /* one per curl_lock_data used */
+};
+
+struct s3_priv {
+    char    *bucket;                    /* owned */
+    char    *root;                      /* "" or "prefix/", owned */
+    char    *base_url;                  /* "http://host:port", owned */
+    char    *base_path;                 /* "" or "/path" of the endpoint */
+    char    *host;                      /* Host header value, owned */
+    char    *region;                    /* owned */
+    char    *ca_file;                   /* AWS_CA_BUNDLE or NULL, owned */
+    char    *access_key;                /* NULL when anonymous, owned */
+    char    *secret_key;                /* owned, wiped on close */
+    char    *session_token;             /* or NULL, owned, wiped on close */
+    bool     path_style;                /* /bucket/key, else bucket.host */
+    bool     tls_verify;
+    bool     anonymous;                 /* unsigned requests */
+    uint64_t part_size;                 /* bytes */
+    uint64_t multipart_threshold;       /* bytes */
+    uint64_t copy_threshold;            /* bytes; above: UploadPartCopy */
+    uint64_t copy_part_size;            /* bytes */
+    unsigned upload_concurrency;
+    uint64_t connect_timeout_ms;
+    uint64_t timeout_ms;                /* per request */
+    struct s3_keycache keys;
+    struct s3_pool     pool;
+};
+
+/* ---- requests (s3_http.c) ---- */
+
+/* Where the body of a PUT comes from: a slice of a tfs_source. */
+struct s3_body {
+    const struct tfs_source *src;       /* NULL: no body, or mem below */
+    uint64_t                 off;       /* first byte within src */
+    uint64_t                 len;       /* bytes to send */
+    const char              *mem;       /* POST body (XML), when not NULL */
+};
+
+struct s3_req {
+    const char            *method;      /* GET HEAD PUT POST DELETE */
+    const char            *key;         /* full key; NULL for the bucket */
+    const struct s3_param *query;       /* any order */
+    size_t                 n_query;
+    struct s3_hdr          hdrs[S3_MAX_HDRS]; /* extra headers, signed */
+    size_t                 n_hdrs;
+    struct s3_body         body;
+    void                  *dst;         /* a 2xx body goes here (GET) */
+    size_t                 dst_len;
+    bool                   dst_prefix;  /* a 200 may be longer: keep the
+                                           first dst_len bytes, stop */
+    struct tfs_buf        *xml;         /* or here, capped (may be NULL) */
+};
+
+struct s3_resp {
+    long     status;                    /* HTTP status */
+    bool     has_length;
+    uint64_t length;                    /* Content-Length */
+    bool     has_range;
+    uint64_t range_first;               /* Content-Range: bytes F-L/T */
+    uint64_t range_last;
+    uint64_t range_total;               /* UINT64_MAX when '*' */
+    char     etag[TFS_VERSION_MAX];     /* unquoted; "" when absent */
+    int64_t  mtime_ns;                  /* Last-Modified; 0 when absent */
+    int64_t  date_ns;                   /* Date; 0 when absent */
+    size_t   nbody;                     /* bytes written to dst */
+    struct s3_error err;                /* parsed from an error body */
+};
+
+/* Set up p->pool (and curl, once per process).  -ENOMEM. */
+int tfs_s3_pool_init(struct s3_priv *p, unsigned max_conns);
+/* Free every handle.  No request may be in flight. */
+void tfs_s3_pool_cleanup(struct s3_priv *p);
+
+/*
+ * Send req and wait for the answer, with the per-request timeout taken
+ * from the calling thread's deadline (tfs_deadline_left_ms).  resp is
+ * always filled as far as the exchange got.  Returns 0 for a 2xx status;
+ * otherwise the mapped error (the same mapping as tfs_s3_map_status)
+ * with the detail set.  A status the caller handles itself (404 on
+ * DELETE, 416 on GET) still returns the mapped error: check resp->status.
+ */
+int tfs_s3_request(struct s3_priv *p, const struct s3_req *req,
+                   struct s3_resp *resp);
+
+/*
+ * Map an S3 failure (status, and the S3 code when known) to an error
+ * code and set the detail "S3 Code: Message (METHOD /bucket/key, HTTP N)".
+ */
+int tfs_s3_map_status(const struct s3_priv *p, const char *method,
+                      const char *key, long status,
+                      const struct s3_error *err);
+
+/* Add a header to req (name lowercase); -EINVAL when full. */
+int tfs_s3_req_hdr(struct s3_req *req, const char *name, const char *value);
+
+/*
+ * "Sun, 06 Nov 1994 08:49:37 GMT" (RFC 7231 IMF-fixdate) to nanoseconds;
+ * TFS_EPROTO when malformed.
+ */
+int tfs_s3_parse_http_date(const char *s, int64_t *out_ns);
+
+#endif /* TFS_S3_INT_H */
