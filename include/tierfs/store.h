@@ -132,6 +132,13 @@ struct tfs_store_ops {
     int  (*remove)(struct tfs_store *st, const char *key);
     int  (*copy)(struct tfs_store *st, const char *src, const char *dst);
     int  (*rename)(struct tfs_store *st, const char *src, const char *dst);
+    /*
+     * Optional: a string naming where the objects live, the same for
+     * every handle on the same data ("file:///abs/root",
+     * "s3://endpoint/bucket/prefix").  Caches key their blocks with it.
+     * NULL: scheme "://" location as opened.  Valid until close.
+     */
+    const char *(*identity)(struct tfs_store *st);
 };
 
 /*
@@ -200,6 +207,11 @@ TFS_API void tfs_store_get_stats(struct tfs_store *st,
 /* The scheme of the outermost layer and its caps. */
 TFS_API const char *tfs_store_scheme(const struct tfs_store *st);
 TFS_API unsigned tfs_store_caps(const struct tfs_store *st);
+/*
+ * Where the bottom store's objects live, for keying caches: equal for
+ * every handle on the same data.  Valid until tfs_store_close.
+ */
+TFS_API const char *tfs_store_identity(struct tfs_store *st);
 /* The next layer of a wrapper, or NULL. */
 TFS_API struct tfs_store *tfs_store_next(struct tfs_store *st);
 /* The first layer whose scheme is scheme, or NULL. */

@@ -33,7 +33,8 @@
 
 struct posix_priv {
     int   root_fd;                      /* O_PATH directory, owned */
-    char *root;                         /* for messages, owned */
+    char *root;                         /* realpath, owned (libc) */
+    char *ident;                        /* "file://" root, owned */
     bool  fsync;                        /* fsync files and directories */
 };
 
@@ -181,11 +182,21 @@ static int posix_open(struct tfs_store *st, const char *location)
         return tfs_err(-ENOTDIR, "store root %s is not a directory", path);
     }
     p->root = realpath(path, NULL);
-    if (p->root == NULL) {
+    p->ident = p->root ? tfs_malloc(strlen(p->root) + 8) : NULL;
+    if (p->ident == NULL) {
+        free(p->root);
         close(p->root_fd);
         return -ENOMEM;
     }
+    snprintf(p->ident, strlen(p->root) + 8, "file://%s", p->root);
     return 0;
+}
+
+static const char *posix_identity(struct tfs_store *st)
+{
+    struct posix_priv *p = tfs_store_priv(st);
+
+    return p->ident;
 }
 
 static void posix_close(struct tfs_store *st)
@@ -194,6 +205,7 @@ static void posix_close(struct tfs_store *st)
 
     close(p->root_fd);
     free(p->root);                      /* from realpath(): libc memory */
+    tfs_free(p->ident);
 }
 
 /* ---- read side ---- */
@@ -786,4 +798,5 @@ const struct tfs_store_ops tfs_posix_ops = {
     .remove    = posix_remove,
     .copy      = posix_copy,
     .rename    = posix_rename,
+    .identity  = posix_identity,
 };

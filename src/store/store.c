@@ -38,6 +38,7 @@ static const struct tfs_store_ops *store_lookup(const char *scheme)
 
 static void store_free(struct tfs_store *st)
 {
+    tfs_free(st->ident);
     tfs_free(st->priv);
     tfs_free(st);
 }
@@ -77,10 +78,13 @@ static int store_open_layer(const char *scheme, const char *location,
     st->next = next;
     st->opts = opts;
     st->priv = tfs_calloc(1, ops->priv_size);
-    if (st->priv == NULL) {
+    st->ident = tfs_malloc(strlen(scheme) + strlen(location) + 4);
+    if (st->priv == NULL || st->ident == NULL) {
         store_free(st);
         return -ENOMEM;
     }
+    snprintf(st->ident, strlen(scheme) + strlen(location) + 4, "%s://%s",
+             scheme, location);
     rc = ops->open(st, location);
     st->opts = NULL;
     if (rc < 0) {
@@ -205,6 +209,15 @@ int tfs_store_opt_bool(struct tfs_store *st, const char *name, bool *out)
 void *tfs_store_priv(struct tfs_store *st)
 {
     return st->priv;
+}
+
+const char *tfs_store_identity(struct tfs_store *st)
+{
+    while (st->next != NULL)
+        st = st->next;
+    if (st->ops->identity != NULL)
+        return st->ops->identity(st);
+    return st->ident;
 }
 
 struct tfs_store *tfs_store_next(struct tfs_store *st)

@@ -15,6 +15,7 @@ struct tfs_store {
     void                *priv;          /* ops->priv_size bytes, owned */
     struct tfs_store    *next;          /* wrapped store, owned, or NULL */
     struct tfs_opts     *opts;          /* during open only, borrowed */
+    char                *ident;         /* "scheme://location", owned */
     /* operation counts, updated by the dispatch functions */
     atomic_uint_fast64_t n_stat;
     atomic_uint_fast64_t n_read;
