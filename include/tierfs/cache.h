@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cache: a node-local, two-tier (RAM + local disk) block cache in
+ * front of a store, with the fetch engine that fills it.
+ *
+ * Objects are cut into fixed-size blocks (block_size, default 4 MiB; a
+ * smaller object is one block).  A block is identified by the store, the
+ * object's key, the object's version (ETag, or size-mtime-inode) and the
+ * block's index, so a changed object can never be served as a mix of old
+ * and new blocks.  Disk blocks carry a checksum per 64 KiB, verified on
+ * every read; a mismatch drops the block and refetches it.
+ *
+ * Several processes (a FUSE daemon, DataLoader workers) may open caches
+ * over one cache_dir at once: the disk index is shared through a mapped
+ * file, and the byte bound holds for all of them together.
+ *
+ * Life cycle (LMDB style): tfs_cache_create, tfs_cache_set (any number),
+ * tfs_cache_open, ... use ..., tfs_cache_close.
+ *
+ * Thread safety: after open, every function is thread-safe.  A
+ * struct tfs_file may be used by several threads at once.
+ */
+#ifndef TIERFS_CACHE_H
+#define TIERFS_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "tierfs/api.h"
+#include "tierfs/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tfs_cache;
+struct tfs_file;
+
+TFS_API int tfs_cache_create(struct tfs_cache **out);
+
+/*
+ * Set one option before open (TFS_EOPTION for a bad name or value, with
+ * the detail naming it; -EBUSY after open):
+ *
+ *   block_size     block size (default 4M; 64K..64M)
+ *   mem_cache      bytes of the RAM tier (default 1G; 0 disables it
+ *                  except for blocks being read)
+ *   cache_dir      directory of the disk tier (default: none)
+ *   cache_size     bytes of the disk tier (default 10G)
+ *   free_space     keep at least this much free on the cache_dir file
+ *                  system: a size, or a percentage "10%" (default 5%)
+ *   eviction       tinylfu (default; scan-resistant) or lru
+ *   max_inflight   concurrent backend reads (default 32)
+ *   max_readahead  largest sequential readahead window (default 64M)
+ *   meta_ttl       seconds a stat or listing is trusted (default 5)
+ *   immutable      1: never revalidate metadata or data (datasets)
+ *   hedge          1: a second GET when the first passes the observed
+ *                  p95 latency (default 1)
+ *   hedge_min_ms   never hedge earlier than this (default 20)
+ */
+TFS_API int tfs_cache_set(struct tfs_cache *c, const char *name,
+                          const char *value);
+
+/*
+ * Open over st, which is borrowed until tfs_cache_close.  Creates
+ * cache_dir if needed.  Errors: -ENOMEM, -errno from the cache dir,
+ * TFS_EFORMAT for an index file of another format.
+ */
+TFS_API int tfs_cache_open(struct tfs_cache *c, struct tfs_store *st);
+
+/* Stop the workers, wait for them, free everything.  NULL is a no-op. */
+TFS_API void tfs_cache_close(struct tfs_cache *c);
+
+/* ---- metadata ---- */
+
+/* Stat through the metadata cache (negative entries too). */
+TFS_API int tfs_cache_stat(struct tfs_cache *c, const char *key,
+                           struct tfs_stat *out);
+
+/* One entry of a directory listing. */
+struct tfs_dirent {
+    const char     *name;               /* last component, no '/' */
+    bool            is_dir;
+    struct tfs_stat st;                 /* files only */
+};
+
+struct tfs_dir;
+
+/*
+ * The entries directly under directory dir ("" for the root, else
+ * "a/b/"), from the listing cache.  *out holds a reference: release it
+ * with tfs_dir_put.  -ENOENT for a directory with nothing under it (the
+ * root always exists).
+ */
+TFS_API int tfs_cache_opendir(struct tfs_cache *c, const char *dir,
+                              struct tfs_dir **out);
+TFS_API size_t tfs_dir_count(const struct tfs_dir *d);
+/* Entry i, valid until tfs_dir_put; sorted by name. */
+TFS_API const struct tfs_dirent *tfs_dir_entry(const struct tfs_dir *d,
+                                               size_t i);
+/* The entry named name, or NULL. */
+TFS_API const struct tfs_dirent *tfs_dir_find(const struct tfs_dir *d,
+                                              const char *name);
+TFS_API void tfs_dir_put(struct tfs_dir *d);
+
+/*
+ * What key is: a file (fills *st), a directory (*is_dir), or -ENOENT.
+ * Uses the parent's cached listing when there is one.
+ */
+TFS_API int tfs_cache_lookup(struct tfs_cache *c, const char *key,
+                             bool *is_dir, struct tfs_stat *st);
+
+/* ---- data ---- */
+
+/*
+ * Open key for reading: its version is fixed at open, so every read
+ * returns bytes of that version or fails (TFS_ECHANGED).  A small object
+ * starts loading at once.  Free with tfs_file_close.
+ */
+TFS_API int tfs_file_open(struct tfs_cache *c, const char *key,
+                          struct tfs_file **out);
+/* As tfs_file_open, with a stat the caller already has. */
+TFS_API int tfs_file_open_stat(struct tfs_cache *c, const char *key,
+                               const struct tfs_stat *st,
+                               struct tfs_file **out);
+/*
+ * Read up to len bytes at off; *nread < len only at the end of the file.
+ * Sequential reads grow a readahead window.  Errors: the store's, or
+ * TFS_ECHANGED when the object changed and the bytes are not cached.
+ */
+TFS_API int tfs_file_read(struct tfs_file *f, void *buf, size_t len,
+                          uint64_t off, size_t *nread);
+TFS_API uint64_t tfs_file_size(const struct tfs_file *f);
+TFS_API const struct tfs_stat *tfs_file_stat(const struct tfs_file *f);
+TFS_API void tfs_file_close(struct tfs_file *f);
+
+/*
+ * Prefetch hint: the caller will read these keys soon, in this order.
+ * Queued behind demand reads; returns at once.  Unknown keys are skipped.
+ */
+TFS_API int tfs_cache_prefetch(struct tfs_cache *c, const char *const *keys,
+                               size_t n);
+
+/*
+ * Load every block of key into the cache (disk tier when there is one)
+ * and wait.  *bytes (may be NULL) receives the object size.  For warmup.
+ */
+TFS_API int tfs_cache_fill(struct tfs_cache *c, const char *key,
+                           uint64_t *bytes);
+
+/* Bytes of key [0, size) present in the disk tier (or RAM without one). */
+TFS_API int tfs_cache_cached_bytes(struct tfs_cache *c, const char *key,
+                                   uint64_t *bytes);
+
+/* Drop every cached stat and listing (not data). */
+TFS_API void tfs_cache_forget_meta(struct tfs_cache *c);
+
+/* ---- statistics ---- */
+
+/*
+ * The counters since open, as one JSON object (see docs/metrics.md for
+ * the fields), written to buf.  *len receives the length without the
+ * NUL; -ENOSPC (with *len the size needed) when buf is too small.
+ */
+TFS_API int tfs_cache_stats_json(struct tfs_cache *c, char *buf,
+                                 size_t size, size_t *len);
+
+/* The same in Prometheus text format. */
+TFS_API int tfs_cache_stats_prometheus(struct tfs_cache *c, char *buf,
+                                       size_t size, size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TIERFS_CACHE_H */

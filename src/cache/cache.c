@@ -1,0 +1,497 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cache object: options, open and close, block identity, and the
+ * block read path that ties the tiers together:
+ *
+ *   RAM tier hit ─────────────────────────────► READY
+ *   miss: first thread inserts a LOADING block (single flight)
+ *         ├─ disk tier hit (checksums verified) ► READY
+ *         └─ else queued to the fetch pool ─────► READY, then written
+ *                                                 to the disk tier
+ *   every other thread waits on the LOADING block; a reader that waits
+ *   longer than the p95 read latency asks for a hedged second read.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include "cache/cache_int.h"
+#include "tierfs/log.h"
+#include "tierfs/retry.h"
+
+/* ---- options ---- */
+
+int tfs_cache_create(struct tfs_cache **out)
+{
+    struct tfs_cache *c = tfs_calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return -ENOMEM;
+    c->cfg.block_size = 4u << 20;
+    c->cfg.mem_cache = 1u << 30;
+    c->cfg.cache_size = 10ull << 30;
+    c->cfg.free_space_pct = 5.0;
+    c->cfg.eviction = TFS_EVICT_TINYLFU;
+    c->cfg.max_inflight = 32;
+    c->cfg.max_readahead = 64u << 20;
+    c->cfg.meta_ttl_ns = 5000000000u;
+    c->cfg.hedge = true;
+    c->cfg.hedge_min_ns = 20000000u;
+    *out = c;
+    return 0;
+}
+
+static int cache_bad(const char *name, const char *value, const char *want)
+{
+    return tfs_err(TFS_EOPTION, "cache option %s=%s: expected %s", name,
+                   value, want);
+}
+
+/* A size within [lo, hi]. */
+static int cache_set_size(const char *name, const char *value, uint64_t lo,
+                          uint64_t hi, uint64_t *out)
+{
+    uint64_t v;
+
+    if (tfs_parse_size(value, &v) < 0 || v < lo || v > hi)
+        return cache_bad(name, value, "a size in range");
+    *out = v;
+    return 0;
+}
+
+static int cache_set_free_space(struct tfs_cache *c, const char *value)
+{
+    size_t len = strlen(value);
+    double pct;
+    char num[32];
+
+    if (len > 1 && len < sizeof(num) && value[len - 1] == '%') {
+        memcpy(num, value, len - 1);
+        num[len - 1] = '\0';
+        if (tfs_parse_double(num, &pct) < 0 || pct < 0 || pct >= 100)
+            return cache_bad("free_space", value, "a size or 0-99%");
+        c->cfg.free_space = 0;
+        c->cfg.free_space_pct = pct;
+        return 0;
+    }
+    c->cfg.free_space_pct = 0;
+    return cache_set_size("free_space", value, 0, UINT64_MAX,
+                          &c->cfg.free_space);
+}
+
+static int cache_set_seconds(const char *name, const char *value,
+                             uint64_t *ns)
+{
+    double s;
+
+    if (tfs_parse_double(value, &s) < 0 || s < 0 || s > 1e7)
+        return cache_bad(name, value, "seconds");
+    *ns = (uint64_t)(s * 1e9);
+    return 0;
+}
+
+static int cache_set_misc(struct tfs_cache *c, const char *name,
+                          const char *value)
+{
+    uint64_t v;
+
+    if (strcmp(name, "eviction") == 0) {
+        if (strcmp(value, "tinylfu") == 0)
+            c->cfg.eviction = TFS_EVICT_TINYLFU;
+        else if (strcmp(value, "lru") == 0)
+            c->cfg.eviction = TFS_EVICT_LRU;
+        else
+            return cache_bad(name, value, "tinylfu or lru");
+        return 0;
+    }
+    if (strcmp(name, "max_inflight") == 0) {
+        if (tfs_parse_u64(value, &v) < 0 || v < 1 || v > 1024)
+            return cache_bad(name, value, "1..1024");
+        c->cfg.max_inflight = (unsigned)v;
+        return 0;
+    }
+    if (strcmp(name, "immutable") == 0)
+        return tfs_parse_bool(value, &c->cfg.immutable) < 0
+                   ? cache_bad(name, value, "0 or 1") : 0;
+    if (strcmp(name, "hedge") == 0)
+        return tfs_parse_bool(value, &c->cfg.hedge) < 0
+                   ? cache_bad(name, value, "0 or 1") : 0;
+    if (strcmp(name, "cache_dir") == 0) {
+        char *dir = tfs_strdup(value);
+        if (dir == NULL)
+            return -ENOMEM;
+        tfs_free(c->cfg.cache_dir);
+        c->cfg.cache_dir = dir;
+        return 0;
+    }
+    return tfs_err(TFS_EOPTION, "unknown cache option '%s'", name);
+}
+
+int tfs_cache_set(struct tfs_cache *c, const char *name, const char *value)
+{
+    uint64_t ms;
+
+    if (c->opened)
+        return -EBUSY;
+    if (strcmp(name, "block_size") == 0)
+        return cache_set_size(name, value, 64u << 10, 64u << 20,
+                              &c->cfg.block_size);
+    if (strcmp(name, "mem_cache") == 0)
+        return cache_set_size(name, value, 0, UINT64_MAX, &c->cfg.mem_cache);
+    if (strcmp(name, "cache_size") == 0)
+        return cache_set_size(name, value, 1u << 20, UINT64_MAX,
+                              &c->cfg.cache_size);
+    if (strcmp(name, "max_readahead") == 0)
+        return cache_set_size(name, value, 0, 4ull << 30,
+                              &c->cfg.max_readahead);
+    if (strcmp(name, "free_space") == 0)
+        return cache_set_free_space(c, value);
+    if (strcmp(name, "meta_ttl") == 0)
+        return cache_set_seconds(name, value, &c->cfg.meta_ttl_ns);
+    if (strcmp(name, "hedge_min_ms") == 0) {
+        if (tfs_parse_u64(value, &ms) < 0 || ms > 600000)
+            return cache_bad(name, value, "milliseconds");
+        c->cfg.hedge_min_ns = ms * 1000000u;
+        return 0;
+    }
+    return cache_set_misc(c, name, value);
+}
+
+/* ---- open and close ---- */
+
+int tfs_cache_open(struct tfs_cache *c, struct tfs_store *st)
+{
+    const char *ident = tfs_store_identity(st);
+    XXH128_hash_t h = XXH3_128bits(ident, strlen(ident));
+    int rc;
+
+    if (c->opened)
+        return -EBUSY;
+    c->st = st;
+    memcpy(c->ns, &h.high64, 8);
+    memcpy(c->ns + 8, &h.low64, 8);
+    c->open_ns = tfs_now_ns();
+    rc = tfs_ram_init(c);
+    if (rc == 0)
+        rc = tfs_disk_open(c);
+    if (rc == 0)
+        rc = tfs_meta_open(c);
+    if (rc == 0)
+        rc = tfs_fetch_start(c);
+    if (rc < 0) {
+        tfs_meta_close(c);
+        tfs_disk_close(c);
+        tfs_ram_cleanup(c);
+        return rc;
+    }
+    c->opened = true;
+    return 0;
+}
+
+void tfs_cache_close(struct tfs_cache *c)
+{
+    if (c == NULL)
+        return;
+    if (c->opened) {
+        tfs_fetch_stop(c);
+        tfs_disk_close(c);
+        tfs_meta_close(c);
+        tfs_ram_cleanup(c);
+    }
+    tfs_free(c->cfg.cache_dir);
+    tfs_free(c);
+}
+
+/* ---- block identity ---- */
+
+void tfs_block_ref_init(struct tfs_cache *c, struct tfs_block_ref *r,
+                        const char *key, const struct tfs_stat *st,
+                        uint64_t index)
+{
+    uint64_t bs = c->cfg.block_size;
+
+    r->key = key;
+    r->version = st->version;
+    r->obj_size = st->size;
+    r->index = index;
+    r->off = index * bs;
+    r->len = r->off >= st->size ? 0 : (size_t)TFS_MIN(bs, st->size - r->off);
+}
+
+void tfs_block_id(struct tfs_cache *c, const struct tfs_block_ref *r,
+                  uint8_t *id)
+{
+    XXH3_state_t s;
+    uint8_t tail[16];
+    XXH128_hash_t h;
+
+    for (int i = 0; i < 8; i++) {
+        tail[i] = (uint8_t)(r->index >> (8 * i));
+        tail[8 + i] = (uint8_t)(c->cfg.block_size >> (8 * i));
+    }
+    XXH3_128bits_reset(&s);
+    XXH3_128bits_update(&s, c->ns, sizeof(c->ns));
+    XXH3_128bits_update(&s, r->key, strlen(r->key) + 1);
+    XXH3_128bits_update(&s, r->version, strlen(r->version) + 1);
+    XXH3_128bits_update(&s, tail, sizeof(tail));
+    h = XXH3_128bits_digest(&s);
+    memcpy(id, &h.high64, 8);
+    memcpy(id + 8, &h.low64, 8);
+}
+
+/* ---- the block read path ---- */
+
+/* We created b (LOADING): load it from disk, or queue a store read. */
+static int cache_load(struct tfs_cache *c, const struct tfs_block_ref *r,
+                      const uint8_t *id, struct tfs_block *b,
+                      enum tfs_want want)
+{
+    int rc = -ENOENT;
+
+    if (c->disk != NULL)
+        rc = tfs_disk_load(c, r, id, b);
+    if (rc == 0) {
+        tfs_ram_publish(c, b, 0, TFS_SRC_DISK);
+        return 0;
+    }
+    if (rc != -ENOENT && rc != TFS_ECORRUPT)
+        tfs_log(TFS_LOG_WARNING, "cache: disk tier read of '%s' failed: "
+                "%s; reading from the store", r->key, tfs_strerror(rc));
+    if (want == TFS_WANT_PREFETCH) {
+        pthread_mutex_lock(&c->ram_lock);
+        b->prefetched = true;
+        pthread_mutex_unlock(&c->ram_lock);
+        TFS_COUNT(&c->ctr, prefetch_bytes_issued, r->len);
+    }
+    rc = tfs_fetch_submit(c, r, b, want != TFS_WANT_PREFETCH,
+                          want == TFS_WANT_FILL);
+    if (rc < 0)
+        tfs_ram_publish(c, b, rc, TFS_SRC_NONE);
+    return rc;
+}
+
+/* Wait for b; past the hedging threshold, ask for a second read. */
+static int cache_wait(struct tfs_cache *c, const struct tfs_block_ref *r,
+                      struct tfs_block *b)
+{
+    uint64_t after = tfs_fetch_hedge_after_ns(c);
+    uint64_t now;
+    int rc;
+
+    if (after == 0)
+        return tfs_ram_wait(c, b, 0);
+    now = tfs_now_ns();
+    if (now < b->load_start_ns + after) {
+        rc = tfs_ram_wait(c, b, b->load_start_ns + after - now);
+        if (rc != -ETIMEDOUT)
+            return rc;
+    }
+    tfs_fetch_hedge(c, r, b);
+    return tfs_ram_wait(c, b, 0);
+}
+
+static bool cache_is_loading(struct tfs_cache *c, struct tfs_block *b)
+{
+    bool loading;
+
+    pthread_mutex_lock(&c->ram_lock);
+    loading = b->state == TFS_BLK_LOADING;
+    pthread_mutex_unlock(&c->ram_lock);
+    return loading;
+}
+
+int tfs_cache_block(struct tfs_cache *c, const struct tfs_block_ref *r,
+                    enum tfs_want want, struct tfs_block **out,
+                    uint64_t *waited_ns)
+{
+    uint8_t id[TFS_BLOCK_ID_LEN];
+    struct tfs_block *b;
+    uint64_t t0 = tfs_now_ns();
+    bool created;
+    int rc;
+
+    if (waited_ns != NULL)
+        *waited_ns = 0;
+    tfs_block_id(c, r, id);
+    rc = tfs_ram_get(c, id, r->len, &b, &created);
+    if (rc < 0)
+        return rc;
+    if (created)
+        cache_load(c, r, id, b, want);
+    if (want == TFS_WANT_PREFETCH) {
+        tfs_ram_put(c, b);
+        return 0;
+    }
+    if (cache_is_loading(c, b)) {
+        rc = cache_wait(c, r, b);
+        if (waited_ns != NULL)
+            *waited_ns = tfs_now_ns() - t0;
+    } else {
+        rc = tfs_ram_wait(c, b, 0);
+    }
+    if (rc < 0) {
+        tfs_ram_put(c, b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
+
+void tfs_cache_block_prefetch(struct tfs_cache *c,
+                              const struct tfs_block_ref *r)
+{
+    uint8_t id[TFS_BLOCK_ID_LEN];
+    struct tfs_block *b;
+
+    tfs_block_id(c, r, id);
+    b = tfs_ram_find(c, id);
+    if (b != NULL) {
+        tfs_ram_put(c, b);
+        return;
+    }
+    tfs_cache_block(c, r, TFS_WANT_PREFETCH, &b, NULL);
+}
+
+void tfs_cache_account(struct tfs_cache *c, struct tfs_block *b, size_t n)
+{
+    size_t from_src;
+    int src;
+
+    pthread_mutex_lock(&c->ram_lock);
+    src = b->src;
+    from_src = TFS_MIN(n, b->src_left);
+    b->src_left -= from_src;
+    if (b->src_left == 0)
+        b->src = TFS_SRC_NONE;
+    if (b->prefetched) {
+        b->prefetched = false;
+        TFS_COUNT(&c->ctr, prefetch_bytes_used, b->len);
+    }
+    pthread_mutex_unlock(&c->ram_lock);
+    if (src == TFS_SRC_STORE)
+        TFS_COUNT(&c->ctr, miss_bytes, from_src);
+    else if (src == TFS_SRC_DISK)
+        TFS_COUNT(&c->ctr, hit_bytes_disk, from_src);
+    else
+        from_src = 0;
+    TFS_COUNT(&c->ctr, hit_bytes_ram, n - from_src);
+}
+
+/* ---- warmup support ---- */
+
+int tfs_cache_fill(struct tfs_cache *c, const char *key, uint64_t *bytes)
+{
+    struct tfs_stat st;
+    uint64_t n_blocks;
+    int rc = tfs_cache_stat(c, key, &st);
+
+    if (rc < 0)
+        return rc;
+    n_blocks = (st.size + c->cfg.block_size - 1) / c->cfg.block_size;
+    for (uint64_t i = 0; i < TFS_MAX(n_blocks, 1) && rc == 0; i++) {
+        struct tfs_block_ref r;
+        struct tfs_block *b;
+        uint8_t id[TFS_BLOCK_ID_LEN];
+
+        tfs_block_ref_init(c, &r, key, &st, i);
+        tfs_block_id(c, &r, id);
+        if (tfs_disk_has(c, id))
+            continue;
+        rc = tfs_cache_block(c, &r, TFS_WANT_FILL, &b, NULL);
+        if (rc < 0)
+            break;
+        tfs_disk_store(c, &r, b, true);
+        TFS_COUNT(&c->ctr, warmup_bytes, r.len);
+        tfs_ram_put(c, b);
+    }
+    if (rc == 0 && bytes != NULL)
+        *bytes = st.size;
+    return rc;
+}
+
+int tfs_cache_cached_bytes(struct tfs_cache *c, const char *key,
+                           uint64_t *bytes)
+{
+    struct tfs_stat st;
+    uint64_t n_blocks;
+    int rc = tfs_cache_stat(c, key, &st);
+
+    if (rc < 0)
+        return rc;
+    *bytes = 0;
+    n_blocks = (st.size + c->cfg.block_size - 1) / c->cfg.block_size;
+    for (uint64_t i = 0; i < n_blocks; i++) {
+        struct tfs_block_ref r;
+        struct tfs_block *b = NULL;
+        uint8_t id[TFS_BLOCK_ID_LEN];
+
+        tfs_block_ref_init(c, &r, key, &st, i);
+        tfs_block_id(c, &r, id);
+        if (c->disk == NULL)
+            b = tfs_ram_find(c, id);
+        if (b != NULL || tfs_disk_has(c, id))
+            *bytes += r.len;
+        if (b != NULL)
+            tfs_ram_put(c, b);
+    }
+    return 0;
+}
+
+int tfs_cache_prefetch(struct tfs_cache *c, const char *const *keys,
+                       size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct tfs_stat st;
+        uint64_t n_blocks;
+
+        if (tfs_cache_stat(c, keys[i], &st) < 0)
+            continue;
+        n_blocks = (st.size + c->cfg.block_size - 1) / c->cfg.block_size;
+        for (uint64_t b = 0; b < n_blocks; b++) {
+            struct tfs_block_ref r;
+            tfs_block_ref_init(c, &r, keys[i], &st, b);
+            tfs_cache_block_prefetch(c, &r);
+        }
+    }
+    return 0;
+}
+
+/* ---- statistics ---- */
+
+static void cache_view(struct tfs_cache *c, struct tfs_metrics_view *v)
+{
+    struct tfs_retry_stats rs;
+
+    memset(v, 0, sizeof(*v));
+    v->ctr = &c->ctr;
+    v->get_latency = &c->get_latency;
+    v->read_latency = &c->read_latency;
+    pthread_mutex_lock(&c->ram_lock);
+    v->cache_bytes_ram = c->ram_bytes;
+    pthread_mutex_unlock(&c->ram_lock);
+    tfs_disk_usage(c, &v->cache_bytes_disk, &v->cache_blocks_disk,
+                   &v->cache_capacity_disk);
+    tfs_retry_get_stats(c->st, &rs);
+    v->retries = rs.retries;
+    v->uptime_ns = tfs_now_ns() - c->open_ns;
+}
+
+int tfs_cache_stats_json(struct tfs_cache *c, char *buf, size_t size,
+                         size_t *len)
+{
+    struct tfs_metrics_view v;
+
+    cache_view(c, &v);
+    return tfs_metrics_json(&v, buf, size, len);
+}
+
+int tfs_cache_stats_prometheus(struct tfs_cache *c, char *buf, size_t size,
+                               size_t *len)
+{
+    struct tfs_metrics_view v;
+
+    cache_view(c, &v);
+    return tfs_metrics_prometheus(&v, buf, size, len);
+}

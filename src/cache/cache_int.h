@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internals of the cache (not installed).  The cache is divided into:
+ *
+ *   cache.c   options, open/close, block identity, the read path glue
+ *   ram.c     the RAM tier: pinned blocks, single-flight, LRU by bytes
+ *   disk.c    the disk tier: block files (format, checksums, atomic
+ *             publish), the writer thread, recovery scan
+ *   index.c   the disk tier's index, shared by every process using the
+ *             cache dir (a mapped file): admission, eviction, accounting
+ *   meta.c    stat and listing caches, the immutable listing snapshot
+ *   file.c    open files: version pinning, sequential readahead
+ *   ../fetch/fetch.c  the backend reader pool: priorities, hedging
+ *
+ * Lock order: file->lock, then c->ram_lock, then the index lock.  No lock
+ * is held across store I/O or disk I/O.
+ */
+#ifndef TFS_CACHE_INT_H
+#define TFS_CACHE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tierfs/cache.h"
+#include "common/util.h"
+#include "metrics/metrics.h"
+
+#define TFS_BLOCK_ID_LEN 16
+
+enum tfs_evict_policy {
+    TFS_EVICT_TINYLFU,                  /* scan-resistant admission */
+    TFS_EVICT_LRU,
+};
+
+/* ---- the shared disk index (index.c) ---- */
+
+struct tfs_index;
+
+/*
+ * Map the index file at path, creating it with room for about max_blocks
+ * entries.  *exclusive is true when no other process has it open: the
+ * caller must then rebuild it (tfs_index_reset + tfs_index_add for each
+ * block file) and call tfs_index_ready.  Other openers wait until then.
+ */
+int tfs_index_open(const char *path, uint64_t max_blocks,
+                   struct tfs_index **out, bool *exclusive);
+void tfs_index_reset(struct tfs_index *ix);
+void tfs_index_add(struct tfs_index *ix, const uint8_t *id, uint32_t size);
+int tfs_index_ready(struct tfs_index *ix);
+void tfs_index_close(struct tfs_index *ix);
+
+/*
+ * Find a live block: true and its file size, after counting the access
+ * (recency and the admission sketch).  Misses are counted in the sketch
+ * too, so a block that keeps being asked for earns admission.
+ */
+bool tfs_index_lookup(struct tfs_index *ix, const uint8_t *id,
+                      uint32_t *size);
+
+/* Ids of blocks the caller must unlink after an admission. */
+struct tfs_victims {
+    uint8_t  (*ids)[TFS_BLOCK_ID_LEN];  /* owned */
+    size_t   n;
+    size_t   cap;
+    uint64_t bytes;
+};
+void tfs_victims_cleanup(struct tfs_victims *v);
+
+/*
+ * Reserve size bytes for a new block: evict (into v) until it fits under
+ * capacity, if the policy admits it.  Returns 1 when reserved (the entry
+ * is pending: invisible to lookups until tfs_index_commit), 0 when the
+ * policy declines, -EEXIST when the block is already there, or -ENOMEM.
+ */
+int tfs_index_admit(struct tfs_index *ix, const uint8_t *id, uint32_t size,
+                    uint64_t capacity, enum tfs_evict_policy policy,
+                    struct tfs_victims *v);
+/* Make a pending entry live (ok) or drop it (!ok). */
+void tfs_index_commit(struct tfs_index *ix, const uint8_t *id, bool ok);
+/* Whether a live block is there, without counting an access. */
+bool tfs_index_contains(struct tfs_index *ix, const uint8_t *id);
+/* Drop a live block (corrupt, or its file vanished). */
+void tfs_index_remove(struct tfs_index *ix, const uint8_t *id);
+/* Bytes and blocks accounted in the index (all processes). */
+void tfs_index_usage(struct tfs_index *ix, uint64_t *bytes,
+                     uint64_t *blocks);
+
+/* ---- blocks in RAM (ram.c) ---- */
+
+enum tfs_block_state {
+    TFS_BLK_LOADING,                    /* single-flight: others wait */
+    TFS_BLK_READY,
+    TFS_BLK_FAILED,                     /* err says why; not in table */
+};
+
+enum tfs_block_src {
+    TFS_SRC_NONE,                       /* already counted as used */
+    TFS_SRC_DISK,                       /* loaded from the disk tier */
+    TFS_SRC_STORE,                      /* fetched from the store */
+};
+
+struct tfs_block {
+    uint8_t            id[TFS_BLOCK_ID_LEN]; /* immutable */
+    uint64_t           hash;            /* immutable */
+    struct tfs_block  *hnext;           /* protected by c->ram_lock */
+    struct tfs_block  *lru_prev;        /* protected by c->ram_lock */
+    struct tfs_block  *lru_next;        /* protected by c->ram_lock */
+    unsigned           refs;            /* pins; c->ram_lock */
+    int                state;           /* tfs_block_state; c->ram_lock */
+    int                err;             /* when FAILED; c->ram_lock */
+    int                src;             /* tfs_block_src; c->ram_lock */
+    bool               prefetched;      /* loaded by a hint; c->ram_lock */
+    bool               hedged;          /* second read sent; ram_lock */
+    bool               in_table;        /* c->ram_lock */
+    unsigned           reads;           /* store reads in flight; lock */
+    size_t             src_left;        /* bytes still counted as coming
+                                           from src; c->ram_lock */
+    unsigned char     *data;            /* owned; len bytes when READY,
+                                           NULL while LOADING */
+    size_t             len;             /* bytes of data */
+    uint64_t           load_start_ns;   /* when loading began */
+};
+
+/* ---- the cache object ---- */
+
+struct tfs_fetch;
+struct tfs_meta;
+struct tfs_disk;
+
+struct tfs_cache_cfg {
+    uint64_t block_size;
+    uint64_t mem_cache;
+    char    *cache_dir;                 /* owned, or NULL */
+    uint64_t cache_size;
+    uint64_t free_space;                /* bytes, or 0 with a percentage */
+    double   free_space_pct;
+    int      eviction;                  /* tfs_evict_policy */
+    unsigned max_inflight;
+    uint64_t max_readahead;
+    uint64_t meta_ttl_ns;
+    bool     immutable;
+    bool     hedge;
+    uint64_t hedge_min_ns;
+};
+
+struct tfs_cache {
+    struct tfs_cache_cfg cfg;
+    bool                 opened;
+    struct tfs_store    *st;            /* borrowed */
+    uint8_t              ns[16];        /* hash of the store's identity */
+    uint64_t             open_ns;
+
+    pthread_mutex_t      ram_lock;
+    pthread_cond_t       ram_cond;      /* a block left LOADING */
+    struct tfs_block   **table;         /* ram_lock; n_buckets chains */
+    size_t               n_buckets;
+    struct tfs_block     lru;           /* ram_lock; sentinel, READY and
+                                           unpinned-or-pinned blocks */
+    uint64_t             ram_bytes;     /* ram_lock: bytes of READY
+                                           blocks in the table */
+
+    struct tfs_disk     *disk;          /* NULL without a cache dir */
+    struct tfs_fetch    *fetch;
+    struct tfs_meta     *meta;
+
+    struct tfs_counters  ctr;
+    struct tfs_hist      get_latency;
+    struct tfs_hist      read_latency;
+};
+
+/* How a block is wanted. */
+enum tfs_want {
+    TFS_WANT_DEMAND,                    /* a reader waits for it */
+    TFS_WANT_PREFETCH,                  /* a hint: load in the background */
+    TFS_WANT_FILL,                      /* warmup: load and keep on disk */
+};
+
+/* What identifies a block's bytes in the store. */
+struct tfs_block_ref {
+    const char *key;
+    const char *version;
+    uint64_t    obj_size;
+    uint64_t    index;                  /* block number */
+    uint64_t    off;                    /* index * block_size */
+    size_t      len;                    /* bytes in this block */
+};
+
+void tfs_block_ref_init(struct tfs_cache *c, struct tfs_block_ref *r,
+                        const char *key, const struct tfs_stat *st,
+                        uint64_t index);
+void tfs_block_id(struct tfs_cache *c, const struct tfs_block_ref *r,
+                  uint8_t *id);
+
+/* ---- ram.c ---- */
+
+int tfs_ram_init(struct tfs_cache *c);
+void tfs_ram_cleanup(struct tfs_cache *c);
+/*
+ * The block with id, pinned: an existing one (any state), or a new
+ * LOADING one when *created is set (the caller must then load it and
+ * call tfs_ram_publish).  -ENOMEM.
+ */
+int tfs_ram_get(struct tfs_cache *c, const uint8_t *id, size_t len,
+                struct tfs_block **out, bool *created);
+/* A pinned block without creating one; NULL when absent. */
+struct tfs_block *tfs_ram_find(struct tfs_cache *c, const uint8_t *id);
+/* Finish loading: READY with src, or FAILED with err; wakes waiters. */
+void tfs_ram_publish(struct tfs_cache *c, struct tfs_block *b, int err,
+                     int src);
+/*
+ * Wait while b is LOADING; returns 0 (READY) or its error.  timeout_ns
+ * 0 waits forever; -ETIMEDOUT when it passes first.
+ */
+int tfs_ram_wait(struct tfs_cache *c, struct tfs_block *b,
+                 uint64_t timeout_ns);
+/* Unpin; the last unpin of a FAILED or evicted block frees it. */
+void tfs_ram_put(struct tfs_cache *c, struct tfs_block *b);
+/* Evict unpinned READY blocks until the RAM tier fits its bound. */
+void tfs_ram_trim(struct tfs_cache *c);
+
+/* ---- disk.c ---- */
+
+int tfs_disk_open(struct tfs_cache *c);
+void tfs_disk_close(struct tfs_cache *c);
+/*
+ * Load block r (id) from the disk tier into b->data: 0, -ENOENT when not
+ * there, TFS_ECORRUPT when it failed its checksum (it is then dropped and
+ * counted), or another error.
+ */
+int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
+                  const uint8_t *id, struct tfs_block *b);
+/* True when the disk tier holds the block (no data read). */
+bool tfs_disk_has(struct tfs_cache *c, const uint8_t *id);
+/*
+ * Queue a READY block for writing (it is pinned until written), or write
+ * it now when sync.  Admission is decided here.
+ */
+void tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
+                    struct tfs_block *b, bool sync);
+void tfs_disk_usage(struct tfs_cache *c, uint64_t *bytes, uint64_t *blocks,
+                    uint64_t *capacity);
+
+/* ---- fetch.c: the backend reader pool ---- */
+
+int tfs_fetch_start(struct tfs_cache *c);
+void tfs_fetch_stop(struct tfs_cache *c);
+/*
+ * Load b (LOADING, created by the caller) from the store in the
+ * background, then publish it; the job takes its own pin.  prio_demand
+ * puts it ahead of prefetches; fill leaves the disk write to the caller.
+ * -ENOMEM or -ESHUTDOWN (nothing queued, b untouched).
+ */
+int tfs_fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
+                     struct tfs_block *b, bool prio_demand, bool fill);
+/*
+ * The caller waited long enough for b: send a second read if hedging is
+ * on and b has none yet.  Returns true when one was sent.
+ */
+bool tfs_fetch_hedge(struct tfs_cache *c, const struct tfs_block_ref *r,
+                     struct tfs_block *b);
+/* How long to wait before hedging (0: never). */
+uint64_t tfs_fetch_hedge_after_ns(struct tfs_cache *c);
+
+/* ---- cache.c: the block read path ---- */
+
+/*
+ * Get block r pinned and READY (loading it as want says), or an error.
+ * *waited_ns (may be NULL) receives the time spent waiting.
+ */
+int tfs_cache_block(struct tfs_cache *c, const struct tfs_block_ref *r,
+                    enum tfs_want want, struct tfs_block **out,
+                    uint64_t *waited_ns);
+/* Start loading block r in the background unless present. */
+void tfs_cache_block_prefetch(struct tfs_cache *c,
+                              const struct tfs_block_ref *r);
+/* Count a demand use of a READY block's bytes (hit/miss accounting). */
+void tfs_cache_account(struct tfs_cache *c, struct tfs_block *b, size_t n);
+
+/* ---- meta.c ---- */
+
+int tfs_meta_open(struct tfs_cache *c);
+void tfs_meta_close(struct tfs_cache *c);
+
+#endif /* TFS_CACHE_INT_H */

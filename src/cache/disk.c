@@ -1,0 +1,611 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The disk tier: one file per block under CACHE_DIR/blocks/XX/ID, the
+ * shared index (index.c) that bounds them, a writer thread, and the scan
+ * that rebuilds the index when the first process opens the cache dir.
+ *
+ * Block file format (little-endian, field by field):
+ *
+ *   0   8  magic "TFSBLK1\n"
+ *   8   4  header length H (bytes before the data)
+ *   12  4  data length L
+ *   16 16  block id
+ *   32  8  block index in the object
+ *   40  8  object size
+ *   48  4  checksum chunk size C (65536)
+ *   52  2  key length K
+ *   54  1  version length V
+ *   55  1  zero
+ *   56  K  key, then V bytes of version
+ *   ..  8 * ceil(L / C)  XXH3-64 of each data chunk
+ *   ..  8  XXH3-64 of every header byte before it
+ *   H   L  data
+ *
+ * A block is written to ".tmp-*" and renamed into place, so a reader
+ * never sees a half-written file under a block's name; the checksums
+ * catch anything the disk or a crash mangled later.  Key and version are
+ * compared too, so even a hash collision cannot serve the wrong object.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "cache/cache_int.h"
+#include "tierfs/log.h"
+
+#define DISK_MAGIC "TFSBLK1\n"
+#define DISK_CHUNK 65536u
+#define DISK_FIXED 56u
+#define DISK_QUEUE_MAX 64
+
+struct disk_job {
+    struct disk_job  *next;
+    struct tfs_block *b;                /* pinned until written */
+    char             *key;              /* owned */
+    char             *version;          /* owned */
+    uint64_t          obj_size;
+    uint64_t          index;
+};
+
+struct tfs_disk {
+    char             *dir;              /* CACHE_DIR/blocks, owned */
+    struct tfs_index *ix;
+    pthread_t         writer;
+    pthread_mutex_t   lock;
+    pthread_cond_t    cond;
+    struct disk_job  *head;             /* protected by lock */
+    struct disk_job  *tail;             /* protected by lock */
+    unsigned          queued;           /* protected by lock */
+    bool              stopping;         /* protected by lock */
+    uint64_t          cap_checked_ns;   /* protected by lock */
+    uint64_t          capacity;         /* protected by lock */
+};
+
+/* ---- encoding ---- */
+
+static void put_le(uint8_t *p, uint64_t v, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, unsigned n)
+{
+    uint64_t v = 0;
+
+    for (unsigned i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static size_t disk_header_len(size_t key_len, size_t ver_len,
+                              size_t data_len)
+{
+    size_t chunks = (data_len + DISK_CHUNK - 1) / DISK_CHUNK;
+
+    return DISK_FIXED + key_len + ver_len + 8 * chunks + 8;
+}
+
+static void disk_path(const struct tfs_disk *d, const uint8_t *id,
+                      char *buf, size_t len)
+{
+    char hex[2 * TFS_BLOCK_ID_LEN + 1];
+
+    for (int i = 0; i < TFS_BLOCK_ID_LEN; i++)
+        snprintf(hex + 2 * i, 3, "%02x", id[i]);
+    snprintf(buf, len, "%s/%.2s/%s", d->dir, hex, hex);
+}
+
+/* Build the header of block r into h (disk_header_len bytes). */
+static void disk_encode(uint8_t *h, size_t hlen, const uint8_t *id,
+                        const struct tfs_block_ref *r, const uint8_t *data)
+{
+    size_t klen = strlen(r->key);
+    size_t vlen = strlen(r->version);
+    uint8_t *p = h + DISK_FIXED + klen + vlen;
+
+    memcpy(h, DISK_MAGIC, 8);
+    put_le(h + 8, hlen, 4);
+    put_le(h + 12, r->len, 4);
+    memcpy(h + 16, id, TFS_BLOCK_ID_LEN);
+    put_le(h + 32, r->index, 8);
+    put_le(h + 40, r->obj_size, 8);
+    put_le(h + 48, DISK_CHUNK, 4);
+    put_le(h + 52, klen, 2);
+    h[54] = (uint8_t)vlen;
+    h[55] = 0;
+    memcpy(h + DISK_FIXED, r->key, klen);
+    memcpy(h + DISK_FIXED + klen, r->version, vlen);
+    for (size_t off = 0; off < r->len; off += DISK_CHUNK, p += 8)
+        put_le(p, XXH3_64bits(data + off, TFS_MIN(DISK_CHUNK, r->len - off)),
+               8);
+    put_le(p, XXH3_64bits(h, (size_t)(p - h)), 8);
+}
+
+/* Check a header and the data against block r; 0 or TFS_ECORRUPT. */
+static int disk_verify(const uint8_t *h, size_t hlen, const uint8_t *id,
+                       const struct tfs_block_ref *r, const uint8_t *data)
+{
+    size_t klen = strlen(r->key);
+    size_t vlen = strlen(r->version);
+    const uint8_t *p = h + DISK_FIXED + klen + vlen;
+
+    if (hlen != disk_header_len(klen, vlen, r->len) ||
+        memcmp(h, DISK_MAGIC, 8) != 0 || get_le(h + 8, 4) != hlen ||
+        get_le(h + 12, 4) != r->len ||
+        memcmp(h + 16, id, TFS_BLOCK_ID_LEN) != 0 ||
+        get_le(h + 32, 8) != r->index || get_le(h + 40, 8) != r->obj_size ||
+        get_le(h + 48, 4) != DISK_CHUNK || get_le(h + 52, 2) != klen ||
+        h[54] != vlen || memcmp(h + DISK_FIXED, r->key, klen) != 0 ||
+        memcmp(h + DISK_FIXED + klen, r->version, vlen) != 0)
+        return TFS_ECORRUPT;
+    if (get_le(h + hlen - 8, 8) != XXH3_64bits(h, hlen - 8))
+        return TFS_ECORRUPT;
+    for (size_t off = 0; off < r->len; off += DISK_CHUNK, p += 8) {
+        size_t n = TFS_MIN(DISK_CHUNK, r->len - off);
+        if (get_le(p, 8) != XXH3_64bits(data + off, n))
+            return TFS_ECORRUPT;
+    }
+    return 0;
+}
+
+/* ---- capacity ---- */
+
+/* The byte bound now: cache_size, less whatever the free-space floor
+ * takes back.  Re-read from statvfs at most once a second. */
+static uint64_t disk_capacity(struct tfs_cache *c)
+{
+    struct tfs_disk *d = c->disk;
+    uint64_t now = tfs_now_ns();
+    uint64_t cap;
+
+    pthread_mutex_lock(&d->lock);
+    if (d->capacity == 0 || now - d->cap_checked_ns > 1000000000u) {
+        struct statvfs vfs;
+        uint64_t used;
+        uint64_t blocks;
+
+        cap = c->cfg.cache_size;
+        tfs_index_usage(d->ix, &used, &blocks);
+        if (statvfs(d->dir, &vfs) == 0) {
+            uint64_t total = (uint64_t)vfs.f_blocks * vfs.f_frsize;
+            uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+            uint64_t floor = c->cfg.free_space
+                                 ? c->cfg.free_space
+                                 : (uint64_t)(c->cfg.free_space_pct *
+                                              (double)total / 100.0);
+            uint64_t room = used + avail > floor ? used + avail - floor : 0;
+            cap = TFS_MIN(cap, room);
+        }
+        d->capacity = TFS_MAX(cap, 1);
+        d->cap_checked_ns = now;
+    }
+    cap = d->capacity;
+    pthread_mutex_unlock(&d->lock);
+    return cap;
+}
+
+/* ---- load ---- */
+
+/* Drop a block whose file is bad or gone. */
+static void disk_drop(struct tfs_cache *c, const uint8_t *id,
+                      const char *path)
+{
+    tfs_index_remove(c->disk->ix, id);
+    unlink(path);
+}
+
+/* Read header and data of a block file; 0 or -errno/TFS_ECORRUPT. */
+static int disk_read_file(const char *path, uint8_t *h, size_t hlen,
+                          uint8_t *data, size_t len)
+{
+    struct iovec iov[2] = {{h, hlen}, {data, len}};
+    ssize_t n;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int rc;
+
+    if (fd < 0)
+        return -errno;
+    do {
+        n = preadv(fd, iov, 2, 0);
+    } while (n < 0 && errno == EINTR);
+    rc = n < 0 ? -errno : n == (ssize_t)(hlen + len) ? 0 : TFS_ECORRUPT;
+    close(fd);
+    return rc;
+}
+
+int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
+                  const uint8_t *id, struct tfs_block *b)
+{
+    struct tfs_disk *d = c->disk;
+    char path[4200];
+    uint8_t *h = NULL;
+    uint8_t *data = NULL;
+    uint32_t size;
+    size_t hlen;
+    int rc;
+
+    if (!tfs_index_lookup(d->ix, id, &size))
+        return -ENOENT;
+    disk_path(d, id, path, sizeof(path));
+    hlen = size > r->len ? size - r->len : 0;
+    rc = hlen < DISK_FIXED || hlen > (1u << 20) ? TFS_ECORRUPT : 0;
+    if (rc == 0) {
+        h = tfs_malloc(hlen);
+        data = tfs_malloc(r->len ? r->len : 1);
+        rc = h && data ? disk_read_file(path, h, hlen, data, r->len)
+                       : -ENOMEM;
+    }
+    if (rc == 0)
+        rc = disk_verify(h, hlen, id, r, data);
+    tfs_free(h);
+    if (rc == 0) {
+        b->data = data;
+        return 0;
+    }
+    tfs_free(data);
+    if (rc == -ENOENT)
+        disk_drop(c, id, path);
+    if (rc != TFS_ECORRUPT)
+        return rc;
+    TFS_COUNT(&c->ctr, corrupt_blocks, 1);
+    tfs_log(TFS_LOG_WARNING, "cache: block %llu of '%s' failed its "
+            "checksum in %s; dropped", (unsigned long long)r->index, r->key,
+            d->dir);
+    disk_drop(c, id, path);
+    return TFS_ECORRUPT;
+}
+
+bool tfs_disk_has(struct tfs_cache *c, const uint8_t *id)
+{
+    return c->disk != NULL && tfs_index_contains(c->disk->ix, id);
+}
+
+/* ---- store ---- */
+
+/* Write header + data to a temp file and rename it to path. */
+static int disk_write_file(const char *path, const uint8_t *h, size_t hlen,
+                           const uint8_t *data, size_t len)
+{
+    char tmp[4300];
+    const char *slash = strrchr(path, '/');
+    struct iovec iov[2] = {{(void *)h, hlen}, {(void *)data, len}};
+    ssize_t n;
+    int fd;
+    int rc = 0;
+
+    snprintf(tmp, sizeof(tmp), "%.*s/.tmp-%016llx", (int)(slash - path),
+             path, (unsigned long long)tfs_rand_u64());
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    do {
+        n = writev(fd, iov, 2);
+    } while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)(hlen + len))
+        rc = n < 0 ? -errno : -ENOSPC;
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = -errno;
+    if (rc < 0)
+        unlink(tmp);
+    return rc;
+}
+
+static void disk_unlink_victims(struct tfs_cache *c, struct tfs_victims *v)
+{
+    char path[4200];
+
+    for (size_t i = 0; i < v->n; i++) {
+        disk_path(c->disk, v->ids[i], path, sizeof(path));
+        unlink(path);
+    }
+    TFS_COUNT(&c->ctr, evicted_bytes, v->bytes);
+}
+
+/* Admit and write one block (the calling thread does the I/O). */
+static void disk_write_block(struct tfs_cache *c,
+                             const struct tfs_block_ref *r,
+                             const struct tfs_block *b)
+{
+    struct tfs_disk *d = c->disk;
+    size_t hlen = disk_header_len(strlen(r->key), strlen(r->version), r->len);
+    struct tfs_victims v = {0};
+    char path[4200];
+    uint8_t *h;
+    int rc;
+
+    rc = tfs_index_admit(d->ix, b->id, (uint32_t)(hlen + r->len),
+                         disk_capacity(c), c->cfg.eviction, &v);
+    disk_unlink_victims(c, &v);
+    tfs_victims_cleanup(&v);
+    if (rc == 0)
+        TFS_COUNT(&c->ctr, admission_rejects, 1);
+    if (rc <= 0)
+        return;
+    h = tfs_malloc(hlen);
+    rc = h ? 0 : -ENOMEM;
+    if (rc == 0) {
+        disk_encode(h, hlen, b->id, r, b->data);
+        disk_path(d, b->id, path, sizeof(path));
+        rc = disk_write_file(path, h, hlen, b->data, r->len);
+    }
+    tfs_free(h);
+    tfs_index_commit(d->ix, b->id, rc == 0);
+    if (rc == 0) {
+        TFS_COUNT(&c->ctr, disk_write_bytes, hlen + r->len);
+        return;
+    }
+    TFS_COUNT(&c->ctr, disk_write_dropped, 1);
+    tfs_log(TFS_LOG_WARNING, "cache: cannot write a block of '%s' to %s: "
+            "%s", r->key, d->dir, tfs_strerror(rc));
+}
+
+static void disk_job_free(struct tfs_cache *c, struct disk_job *j)
+{
+    tfs_ram_put(c, j->b);
+    tfs_free(j->key);
+    tfs_free(j->version);
+    tfs_free(j);
+}
+
+static void *disk_writer(void *arg)
+{
+    struct tfs_cache *c = arg;
+    struct tfs_disk *d = c->disk;
+
+    pthread_mutex_lock(&d->lock);
+    for (;;) {
+        struct disk_job *j = d->head;
+        struct tfs_block_ref r;
+
+        if (j == NULL && d->stopping)
+            break;
+        if (j == NULL) {
+            pthread_cond_wait(&d->cond, &d->lock);
+            continue;
+        }
+        d->head = j->next;
+        if (d->head == NULL)
+            d->tail = NULL;
+        d->queued--;
+        pthread_mutex_unlock(&d->lock);
+        r = (struct tfs_block_ref){.key = j->key, .version = j->version,
+                                   .obj_size = j->obj_size,
+                                   .index = j->index, .len = j->b->len};
+        disk_write_block(c, &r, j->b);
+        disk_job_free(c, j);
+        pthread_mutex_lock(&d->lock);
+    }
+    pthread_mutex_unlock(&d->lock);
+    return NULL;
+}
+
+void tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
+                    struct tfs_block *b, bool sync)
+{
+    struct tfs_disk *d = c->disk;
+    struct disk_job *j;
+
+    if (d == NULL)
+        return;
+    if (sync) {
+        disk_write_block(c, r, b);
+        return;
+    }
+    j = tfs_calloc(1, sizeof(*j));
+    if (j != NULL) {
+        j->key = tfs_strdup(r->key);
+        j->version = tfs_strdup(r->version);
+    }
+    if (j == NULL || j->key == NULL || j->version == NULL) {
+        TFS_COUNT(&c->ctr, disk_write_dropped, 1);
+        if (j != NULL) {
+            tfs_free(j->key);
+            tfs_free(j->version);
+            tfs_free(j);
+        }
+        return;
+    }
+    j->b = b;
+    j->obj_size = r->obj_size;
+    j->index = r->index;
+    pthread_mutex_lock(&c->ram_lock);
+    b->refs++;                          /* the queue's pin */
+    pthread_mutex_unlock(&c->ram_lock);
+    pthread_mutex_lock(&d->lock);
+    if (d->queued >= DISK_QUEUE_MAX || d->stopping) {
+        pthread_mutex_unlock(&d->lock);
+        TFS_COUNT(&c->ctr, disk_write_dropped, 1);
+        disk_job_free(c, j);
+        return;
+    }
+    if (d->tail != NULL)
+        d->tail->next = j;
+    else
+        d->head = j;
+    d->tail = j;
+    d->queued++;
+    pthread_cond_signal(&d->cond);
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* ---- open, recovery, close ---- */
+
+static int disk_hexval(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    return -1;
+}
+
+static bool disk_parse_id(const char *name, uint8_t *id)
+{
+    if (strlen(name) != 2 * TFS_BLOCK_ID_LEN)
+        return false;
+    for (int i = 0; i < TFS_BLOCK_ID_LEN; i++) {
+        int hi = disk_hexval(name[2 * i]);
+        int lo = disk_hexval(name[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return false;
+        id[i] = (uint8_t)(hi * 16 + lo);
+    }
+    return true;
+}
+
+/* Index the block files of one XX directory; remove leftovers. */
+static void disk_scan_sub(struct tfs_index *ix, int sub_fd)
+{
+    DIR *dir = fdopendir(sub_fd);
+    struct dirent *de;
+
+    if (dir == NULL) {
+        close(sub_fd);
+        return;
+    }
+    while ((de = readdir(dir)) != NULL) {
+        uint8_t id[TFS_BLOCK_ID_LEN];
+        struct stat sb;
+
+        if (strncmp(de->d_name, ".tmp-", 5) == 0) {
+            unlinkat(dirfd(dir), de->d_name, 0);
+            continue;
+        }
+        if (!disk_parse_id(de->d_name, id) ||
+            fstatat(dirfd(dir), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(sb.st_mode))
+            continue;
+        tfs_index_add(ix, id, (uint32_t)sb.st_size);
+    }
+    closedir(dir);
+}
+
+/* Create the 256 subdirectories and index what they hold. */
+static int disk_scan(struct tfs_disk *d, bool rebuild)
+{
+    int dfd = open(d->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+    if (dfd < 0)
+        return tfs_err(-errno, "cannot open %s", d->dir);
+    for (int i = 0; i < 256; i++) {
+        char name[3];
+        int sub;
+
+        snprintf(name, sizeof(name), "%02x", i);
+        if (mkdirat(dfd, name, 0755) < 0 && errno != EEXIST) {
+            int rc = tfs_err(-errno, "cannot create %s/%s", d->dir, name);
+            close(dfd);
+            return rc;
+        }
+        if (!rebuild)
+            continue;
+        sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (sub >= 0)
+            disk_scan_sub(d->ix, sub);
+    }
+    close(dfd);
+    return 0;
+}
+
+static int disk_mkdir(const char *path)
+{
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        return tfs_err(-errno, "cannot create the cache dir %s", path);
+    return 0;
+}
+
+/* Open the index, rebuilding it when this is the only user. */
+static int disk_open_index(struct tfs_cache *c, struct tfs_disk *d)
+{
+    char path[4200];
+    bool exclusive;
+    uint64_t max_blocks = c->cfg.cache_size / (64u << 10) + 1024;
+    int rc;
+
+    snprintf(path, sizeof(path), "%s/index", c->cfg.cache_dir);
+    rc = tfs_index_open(path, max_blocks, &d->ix, &exclusive);
+    if (rc < 0)
+        return rc;
+    if (exclusive)
+        tfs_index_reset(d->ix);
+    rc = disk_scan(d, exclusive);
+    if (rc == 0 && exclusive)
+        rc = tfs_index_ready(d->ix);
+    return rc;
+}
+
+int tfs_disk_open(struct tfs_cache *c)
+{
+    struct tfs_disk *d;
+    char path[4200];
+    int rc;
+
+    if (c->cfg.cache_dir == NULL)
+        return 0;
+    rc = disk_mkdir(c->cfg.cache_dir);
+    snprintf(path, sizeof(path), "%s/blocks", c->cfg.cache_dir);
+    if (rc == 0)
+        rc = disk_mkdir(path);
+    if (rc < 0)
+        return rc;
+    d = tfs_calloc(1, sizeof(*d));
+    if (d == NULL || (d->dir = tfs_strdup(path)) == NULL) {
+        tfs_free(d);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&d->lock, NULL);
+    pthread_cond_init(&d->cond, NULL);
+    c->disk = d;
+    rc = disk_open_index(c, d);
+    if (rc == 0 && pthread_create(&d->writer, NULL, disk_writer, c) != 0)
+        rc = -EAGAIN;
+    if (rc < 0) {
+        tfs_index_close(d->ix);
+        d->ix = NULL;
+        tfs_free(d->dir);
+        tfs_free(d);
+        c->disk = NULL;
+    }
+    return rc;
+}
+
+void tfs_disk_close(struct tfs_cache *c)
+{
+    struct tfs_disk *d = c->disk;
+
+    if (d == NULL)
+        return;
+    pthread_mutex_lock(&d->lock);
+    d->stopping = true;
+    pthread_cond_signal(&d->cond);
+    pthread_mutex_unlock(&d->lock);
+    pthread_join(d->writer, NULL);      /* drains the queue first */
+    tfs_index_close(d->ix);
+    pthread_cond_destroy(&d->cond);
+    pthread_mutex_destroy(&d->lock);
+    tfs_free(d->dir);
+    tfs_free(d);
+    c->disk = NULL;
+}
+
+void tfs_disk_usage(struct tfs_cache *c, uint64_t *bytes, uint64_t *blocks,
+                    uint64_t *capacity)
+{
+    *bytes = 0;
+    *blocks = 0;
+    *capacity = 0;
+    if (c->disk == NULL)
+        return;
+    tfs_index_usage(c->disk->ix, bytes, blocks);
+    *capacity = disk_capacity(c);
+}

@@ -1,0 +1,571 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The disk tier's index, shared by every process that opens the cache
+ * dir: a file mapped MAP_SHARED holding a header, an open-addressing hash
+ * table of blocks and a count-min sketch of access frequencies, guarded
+ * by a robust process-shared mutex that lives in the mapping.
+ *
+ * The file is a shared-memory segment, not a durable format: whenever a
+ * process opens it and no other process has it open (an exclusive flock
+ * on a side file succeeds), the index is rebuilt from the block files, so
+ * a crash can never leave it saying something the disk does not.  Native
+ * struct layout is therefore fine; the header records the layout so a
+ * mismatched build rebuilds instead of misreading.
+ *
+ * Eviction samples random live entries (Redis's approximated LRU) and
+ * evicts the least recently used of the sample.  The tinylfu policy adds
+ * an admission test when the cache is full: a new block must have been
+ * asked for at least twice more often than the victim (count-min sketch,
+ * halved periodically).  Under epoch-style scans every block is asked for
+ * equally often, so the resident set stays put instead of churning (as
+ * LRU does, to near-zero hits); a block that becomes hotter than the
+ * resident ones still gets in.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache/cache_int.h"
+#include "tierfs/log.h"
+
+#define IX_MAGIC "TFSIDX1"
+#define IX_VERSION 1
+#define IX_EMPTY 0
+#define IX_LIVE 1
+#define IX_PENDING 2
+#define IX_SKETCH_ROWS 4
+#define IX_SAMPLE 16
+#define IX_ADMIT_MARGIN 2
+
+struct ix_slot {
+    uint64_t id_hi;
+    uint64_t id_lo;
+    uint64_t atime;                     /* logical clock of last access */
+    uint32_t size;                      /* bytes of the block file */
+    uint16_t state;                     /* IX_* */
+    uint16_t reserved;
+    uint32_t pid;                       /* owner of a pending entry */
+    uint32_t reserved2;
+};
+
+struct ix_header {
+    char            magic[8];
+    uint32_t        version;
+    uint32_t        slot_size;          /* sizeof(struct ix_slot) */
+    uint32_t        mutex_size;         /* sizeof(pthread_mutex_t) */
+    uint32_t        reserved;
+    uint64_t        n_slots;            /* power of two */
+    uint64_t        used_bytes;         /* live + pending */
+    uint64_t        n_used;             /* live + pending entries */
+    uint64_t        clock;              /* logical access clock */
+    uint64_t        sketch_ops;         /* increments since last halving */
+    pthread_mutex_t lock;
+};
+
+struct tfs_index {
+    int               fd;               /* the index file */
+    int               lock_fd;          /* flock: users of the index */
+    size_t            map_len;
+    struct ix_header *h;                /* mapped */
+    struct ix_slot   *slots;            /* mapped, h->n_slots */
+    uint8_t          *sketch;           /* mapped, 4 rows of n_slots */
+};
+
+/* ---- layout ---- */
+
+static size_t ix_header_size(void)
+{
+    return (sizeof(struct ix_header) + 4095) & ~(size_t)4095;
+}
+
+static size_t ix_map_len(uint64_t n_slots)
+{
+    return ix_header_size() + n_slots * sizeof(struct ix_slot) +
+           n_slots * IX_SKETCH_ROWS;
+}
+
+static void ix_bind(struct tfs_index *ix)
+{
+    ix->slots = (struct ix_slot *)(void *)((char *)ix->h + ix_header_size());
+    ix->sketch = (uint8_t *)(ix->slots + ix->h->n_slots);
+}
+
+static void ix_split(const uint8_t *id, uint64_t *hi, uint64_t *lo)
+{
+    memcpy(hi, id, 8);
+    memcpy(lo, id + 8, 8);
+}
+
+static void ix_join(const struct ix_slot *s, uint8_t *id)
+{
+    memcpy(id, &s->id_hi, 8);
+    memcpy(id + 8, &s->id_lo, 8);
+}
+
+/* ---- locking ---- */
+
+/*
+ * Take the index lock.  A holder that died mid-update may have left the
+ * table inconsistent; the table is then cleared (blocks become misses and
+ * their files orphans, removed by the next rebuild).
+ */
+static void ix_lock(struct tfs_index *ix)
+{
+    int rc = pthread_mutex_lock(&ix->h->lock);
+
+    if (rc == EOWNERDEAD) {
+        memset(ix->slots, 0, ix->h->n_slots * sizeof(struct ix_slot));
+        ix->h->used_bytes = 0;
+        ix->h->n_used = 0;
+        pthread_mutex_consistent(&ix->h->lock);
+        tfs_log(TFS_LOG_WARNING, "cache index: a process died holding "
+                "the lock; index cleared");
+    }
+}
+
+static void ix_unlock(struct tfs_index *ix)
+{
+    pthread_mutex_unlock(&ix->h->lock);
+}
+
+/* ---- the hash table (linear probing, backward-shift deletion) ---- */
+
+static uint64_t ix_find(struct tfs_index *ix, uint64_t hi, uint64_t lo,
+                        bool *found)
+{
+    uint64_t mask = ix->h->n_slots - 1;
+    uint64_t i = lo & mask;
+
+    for (;;) {
+        struct ix_slot *s = &ix->slots[i];
+        if (s->state == IX_EMPTY) {
+            *found = false;
+            return i;
+        }
+        if (s->id_hi == hi && s->id_lo == lo) {
+            *found = true;
+            return i;
+        }
+        i = (i + 1) & mask;
+    }
+}
+
+static void ix_delete_at(struct tfs_index *ix, uint64_t i)
+{
+    uint64_t mask = ix->h->n_slots - 1;
+    uint64_t j = i;
+
+    ix->h->used_bytes -= ix->slots[i].size;
+    ix->h->n_used--;
+    for (;;) {
+        uint64_t home;
+
+        j = (j + 1) & mask;
+        if (ix->slots[j].state == IX_EMPTY)
+            break;
+        home = ix->slots[j].id_lo & mask;
+        /* Move j back to i unless its home lies cyclically in (i, j]. */
+        if ((j > i && (home <= i || home > j)) ||
+            (j < i && (home <= i && home > j))) {
+            ix->slots[i] = ix->slots[j];
+            i = j;
+        }
+    }
+    memset(&ix->slots[i], 0, sizeof(ix->slots[i]));
+}
+
+/* ---- the frequency sketch ---- */
+
+static uint64_t ix_mix(uint64_t x, uint64_t seed)
+{
+    x ^= seed;
+    x *= 0xbf58476d1ce4e5b9u;
+    x ^= x >> 31;
+    x *= 0x94d049bb133111ebu;
+    return x ^ (x >> 29);
+}
+
+static unsigned ix_sketch_count(struct tfs_index *ix, uint64_t lo)
+{
+    uint64_t mask = ix->h->n_slots - 1;
+    unsigned min = 255;
+
+    for (unsigned r = 0; r < IX_SKETCH_ROWS; r++) {
+        uint8_t v = ix->sketch[r * ix->h->n_slots +
+                               (ix_mix(lo, r + 1) & mask)];
+        if (v < min)
+            min = v;
+    }
+    return min;
+}
+
+/* Count an access (conservative update); halve everything now and then. */
+static void ix_sketch_add(struct tfs_index *ix, uint64_t lo)
+{
+    uint64_t mask = ix->h->n_slots - 1;
+    unsigned min = ix_sketch_count(ix, lo);
+
+    for (unsigned r = 0; r < IX_SKETCH_ROWS && min < 255; r++) {
+        uint8_t *v = &ix->sketch[r * ix->h->n_slots +
+                                 (ix_mix(lo, r + 1) & mask)];
+        if (*v == min)
+            (*v)++;
+    }
+    if (++ix->h->sketch_ops < 16 * ix->h->n_slots)
+        return;
+    for (uint64_t i = 0; i < IX_SKETCH_ROWS * ix->h->n_slots; i++)
+        ix->sketch[i] >>= 1;
+    ix->h->sketch_ops = 0;
+}
+
+/* ---- opening ---- */
+
+static uint64_t ix_slots_for(uint64_t max_blocks)
+{
+    uint64_t n = 1u << 14;
+
+    while (n < max_blocks * 2 && n < (1u << 24))
+        n <<= 1;
+    return n;
+}
+
+static bool ix_header_ok(const struct ix_header *h, size_t file_len)
+{
+    return memcmp(h->magic, IX_MAGIC, 8) == 0 && h->version == IX_VERSION &&
+           h->slot_size == sizeof(struct ix_slot) &&
+           h->mutex_size == sizeof(pthread_mutex_t) && h->n_slots >= 1024 &&
+           (h->n_slots & (h->n_slots - 1)) == 0 &&
+           ix_map_len(h->n_slots) == file_len;
+}
+
+/* Size and map the file; with a fresh layout when exclusive. */
+static int ix_map(struct tfs_index *ix, uint64_t n_slots, bool exclusive)
+{
+    struct stat sb;
+    size_t len = ix_map_len(n_slots);
+
+    if (fstat(ix->fd, &sb) < 0)
+        return -errno;
+    if (!exclusive)
+        len = (size_t)sb.st_size;
+    else if (ftruncate(ix->fd, 0) < 0 || ftruncate(ix->fd, (off_t)len) < 0)
+        return -errno;
+    if (len < ix_header_size())
+        return tfs_err(TFS_EFORMAT, "cache index is truncated");
+    ix->h = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ix->fd, 0);
+    if (ix->h == MAP_FAILED) {
+        ix->h = NULL;
+        return -errno;
+    }
+    ix->map_len = len;
+    return 0;
+}
+
+static int ix_init_header(struct tfs_index *ix, uint64_t n_slots)
+{
+    pthread_mutexattr_t a;
+    struct ix_header *h = ix->h;
+    int rc;
+
+    memcpy(h->magic, IX_MAGIC, 8);
+    h->version = IX_VERSION;
+    h->slot_size = sizeof(struct ix_slot);
+    h->mutex_size = sizeof(pthread_mutex_t);
+    h->n_slots = n_slots;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    rc = -pthread_mutex_init(&h->lock, &a);
+    pthread_mutexattr_destroy(&a);
+    ix_bind(ix);
+    return rc;
+}
+
+int tfs_index_open(const char *path, uint64_t max_blocks,
+                   struct tfs_index **out, bool *exclusive)
+{
+    struct tfs_index *ix = tfs_calloc(1, sizeof(*ix));
+    char lock_path[4096];
+    int rc;
+
+    if (ix == NULL)
+        return -ENOMEM;
+    snprintf(lock_path, sizeof(lock_path), "%s.lock", path);
+    ix->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ix->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (ix->lock_fd < 0 || ix->fd < 0) {
+        rc = tfs_err(-errno, "cannot open the cache index %s", path);
+        goto err_close;
+    }
+    /* Alone (exclusive lock granted): rebuild.  Else wait for readiness. */
+    *exclusive = flock(ix->lock_fd, LOCK_EX | LOCK_NB) == 0;
+    if (!*exclusive && flock(ix->lock_fd, LOCK_SH) < 0) {
+        rc = -errno;
+        goto err_close;
+    }
+    rc = ix_map(ix, ix_slots_for(max_blocks), *exclusive);
+    if (rc == 0 && *exclusive)
+        rc = ix_init_header(ix, ix_slots_for(max_blocks));
+    else if (rc == 0 && !ix_header_ok(ix->h, ix->map_len))
+        rc = tfs_err(TFS_EFORMAT, "cache index %s has another layout "
+                     "(another tierfs version is using this cache dir)",
+                     path);
+    if (rc < 0)
+        goto err_close;
+    ix_bind(ix);
+    *out = ix;
+    return 0;
+err_close:
+    tfs_index_close(ix);
+    return rc;
+}
+
+void tfs_index_reset(struct tfs_index *ix)
+{
+    memset(ix->slots, 0, ix->h->n_slots * sizeof(struct ix_slot));
+    memset(ix->sketch, 0, ix->h->n_slots * IX_SKETCH_ROWS);
+    ix->h->used_bytes = 0;
+    ix->h->n_used = 0;
+    ix->h->clock = 1;
+    ix->h->sketch_ops = 0;
+}
+
+void tfs_index_add(struct tfs_index *ix, const uint8_t *id, uint32_t size)
+{
+    uint64_t hi;
+    uint64_t lo;
+    uint64_t i;
+    bool found;
+
+    ix_split(id, &hi, &lo);
+    if (ix->h->n_used >= ix->h->n_slots - ix->h->n_slots / 4)
+        return;                         /* full: the file stays an orphan */
+    i = ix_find(ix, hi, lo, &found);
+    if (found)
+        return;
+    ix->slots[i] = (struct ix_slot){.id_hi = hi, .id_lo = lo,
+                                    .size = size, .state = IX_LIVE};
+    ix->h->used_bytes += size;
+    ix->h->n_used++;
+}
+
+int tfs_index_ready(struct tfs_index *ix)
+{
+    if (msync(ix->h, ix->map_len, MS_ASYNC) < 0)
+        return -errno;
+    return flock(ix->lock_fd, LOCK_SH) < 0 ? -errno : 0;
+}
+
+void tfs_index_close(struct tfs_index *ix)
+{
+    if (ix == NULL)
+        return;
+    if (ix->h != NULL)
+        munmap(ix->h, ix->map_len);
+    if (ix->fd >= 0)
+        close(ix->fd);
+    if (ix->lock_fd >= 0)
+        close(ix->lock_fd);             /* drops the flock */
+    tfs_free(ix);
+}
+
+/* ---- operations ---- */
+
+bool tfs_index_lookup(struct tfs_index *ix, const uint8_t *id,
+                      uint32_t *size)
+{
+    uint64_t hi;
+    uint64_t lo;
+    uint64_t i;
+    bool found;
+
+    ix_split(id, &hi, &lo);
+    ix_lock(ix);
+    ix_sketch_add(ix, lo);
+    i = ix_find(ix, hi, lo, &found);
+    found = found && ix->slots[i].state == IX_LIVE;
+    if (found) {
+        ix->slots[i].atime = ++ix->h->clock;
+        *size = ix->slots[i].size;
+    }
+    ix_unlock(ix);
+    return found;
+}
+
+void tfs_victims_cleanup(struct tfs_victims *v)
+{
+    tfs_free(v->ids);
+    memset(v, 0, sizeof(*v));
+}
+
+static int ix_victim_add(struct tfs_victims *v, const struct ix_slot *s)
+{
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 8;
+        void *p = tfs_realloc(v->ids, cap * TFS_BLOCK_ID_LEN);
+        if (p == NULL)
+            return -ENOMEM;
+        v->ids = p;
+        v->cap = cap;
+    }
+    ix_join(s, v->ids[v->n++]);
+    v->bytes += s->size;
+    return 0;
+}
+
+/* A pending entry whose owner died can be reclaimed. */
+static bool ix_is_stale(const struct ix_slot *s)
+{
+    return s->state == IX_PENDING && kill((pid_t)s->pid, 0) < 0 &&
+           errno == ESRCH;
+}
+
+/* The least recently used of a random sample of evictable entries. */
+static bool ix_sample_victim(struct tfs_index *ix, uint64_t *at)
+{
+    uint64_t mask = ix->h->n_slots - 1;
+    uint64_t best_atime = UINT64_MAX;
+    unsigned seen = 0;
+    bool any = false;
+
+    for (unsigned probes = 0; seen < IX_SAMPLE && probes < 64 * IX_SAMPLE;
+         probes++) {
+        uint64_t i = tfs_rand_u64() & mask;
+        struct ix_slot *s = &ix->slots[i];
+        if (s->state != IX_LIVE && !ix_is_stale(s))
+            continue;
+        seen++;
+        if (s->state == IX_PENDING || s->atime < best_atime) {
+            best_atime = s->state == IX_PENDING ? 0 : s->atime;
+            *at = i;
+            any = true;
+        }
+    }
+    return any;
+}
+
+/* Must the cache make room for size more bytes (or one more entry)? */
+static bool ix_over(struct tfs_index *ix, uint32_t size, uint64_t capacity)
+{
+    return ix->h->used_bytes + size > capacity ||
+           ix->h->n_used + 1 > ix->h->n_slots - ix->h->n_slots / 4;
+}
+
+/* Evict until size fits; 0 when it does, 1 when declined, or -ENOMEM. */
+static int ix_make_room(struct tfs_index *ix, uint64_t lo, uint32_t size,
+                        uint64_t capacity, enum tfs_evict_policy policy,
+                        struct tfs_victims *v)
+{
+    bool checked = policy != TFS_EVICT_TINYLFU;
+
+    while (ix_over(ix, size, capacity)) {
+        uint64_t at;
+        int rc;
+
+        if (!ix_sample_victim(ix, &at))
+            return 1;
+        /* Admission: only a block clearly hotter than the victim. */
+        if (!checked && ix->slots[at].state == IX_LIVE &&
+            ix_sketch_count(ix, lo) <
+                ix_sketch_count(ix, ix->slots[at].id_lo) + IX_ADMIT_MARGIN)
+            return 1;
+        checked = true;
+        rc = ix_victim_add(v, &ix->slots[at]);
+        if (rc < 0)
+            return rc;
+        ix_delete_at(ix, at);
+    }
+    return 0;
+}
+
+int tfs_index_admit(struct tfs_index *ix, const uint8_t *id, uint32_t size,
+                    uint64_t capacity, enum tfs_evict_policy policy,
+                    struct tfs_victims *v)
+{
+    uint64_t hi;
+    uint64_t lo;
+    uint64_t i;
+    bool found;
+    int rc;
+
+    if (size > capacity)
+        return 0;
+    ix_split(id, &hi, &lo);
+    ix_lock(ix);
+    ix_find(ix, hi, lo, &found);
+    rc = found ? -EEXIST : ix_make_room(ix, lo, size, capacity, policy, v);
+    if (rc == 0) {
+        i = ix_find(ix, hi, lo, &found);
+        ix->slots[i] = (struct ix_slot){
+            .id_hi = hi, .id_lo = lo, .size = size, .state = IX_PENDING,
+            .atime = ++ix->h->clock, .pid = (uint32_t)getpid()};
+        ix->h->used_bytes += size;
+        ix->h->n_used++;
+    }
+    ix_unlock(ix);
+    return rc < 0 ? rc : rc == 0;
+}
+
+void tfs_index_commit(struct tfs_index *ix, const uint8_t *id, bool ok)
+{
+    uint64_t hi;
+    uint64_t lo;
+    uint64_t i;
+    bool found;
+
+    ix_split(id, &hi, &lo);
+    ix_lock(ix);
+    i = ix_find(ix, hi, lo, &found);
+    if (found && ix->slots[i].state == IX_PENDING) {
+        if (ok)
+            ix->slots[i].state = IX_LIVE;
+        else
+            ix_delete_at(ix, i);
+    }
+    ix_unlock(ix);
+}
+
+void tfs_index_remove(struct tfs_index *ix, const uint8_t *id)
+{
+    uint64_t hi;
+    uint64_t lo;
+    uint64_t i;
+    bool found;
+
+    ix_split(id, &hi, &lo);
+    ix_lock(ix);
+    i = ix_find(ix, hi, lo, &found);
+    if (found && ix->slots[i].state == IX_LIVE)
+        ix_delete_at(ix, i);
+    ix_unlock(ix);
+}
+
+bool tfs_index_contains(struct tfs_index *ix, const uint8_t *id)
+{
+    uint64_t hi;
+    uint64_t lo;
+    uint64_t i;
+    bool found;
+
+    ix_split(id, &hi, &lo);
+    ix_lock(ix);
+    i = ix_find(ix, hi, lo, &found);
+    found = found && ix->slots[i].state == IX_LIVE;
+    ix_unlock(ix);
+    return found;
+}
+
+void tfs_index_usage(struct tfs_index *ix, uint64_t *bytes,
+                     uint64_t *blocks)
+{
+    ix_lock(ix);
+    *bytes = ix->h->used_bytes;
+    *blocks = ix->h->n_used;
+    ix_unlock(ix);
+}

@@ -1,0 +1,830 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The metadata cache: stats (positive and negative) and directory
+ * listings, each trusted for meta_ttl, so a mount does not send a HEAD
+ * per open or a LIST per `ls`.
+ *
+ * In immutable mode (datasets), the whole listing of the store is read
+ * once with one recursive LIST walk, kept as a sorted array, and saved in
+ * CACHE_DIR/meta/<store>.snap; a later mount loads that file instead of
+ * listing again, so a million-object dataset mounts in seconds and every
+ * stat, lookup and readdir is answered from memory.  Remove the file (or
+ * mount without --immutable) to see changes.
+ *
+ * Snapshot format (little-endian): "TFSSNAP1", u64 count, then per object
+ * u16 key length, key, u64 size, i64 mtime_ns, u8 version length,
+ * version; then the XXH3-64 of every byte before it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "cache/cache_int.h"
+#include "tierfs/log.h"
+
+#define META_BUCKETS 4096u
+#define META_MAX_STATS 1000000u
+#define SNAP_MAGIC "TFSSNAP1"
+
+enum meta_kind {
+    META_NONE,                          /* negative: no such key */
+    META_FILE,
+    META_DIR,
+};
+
+struct meta_ent {
+    struct meta_ent *next;              /* hash chain */
+    uint64_t         hash;
+    char            *key;               /* owned */
+    int              kind;              /* meta_kind */
+    struct tfs_stat  st;                /* META_FILE only */
+    uint64_t         expires_ns;
+};
+
+struct tfs_dir {
+    struct tfs_dir   *next;             /* hash chain; meta lock */
+    uint64_t          hash;
+    char             *path;             /* owned */
+    atomic_uint       refs;
+    uint64_t          expires_ns;
+    struct tfs_dirent *ents;            /* owned, sorted by name */
+    size_t            n;
+    char             *names;            /* owned blob the names point in */
+};
+
+struct snap_ent {
+    char           *key;                /* points into snap names */
+    struct tfs_stat st;
+};
+
+struct tfs_meta {
+    pthread_mutex_t   lock;
+    struct meta_ent  *stats[META_BUCKETS];  /* protected by lock */
+    size_t            n_stats;              /* protected by lock */
+    struct tfs_dir   *dirs[META_BUCKETS];   /* protected by lock */
+    /* immutable mode */
+    pthread_mutex_t   snap_lock;        /* loads the snapshot once */
+    bool              snap_ready;       /* set once, under snap_lock */
+    struct snap_ent  *snap;             /* sorted by key */
+    size_t            n_snap;
+    char             *snap_names;       /* owned */
+    char             *snap_path;        /* owned, or NULL */
+};
+
+static uint64_t meta_hash(const char *s)
+{
+    return XXH3_64bits(s, strlen(s));
+}
+
+/* ---- the stat table ---- */
+
+static void meta_ent_free(struct meta_ent *e)
+{
+    tfs_free(e->key);
+    tfs_free(e);
+}
+
+static void meta_clear_stats(struct tfs_meta *m)
+{
+    for (size_t i = 0; i < META_BUCKETS; i++) {
+        while (m->stats[i] != NULL) {
+            struct meta_ent *e = m->stats[i];
+            m->stats[i] = e->next;
+            meta_ent_free(e);
+        }
+    }
+    m->n_stats = 0;
+}
+
+/* A fresh entry for key (kind and stat copied out), under m->lock. */
+static bool meta_get(struct tfs_meta *m, const char *key, int *kind,
+                     struct tfs_stat *st)
+{
+    uint64_t h = meta_hash(key);
+    struct meta_ent *e = m->stats[h % META_BUCKETS];
+    uint64_t now = tfs_now_ns();
+
+    for (; e != NULL; e = e->next) {
+        if (e->hash != h || strcmp(e->key, key) != 0)
+            continue;
+        if (e->expires_ns < now)
+            return false;
+        *kind = e->kind;
+        if (e->kind == META_FILE && st != NULL)
+            *st = e->st;
+        return true;
+    }
+    return false;
+}
+
+/* Record what key is, under m->lock; out of memory just skips it. */
+static void meta_put(struct tfs_meta *m, const char *key, int kind,
+                     const struct tfs_stat *st, uint64_t ttl_ns)
+{
+    uint64_t h = meta_hash(key);
+    struct meta_ent **pp = &m->stats[h % META_BUCKETS];
+    struct meta_ent *e;
+
+    for (e = *pp; e != NULL; e = e->next) {
+        if (e->hash == h && strcmp(e->key, key) == 0)
+            break;
+    }
+    if (e == NULL) {
+        if (m->n_stats >= META_MAX_STATS)
+            meta_clear_stats(m);
+        e = tfs_calloc(1, sizeof(*e));
+        if (e == NULL || (e->key = tfs_strdup(key)) == NULL) {
+            tfs_free(e);
+            return;
+        }
+        e->hash = h;
+        e->next = *pp;
+        *pp = e;
+        m->n_stats++;
+    }
+    e->kind = kind;
+    if (st != NULL)
+        e->st = *st;
+    e->expires_ns = tfs_now_ns() + ttl_ns;
+}
+
+/* ---- directories ---- */
+
+static void dir_free(struct tfs_dir *d)
+{
+    tfs_free(d->path);
+    tfs_free(d->ents);
+    tfs_free(d->names);
+    tfs_free(d);
+}
+
+void tfs_dir_put(struct tfs_dir *d)
+{
+    if (d != NULL && atomic_fetch_sub(&d->refs, 1) == 1)
+        dir_free(d);
+}
+
+size_t tfs_dir_count(const struct tfs_dir *d)
+{
+    return d->n;
+}
+
+const struct tfs_dirent *tfs_dir_entry(const struct tfs_dir *d, size_t i)
+{
+    return i < d->n ? &d->ents[i] : NULL;
+}
+
+const struct tfs_dirent *tfs_dir_find(const struct tfs_dir *d,
+                                      const char *name)
+{
+    size_t lo = 0;
+    size_t hi = d->n;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int cmp = strcmp(d->ents[mid].name, name);
+        if (cmp == 0)
+            return &d->ents[mid];
+        if (cmp < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* Entries being collected for a directory. */
+struct dir_build {
+    struct tfs_buf names;               /* NUL-separated */
+    struct tfs_dirent *ents;            /* name = offset until finished */
+    size_t n;
+    size_t cap;
+};
+
+static int dir_build_add(struct dir_build *b, const char *name, size_t len,
+                         bool is_dir, const struct tfs_stat *st)
+{
+    struct tfs_dirent *e;
+    size_t off = b->names.len;
+
+    if (len == 0)
+        return 0;
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 64;
+        e = tfs_realloc(b->ents, cap * sizeof(*e));
+        if (e == NULL)
+            return -ENOMEM;
+        b->ents = e;
+        b->cap = cap;
+    }
+    if (tfs_buf_append(&b->names, name, len) < 0 ||
+        tfs_buf_append(&b->names, "", 1) < 0)
+        return -ENOMEM;
+    e = &b->ents[b->n++];
+    memset(e, 0, sizeof(*e));
+    e->name = (const char *)(uintptr_t)off;
+    e->is_dir = is_dir;
+    if (st != NULL)
+        e->st = *st;
+    return 0;
+}
+
+static int dirent_cmp(const void *a, const void *b)
+{
+    const struct tfs_dirent *x = a;
+    const struct tfs_dirent *y = b;
+    int c = strcmp(x->name, y->name);
+
+    /* A name that is both a file and a prefix: the directory first. */
+    return c != 0 ? c : (int)y->is_dir - (int)x->is_dir;
+}
+
+/* Turn the collected entries into a tfs_dir (one reference). */
+static int dir_build_finish(struct dir_build *b, const char *path,
+                            struct tfs_dir **out)
+{
+    struct tfs_dir *d = tfs_calloc(1, sizeof(*d));
+    size_t w = 0;
+
+    if (d == NULL || (d->path = tfs_strdup(path)) == NULL) {
+        tfs_free(d);
+        return -ENOMEM;
+    }
+    d->names = tfs_buf_steal(&b->names);
+    for (size_t i = 0; i < b->n; i++)
+        b->ents[i].name = d->names + (uintptr_t)b->ents[i].name;
+    qsort(b->ents, b->n, sizeof(*b->ents), dirent_cmp);
+    for (size_t i = 0; i < b->n; i++) {
+        if (w > 0 && strcmp(b->ents[w - 1].name, b->ents[i].name) == 0)
+            continue;                   /* file shadowed by a prefix */
+        b->ents[w++] = b->ents[i];
+    }
+    d->ents = b->ents;
+    d->n = w;
+    b->ents = NULL;
+    atomic_init(&d->refs, 1);
+    d->hash = meta_hash(path);
+    *out = d;
+    return 0;
+}
+
+static void dir_build_cleanup(struct dir_build *b)
+{
+    tfs_buf_cleanup(&b->names);
+    tfs_free(b->ents);
+}
+
+/* ---- the immutable snapshot ---- */
+
+static int snap_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct snap_ent *)a)->key,
+                  ((const struct snap_ent *)b)->key);
+}
+
+/* Index of the first entry whose key is >= key. */
+static size_t snap_lower(const struct tfs_meta *m, const char *key)
+{
+    size_t lo = 0;
+    size_t hi = m->n_snap;
+
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(m->snap[mid].key, key) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+struct snap_collect {
+    struct tfs_buf   blob;              /* keys, NUL-terminated */
+    struct snap_ent *ents;              /* key = offset until finished */
+    size_t           n;
+    size_t           cap;
+};
+
+static int snap_add(struct snap_collect *sc, const char *key,
+                    const struct tfs_stat *st)
+{
+    size_t off = sc->blob.len;
+
+    if (sc->n == sc->cap) {
+        size_t cap = sc->cap ? sc->cap * 2 : 1024;
+        struct snap_ent *e = tfs_realloc(sc->ents, cap * sizeof(*e));
+        if (e == NULL)
+            return -ENOMEM;
+        sc->ents = e;
+        sc->cap = cap;
+    }
+    if (tfs_buf_append(&sc->blob, key, strlen(key) + 1) < 0)
+        return -ENOMEM;
+    sc->ents[sc->n].key = (char *)(uintptr_t)off;
+    sc->ents[sc->n].st = *st;
+    sc->n++;
+    return 0;
+}
+
+static int snap_list_page(void *arg, const struct tfs_list_page *pg)
+{
+    for (size_t i = 0; i < pg->n_entries; i++) {
+        int rc = snap_add(arg, pg->entries[i].key, &pg->entries[i].st);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void snap_install(struct tfs_meta *m, struct snap_collect *sc)
+{
+    m->snap_names = tfs_buf_steal(&sc->blob);
+    for (size_t i = 0; i < sc->n; i++)
+        sc->ents[i].key = m->snap_names + (uintptr_t)sc->ents[i].key;
+    qsort(sc->ents, sc->n, sizeof(*sc->ents), snap_cmp);
+    m->snap = sc->ents;
+    m->n_snap = sc->n;
+    sc->ents = NULL;
+}
+
+static void put_le(struct tfs_buf *b, uint64_t v, unsigned n, int *rc)
+{
+    uint8_t p[8];
+
+    for (unsigned i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+    if (*rc == 0)
+        *rc = tfs_buf_append(b, p, n);
+}
+
+/* Encode the snapshot and write it atomically to m->snap_path. */
+static int snap_save(struct tfs_meta *m)
+{
+    struct tfs_buf b;
+    char tmp[4200];
+    int rc = 0;
+    int fd;
+
+    tfs_buf_init(&b, 0);
+    tfs_buf_append(&b, SNAP_MAGIC, 8);
+    put_le(&b, m->n_snap, 8, &rc);
+    for (size_t i = 0; i < m->n_snap && rc == 0; i++) {
+        const struct snap_ent *e = &m->snap[i];
+        size_t vlen = strlen(e->st.version);
+        put_le(&b, strlen(e->key), 2, &rc);
+        if (rc == 0)
+            rc = tfs_buf_puts(&b, e->key);
+        put_le(&b, e->st.size, 8, &rc);
+        put_le(&b, (uint64_t)e->st.mtime_ns, 8, &rc);
+        put_le(&b, vlen, 1, &rc);
+        if (rc == 0)
+            rc = tfs_buf_append(&b, e->st.version, vlen);
+    }
+    put_le(&b, XXH3_64bits(b.p, b.len), 8, &rc);
+    snprintf(tmp, sizeof(tmp), "%s.tmp-%d", m->snap_path, (int)getpid());
+    fd = rc == 0 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
+                 : -1;
+    if (fd >= 0) {
+        ssize_t n = write(fd, b.p, b.len);
+        rc = n == (ssize_t)b.len && fsync(fd) == 0 ? 0 : -EIO;
+        close(fd);
+        if (rc == 0 && rename(tmp, m->snap_path) < 0)
+            rc = -errno;
+        if (rc < 0)
+            unlink(tmp);
+    } else if (rc == 0) {
+        rc = -errno;
+    }
+    tfs_buf_cleanup(&b);
+    return rc;
+}
+
+static uint64_t get_le(const uint8_t *p, unsigned n)
+{
+    uint64_t v = 0;
+
+    for (unsigned i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* Decode a snapshot file body; TFS_EFORMAT when anything is off. */
+static int snap_decode(const uint8_t *p, size_t len, struct snap_collect *sc)
+{
+    const uint8_t *end = p + len - 8;
+    uint64_t count;
+
+    if (len < 24 || memcmp(p, SNAP_MAGIC, 8) != 0 ||
+        get_le(end, 8) != XXH3_64bits(p, len - 8))
+        return TFS_EFORMAT;
+    count = get_le(p + 8, 8);
+    p += 16;
+    for (uint64_t i = 0; i < count; i++) {
+        struct tfs_stat st;
+        char key[1025];
+        size_t klen;
+        size_t vlen;
+
+        if (end - p < 2 || (klen = get_le(p, 2)) > 1024 ||
+            (size_t)(end - p) < 2 + klen + 17)
+            return TFS_EFORMAT;
+        memcpy(key, p + 2, klen);
+        key[klen] = '\0';
+        p += 2 + klen;
+        st.size = get_le(p, 8);
+        st.mtime_ns = (int64_t)get_le(p + 8, 8);
+        vlen = p[16];
+        p += 17;
+        if (vlen >= TFS_VERSION_MAX || (size_t)(end - p) < vlen)
+            return TFS_EFORMAT;
+        memcpy(st.version, p, vlen);
+        st.version[vlen] = '\0';
+        p += vlen;
+        if (snap_add(sc, key, &st) < 0)
+            return -ENOMEM;
+    }
+    return p == end ? 0 : TFS_EFORMAT;
+}
+
+static int snap_load_file(struct tfs_meta *m, struct snap_collect *sc)
+{
+    struct stat sb;
+    uint8_t *p;
+    int fd = open(m->snap_path, O_RDONLY | O_CLOEXEC);
+    int rc;
+
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &sb) < 0 || sb.st_size < 24) {
+        close(fd);
+        return TFS_EFORMAT;
+    }
+    p = tfs_malloc((size_t)sb.st_size);
+    rc = p == NULL ? -ENOMEM
+         : read(fd, p, (size_t)sb.st_size) == sb.st_size
+             ? snap_decode(p, (size_t)sb.st_size, sc)
+             : -EIO;
+    tfs_free(p);
+    close(fd);
+    return rc;
+}
+
+/* Load the snapshot: from its file, else by listing the store. */
+static int snap_ensure(struct tfs_cache *c)
+{
+    struct tfs_meta *m = c->meta;
+    struct snap_collect sc;
+    int rc = 0;
+
+    pthread_mutex_lock(&m->snap_lock);
+    if (m->snap_ready)
+        goto out;
+    memset(&sc, 0, sizeof(sc));
+    tfs_buf_init(&sc.blob, 0);
+    rc = m->snap_path ? snap_load_file(m, &sc) : -ENOENT;
+    if (rc < 0) {
+        if (rc != -ENOENT)
+            tfs_log(TFS_LOG_WARNING, "cache: listing snapshot %s is "
+                    "unusable (%s); listing the store again", m->snap_path,
+                    tfs_strerror(rc));
+        tfs_buf_reset(&sc.blob);
+        sc.n = 0;
+        TFS_COUNT(&c->ctr, meta_misses, 1);
+        rc = tfs_store_list_all(c->st, "", NULL, snap_list_page, &sc);
+        if (rc == 0) {
+            snap_install(m, &sc);
+            if (m->snap_path != NULL && snap_save(m) < 0)
+                tfs_log(TFS_LOG_WARNING, "cache: cannot save the listing "
+                        "snapshot %s", m->snap_path);
+        }
+    } else {
+        snap_install(m, &sc);
+    }
+    m->snap_ready = rc == 0;
+    tfs_free(sc.ents);
+    tfs_buf_cleanup(&sc.blob);
+out:
+    pthread_mutex_unlock(&m->snap_lock);
+    return rc;
+}
+
+/* What key is, from the snapshot. */
+static int snap_lookup(struct tfs_meta *m, const char *key, bool *is_dir,
+                       struct tfs_stat *st)
+{
+    size_t i = snap_lower(m, key);
+    size_t klen = strlen(key);
+
+    *is_dir = false;
+    if (i < m->n_snap && strcmp(m->snap[i].key, key) == 0) {
+        if (st != NULL)
+            *st = m->snap[i].st;
+        return 0;
+    }
+    /* A directory: some key starts with key + "/". */
+    for (; i < m->n_snap && strncmp(m->snap[i].key, key, klen) == 0; i++) {
+        if (m->snap[i].key[klen] == '/') {
+            *is_dir = true;
+            return 0;
+        }
+        if ((unsigned char)m->snap[i].key[klen] > '/')
+            break;
+    }
+    return tfs_err(-ENOENT, "no such key '%s'", key);
+}
+
+/* Build the directory dir ("" or "a/b/") from the snapshot. */
+static int snap_dir(struct tfs_meta *m, const char *dir,
+                    struct dir_build *b)
+{
+    size_t dlen = strlen(dir);
+    const char *last_sub = NULL;
+    size_t last_len = 0;
+    int rc = 0;
+
+    for (size_t i = snap_lower(m, dir);
+         i < m->n_snap && rc == 0 && strncmp(m->snap[i].key, dir, dlen) == 0;
+         i++) {
+        const char *rest = m->snap[i].key + dlen;
+        const char *slash = strchr(rest, '/');
+        if (slash == NULL) {
+            rc = dir_build_add(b, rest, strlen(rest), false,
+                               &m->snap[i].st);
+            continue;
+        }
+        if (last_sub != NULL && (size_t)(slash - rest) == last_len &&
+            strncmp(last_sub, rest, last_len) == 0)
+            continue;
+        last_sub = rest;
+        last_len = (size_t)(slash - rest);
+        rc = dir_build_add(b, rest, last_len, true, NULL);
+    }
+    return rc;
+}
+
+/* ---- listing from the store ---- */
+
+struct list_ctx {
+    struct tfs_cache *c;
+    struct dir_build *b;
+    size_t            dlen;
+};
+
+static int list_page(void *arg, const struct tfs_list_page *pg)
+{
+    struct list_ctx *x = arg;
+    int rc = 0;
+
+    pthread_mutex_lock(&x->c->meta->lock);
+    for (size_t i = 0; i < pg->n_entries; i++)
+        meta_put(x->c->meta, pg->entries[i].key, META_FILE,
+                 &pg->entries[i].st, x->c->cfg.meta_ttl_ns);
+    pthread_mutex_unlock(&x->c->meta->lock);
+    for (size_t i = 0; i < pg->n_entries && rc == 0; i++) {
+        const char *name = pg->entries[i].key + x->dlen;
+        rc = dir_build_add(x->b, name, strlen(name), false,
+                           &pg->entries[i].st);
+    }
+    for (size_t i = 0; i < pg->n_prefixes && rc == 0; i++) {
+        const char *name = pg->prefixes[i] + x->dlen;
+        rc = dir_build_add(x->b, name, strlen(name) - 1, true, NULL);
+    }
+    return rc;
+}
+
+/* ---- public metadata API ---- */
+
+static struct tfs_dir *meta_dir_cached(struct tfs_meta *m, const char *dir)
+{
+    uint64_t h = meta_hash(dir);
+    struct tfs_dir *d;
+
+    pthread_mutex_lock(&m->lock);
+    for (d = m->dirs[h % META_BUCKETS]; d != NULL; d = d->next) {
+        if (d->hash == h && strcmp(d->path, dir) == 0)
+            break;
+    }
+    if (d != NULL && d->expires_ns >= tfs_now_ns())
+        atomic_fetch_add(&d->refs, 1);
+    else
+        d = NULL;
+    pthread_mutex_unlock(&m->lock);
+    return d;
+}
+
+/* Put d in the table (replacing an older listing); the table's ref. */
+static void meta_dir_insert(struct tfs_meta *m, struct tfs_dir *d)
+{
+    struct tfs_dir **pp = &m->dirs[d->hash % META_BUCKETS];
+    struct tfs_dir *old = NULL;
+
+    pthread_mutex_lock(&m->lock);
+    for (; *pp != NULL; pp = &(*pp)->next) {
+        if ((*pp)->hash == d->hash && strcmp((*pp)->path, d->path) == 0) {
+            old = *pp;
+            *pp = old->next;
+            break;
+        }
+    }
+    atomic_fetch_add(&d->refs, 1);
+    d->next = m->dirs[d->hash % META_BUCKETS];
+    m->dirs[d->hash % META_BUCKETS] = d;
+    pthread_mutex_unlock(&m->lock);
+    tfs_dir_put(old);
+}
+
+int tfs_cache_opendir(struct tfs_cache *c, const char *dir,
+                      struct tfs_dir **out)
+{
+    struct dir_build b = {0};
+    struct tfs_dir *d = meta_dir_cached(c->meta, dir);
+    int rc;
+
+    if (d != NULL) {
+        TFS_COUNT(&c->ctr, meta_hits, 1);
+        *out = d;
+        return 0;
+    }
+    tfs_buf_init(&b.names, 0);
+    if (c->cfg.immutable) {
+        rc = snap_ensure(c);
+        if (rc == 0)
+            rc = snap_dir(c->meta, dir, &b);
+    } else {
+        struct list_ctx x = {c, &b, strlen(dir)};
+        TFS_COUNT(&c->ctr, meta_misses, 1);
+        rc = tfs_store_list_all(c->st, dir, "/", list_page, &x);
+    }
+    if (rc == 0 && b.n == 0 && dir[0] != '\0')
+        rc = tfs_err(-ENOENT, "no such directory '%s'", dir);
+    if (rc == 0)
+        rc = dir_build_finish(&b, dir, &d);
+    dir_build_cleanup(&b);
+    if (rc < 0)
+        return rc;
+    d->expires_ns = c->cfg.immutable ? UINT64_MAX
+                                     : tfs_now_ns() + c->cfg.meta_ttl_ns;
+    meta_dir_insert(c->meta, d);
+    *out = d;
+    return 0;
+}
+
+int tfs_cache_stat(struct tfs_cache *c, const char *key,
+                   struct tfs_stat *out)
+{
+    bool is_dir;
+    int rc = tfs_cache_lookup(c, key, &is_dir, out);
+
+    if (rc == 0 && is_dir)
+        rc = tfs_err(-EISDIR, "'%s' is a directory", key);
+    return rc;
+}
+
+/* Lookup through the parent's cached listing; false when none. */
+static bool meta_lookup_parent(struct tfs_cache *c, const char *key,
+                               bool *is_dir, struct tfs_stat *st, int *rc)
+{
+    const char *slash = strrchr(key, '/');
+    size_t plen = slash ? (size_t)(slash - key) + 1 : 0;
+    const struct tfs_dirent *e;
+    struct tfs_dir *d;
+    char parent[1100];
+
+    if (plen >= sizeof(parent))
+        return false;
+    memcpy(parent, key, plen);
+    parent[plen] = '\0';
+    d = meta_dir_cached(c->meta, parent);
+    if (d == NULL)
+        return false;
+    e = tfs_dir_find(d, key + plen);
+    *rc = e ? 0 : tfs_err(-ENOENT, "no such key '%s'", key);
+    if (e != NULL) {
+        *is_dir = e->is_dir;
+        if (!e->is_dir && st != NULL)
+            *st = e->st;
+    }
+    tfs_dir_put(d);
+    return true;
+}
+
+/* Ask the store: HEAD the key, else look for anything under key/. */
+static int meta_lookup_store(struct tfs_cache *c, const char *key,
+                             bool *is_dir, struct tfs_stat *st)
+{
+    struct tfs_list_page pg;
+    struct tfs_stat s;
+    char prefix[1100];
+    int rc;
+
+    TFS_COUNT(&c->ctr, meta_misses, 1);
+    rc = tfs_store_stat(c->st, key, &s);
+    if (rc == 0 || rc != -ENOENT) {
+        *is_dir = false;
+        if (rc == 0 && st != NULL)
+            *st = s;
+        return rc;
+    }
+    snprintf(prefix, sizeof(prefix), "%s/", key);
+    rc = tfs_store_list(c->st, prefix, "/", NULL, 1, &pg);
+    if (rc < 0)
+        return rc;
+    *is_dir = pg.n_entries + pg.n_prefixes > 0;
+    tfs_list_page_cleanup(&pg);
+    return *is_dir ? 0 : tfs_err(-ENOENT, "no such key '%s'", key);
+}
+
+int tfs_cache_lookup(struct tfs_cache *c, const char *key, bool *is_dir,
+                     struct tfs_stat *st)
+{
+    struct tfs_meta *m = c->meta;
+    int kind;
+    int rc;
+
+    if (c->cfg.immutable) {
+        rc = snap_ensure(c);
+        return rc < 0 ? rc : snap_lookup(m, key, is_dir, st);
+    }
+    pthread_mutex_lock(&m->lock);
+    rc = meta_get(m, key, &kind, st) ? 1 : 0;
+    pthread_mutex_unlock(&m->lock);
+    if (rc == 1) {
+        TFS_COUNT(&c->ctr, meta_hits, 1);
+        *is_dir = kind == META_DIR;
+        return kind == META_NONE ? tfs_err(-ENOENT, "no such key '%s'", key)
+                                 : 0;
+    }
+    if (meta_lookup_parent(c, key, is_dir, st, &rc)) {
+        TFS_COUNT(&c->ctr, meta_hits, 1);
+        return rc;
+    }
+    rc = meta_lookup_store(c, key, is_dir, st);
+    if (rc == 0 || rc == -ENOENT) {
+        pthread_mutex_lock(&m->lock);
+        meta_put(m, key, rc < 0 ? META_NONE : *is_dir ? META_DIR : META_FILE,
+                 rc == 0 && !*is_dir ? st : NULL, c->cfg.meta_ttl_ns);
+        pthread_mutex_unlock(&m->lock);
+    }
+    return rc;
+}
+
+void tfs_cache_forget_meta(struct tfs_cache *c)
+{
+    struct tfs_meta *m = c->meta;
+
+    pthread_mutex_lock(&m->lock);
+    meta_clear_stats(m);
+    for (size_t i = 0; i < META_BUCKETS; i++) {
+        while (m->dirs[i] != NULL) {
+            struct tfs_dir *d = m->dirs[i];
+            m->dirs[i] = d->next;
+            tfs_dir_put(d);
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* ---- open and close ---- */
+
+int tfs_meta_open(struct tfs_cache *c)
+{
+    struct tfs_meta *m = tfs_calloc(1, sizeof(*m));
+    char path[4200];
+
+    if (m == NULL)
+        return -ENOMEM;
+    pthread_mutex_init(&m->lock, NULL);
+    pthread_mutex_init(&m->snap_lock, NULL);
+    c->meta = m;
+    if (c->cfg.cache_dir == NULL || !c->cfg.immutable)
+        return 0;
+    snprintf(path, sizeof(path), "%s/meta", c->cfg.cache_dir);
+    if (mkdir(path, 0755) < 0 && errno != EEXIST)
+        return tfs_err(-errno, "cannot create %s", path);
+    snprintf(path, sizeof(path), "%s/meta/%016llx%016llx.snap",
+             c->cfg.cache_dir, (unsigned long long)get_le(c->ns, 8),
+             (unsigned long long)get_le(c->ns + 8, 8));
+    m->snap_path = tfs_strdup(path);
+    return m->snap_path ? 0 : -ENOMEM;
+}
+
+void tfs_meta_close(struct tfs_cache *c)
+{
+    struct tfs_meta *m = c->meta;
+
+    if (m == NULL)
+        return;
+    tfs_cache_forget_meta(c);
+    tfs_free(m->snap);
+    tfs_free(m->snap_names);
+    tfs_free(m->snap_path);
+    pthread_mutex_destroy(&m->snap_lock);
+    pthread_mutex_destroy(&m->lock);
+    tfs_free(m);
+    c->meta = NULL;
+}

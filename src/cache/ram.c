@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The RAM tier: a hash table of blocks by id, each pinned while in use,
+ * with an LRU list of READY blocks bounded by mem_cache bytes.
+ *
+ * The table doubles as the single-flight table: the first thread to miss
+ * on a block inserts it LOADING and loads it; every other thread finds
+ * the LOADING block and waits on ram_cond, so concurrent misses on one
+ * block cause one load.  A load that fails takes the block out of the
+ * table (waiters see the error, later readers try again).
+ */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/cache_int.h"
+
+#define RAM_BUCKETS (1u << 16)
+
+int tfs_ram_init(struct tfs_cache *c)
+{
+    pthread_condattr_t a;
+
+    c->n_buckets = RAM_BUCKETS;
+    c->table = tfs_calloc(c->n_buckets, sizeof(*c->table));
+    if (c->table == NULL)
+        return -ENOMEM;
+    pthread_mutex_init(&c->ram_lock, NULL);
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->ram_cond, &a);
+    pthread_condattr_destroy(&a);
+    c->lru.lru_prev = &c->lru;
+    c->lru.lru_next = &c->lru;
+    return 0;
+}
+
+static void ram_free_block(struct tfs_block *b)
+{
+    tfs_free(b->data);
+    tfs_free(b);
+}
+
+void tfs_ram_cleanup(struct tfs_cache *c)
+{
+    if (c->table == NULL)
+        return;
+    for (size_t i = 0; i < c->n_buckets; i++) {
+        struct tfs_block *b = c->table[i];
+        while (b != NULL) {
+            struct tfs_block *next = b->hnext;
+            ram_free_block(b);
+            b = next;
+        }
+    }
+    tfs_free(c->table);
+    c->table = NULL;
+    pthread_cond_destroy(&c->ram_cond);
+    pthread_mutex_destroy(&c->ram_lock);
+}
+
+/* ---- table and list helpers; caller holds ram_lock ---- */
+
+static struct tfs_block **ram_slot(struct tfs_cache *c, uint64_t hash)
+{
+    return &c->table[hash & (c->n_buckets - 1)];
+}
+
+static struct tfs_block *ram_lookup(struct tfs_cache *c, const uint8_t *id,
+                                    uint64_t hash)
+{
+    struct tfs_block *b = *ram_slot(c, hash);
+
+    while (b != NULL && (b->hash != hash ||
+                         memcmp(b->id, id, TFS_BLOCK_ID_LEN) != 0))
+        b = b->hnext;
+    return b;
+}
+
+static void ram_unhash(struct tfs_cache *c, struct tfs_block *b)
+{
+    struct tfs_block **pp = ram_slot(c, b->hash);
+
+    while (*pp != b)
+        pp = &(*pp)->hnext;
+    *pp = b->hnext;
+    b->hnext = NULL;
+    b->in_table = false;
+}
+
+static void lru_unlink(struct tfs_block *b)
+{
+    if (b->lru_next == NULL)
+        return;
+    b->lru_prev->lru_next = b->lru_next;
+    b->lru_next->lru_prev = b->lru_prev;
+    b->lru_prev = NULL;
+    b->lru_next = NULL;
+}
+
+static void lru_push_front(struct tfs_cache *c, struct tfs_block *b)
+{
+    b->lru_next = c->lru.lru_next;
+    b->lru_prev = &c->lru;
+    c->lru.lru_next->lru_prev = b;
+    c->lru.lru_next = b;
+}
+
+static uint64_t ram_hash(const uint8_t *id)
+{
+    uint64_t h;
+
+    memcpy(&h, id + 8, sizeof(h));
+    return h;
+}
+
+/* ---- pins ---- */
+
+struct tfs_block *tfs_ram_find(struct tfs_cache *c, const uint8_t *id)
+{
+    struct tfs_block *b;
+
+    pthread_mutex_lock(&c->ram_lock);
+    b = ram_lookup(c, id, ram_hash(id));
+    if (b != NULL)
+        b->refs++;
+    pthread_mutex_unlock(&c->ram_lock);
+    return b;
+}
+
+/* Insert fresh (allocated by the caller) unless id is there already. */
+static struct tfs_block *ram_insert(struct tfs_cache *c,
+                                    struct tfs_block *fresh, bool *created)
+{
+    struct tfs_block *b;
+
+    pthread_mutex_lock(&c->ram_lock);
+    b = ram_lookup(c, fresh->id, fresh->hash);
+    *created = b == NULL;
+    if (b == NULL) {
+        b = fresh;
+        b->hnext = *ram_slot(c, b->hash);
+        *ram_slot(c, b->hash) = b;
+        b->in_table = true;
+    } else if (b->state == TFS_BLK_READY) {
+        lru_unlink(b);
+        lru_push_front(c, b);
+    }
+    b->refs++;
+    pthread_mutex_unlock(&c->ram_lock);
+    return b;
+}
+
+int tfs_ram_get(struct tfs_cache *c, const uint8_t *id, size_t len,
+                struct tfs_block **out, bool *created)
+{
+    struct tfs_block *fresh;
+    struct tfs_block *b = tfs_ram_find(c, id);
+
+    *created = false;
+    if (b != NULL) {
+        *out = b;
+        return 0;
+    }
+    /* Allocate outside the lock, then insert unless someone beat us. */
+    fresh = tfs_calloc(1, sizeof(*fresh));
+    if (fresh == NULL)
+        return -ENOMEM;
+    memcpy(fresh->id, id, TFS_BLOCK_ID_LEN);
+    fresh->hash = ram_hash(id);
+    fresh->len = len;
+    fresh->state = TFS_BLK_LOADING;
+    fresh->load_start_ns = tfs_now_ns();
+    b = ram_insert(c, fresh, created);
+    if (b != fresh)
+        ram_free_block(fresh);
+    *out = b;
+    return 0;
+}
+
+void tfs_ram_publish(struct tfs_cache *c, struct tfs_block *b, int err,
+                     int src)
+{
+    pthread_mutex_lock(&c->ram_lock);
+    if (b->state == TFS_BLK_LOADING) {
+        if (err < 0) {
+            b->state = TFS_BLK_FAILED;
+            b->err = err;
+            if (b->in_table)
+                ram_unhash(c, b);
+        } else {
+            b->state = TFS_BLK_READY;
+            b->src = src;
+            b->src_left = b->len;
+            if (b->in_table) {
+                lru_push_front(c, b);
+                c->ram_bytes += b->len;
+            }
+        }
+        pthread_cond_broadcast(&c->ram_cond);
+    }
+    pthread_mutex_unlock(&c->ram_lock);
+    if (err == 0)
+        tfs_ram_trim(c);
+}
+
+/* Absolute CLOCK_MONOTONIC time ns from now. */
+static struct timespec ram_abstime(uint64_t ns)
+{
+    struct timespec ts;
+    uint64_t t;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t = (uint64_t)ts.tv_nsec + ns % 1000000000u;
+    ts.tv_sec += (time_t)(ns / 1000000000u + t / 1000000000u);
+    ts.tv_nsec = (long)(t % 1000000000u);
+    return ts;
+}
+
+int tfs_ram_wait(struct tfs_cache *c, struct tfs_block *b,
+                 uint64_t timeout_ns)
+{
+    struct timespec until = ram_abstime(timeout_ns);
+    int rc = 0;
+
+    pthread_mutex_lock(&c->ram_lock);
+    while (b->state == TFS_BLK_LOADING && rc == 0) {
+        if (timeout_ns == 0)
+            pthread_cond_wait(&c->ram_cond, &c->ram_lock);
+        else if (pthread_cond_timedwait(&c->ram_cond, &c->ram_lock,
+                                        &until) == ETIMEDOUT)
+            rc = -ETIMEDOUT;
+    }
+    if (b->state == TFS_BLK_FAILED)
+        rc = b->err;
+    else if (b->state == TFS_BLK_READY)
+        rc = 0;
+    pthread_mutex_unlock(&c->ram_lock);
+    return rc;
+}
+
+void tfs_ram_put(struct tfs_cache *c, struct tfs_block *b)
+{
+    bool free_it;
+    bool trim;
+
+    pthread_mutex_lock(&c->ram_lock);
+    b->refs--;
+    free_it = b->refs == 0 && !b->in_table;
+    trim = b->refs == 0 && c->ram_bytes > c->cfg.mem_cache;
+    pthread_mutex_unlock(&c->ram_lock);
+    if (free_it)
+        ram_free_block(b);
+    else if (trim)
+        tfs_ram_trim(c);
+}
+
+void tfs_ram_trim(struct tfs_cache *c)
+{
+    struct tfs_block *dead = NULL;
+    struct tfs_block *b;
+
+    pthread_mutex_lock(&c->ram_lock);
+    b = c->lru.lru_prev;
+    while (c->ram_bytes > c->cfg.mem_cache && b != &c->lru) {
+        struct tfs_block *prev = b->lru_prev;
+        if (b->refs == 0) {
+            lru_unlink(b);
+            ram_unhash(c, b);
+            c->ram_bytes -= b->len;
+            TFS_COUNT(&c->ctr, evicted_bytes_ram, b->len);
+            if (b->prefetched)
+                TFS_COUNT(&c->ctr, prefetch_bytes_wasted, b->len);
+            b->hnext = dead;
+            dead = b;
+        }
+        b = prev;
+    }
+    pthread_mutex_unlock(&c->ram_lock);
+    while (dead != NULL) {
+        b = dead->hnext;
+        ram_free_block(dead);
+        dead = b;
+    }
+}

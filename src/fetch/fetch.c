@@ -1,0 +1,398 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The fetch engine's backend reader pool: max_inflight worker threads
+ * take block reads from two FIFO queues, demand before prefetch, and
+ * prefetches never occupy more than three quarters of the workers, so a
+ * reader's miss always finds a worker soon (Redis bio.c: one pool per
+ * class of work, FIFO within a class).
+ *
+ * Hedging: a reader that has waited longer than the observed p95 latency
+ * of block reads asks for a second read of the same block
+ * (tfs_fetch_hedge); whichever finishes first publishes the block.  Each
+ * read lands in its own buffer; the winner's becomes the block's data and
+ * the loser frees its own, so a late read never writes into bytes that
+ * readers are already using.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache_int.h"
+#include "tierfs/log.h"
+
+#define FETCH_LAT_RING 512
+
+struct fetch_job {
+    struct fetch_job *next;
+    struct tfs_block *b;                /* pinned by the job */
+    char             *key;              /* owned */
+    char             *version;          /* owned */
+    uint64_t          obj_size;
+    uint64_t          index;
+    uint64_t          off;
+    size_t            len;
+    unsigned char    *dst;              /* where this read lands; owned
+                                           until handed to the block */
+    bool              hedge;
+    bool              fill;             /* warmup writes to disk itself */
+};
+
+struct fetch_queue {
+    struct fetch_job *head;
+    struct fetch_job *tail;
+};
+
+struct tfs_fetch {
+    pthread_t         *threads;
+    unsigned           n_threads;
+    pthread_mutex_t    lock;
+    pthread_cond_t     cond;
+    struct fetch_queue demand;          /* protected by lock */
+    struct fetch_queue prefetch;        /* protected by lock */
+    unsigned           prefetch_active; /* protected by lock */
+    unsigned           prefetch_max;
+    bool               stopping;        /* protected by lock */
+    /* recent block-read latencies, for the hedging threshold */
+    pthread_mutex_t    lat_lock;
+    uint64_t           lat[FETCH_LAT_RING]; /* protected by lat_lock */
+    unsigned           lat_n;           /* protected by lat_lock */
+    atomic_uint_fast64_t p95_ns;
+};
+
+/* ---- latency tracking ---- */
+
+static int fetch_u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a;
+    uint64_t y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static void fetch_note_latency(struct tfs_fetch *f, uint64_t ns)
+{
+    uint64_t sorted[FETCH_LAT_RING];
+    unsigned n;
+
+    pthread_mutex_lock(&f->lat_lock);
+    f->lat[f->lat_n % FETCH_LAT_RING] = ns;
+    n = ++f->lat_n;
+    if (n < 32 || n % 32 != 0) {
+        pthread_mutex_unlock(&f->lat_lock);
+        return;
+    }
+    n = TFS_MIN(n, FETCH_LAT_RING);
+    memcpy(sorted, f->lat, n * sizeof(uint64_t));
+    pthread_mutex_unlock(&f->lat_lock);
+    qsort(sorted, n, sizeof(uint64_t), fetch_u64_cmp);
+    atomic_store(&f->p95_ns, sorted[(n * 95) / 100]);
+}
+
+uint64_t tfs_fetch_hedge_after_ns(struct tfs_cache *c)
+{
+    uint64_t p95;
+
+    if (!c->cfg.hedge || c->fetch == NULL)
+        return 0;
+    p95 = atomic_load(&c->fetch->p95_ns);
+    if (p95 == 0)
+        return 0;                       /* not enough samples yet */
+    return TFS_MAX(p95, c->cfg.hedge_min_ns);
+}
+
+/* ---- jobs ---- */
+
+static void fetch_job_free(struct fetch_job *j)
+{
+    tfs_free(j->dst);
+    tfs_free(j->key);
+    tfs_free(j->version);
+    tfs_free(j);
+}
+
+static struct fetch_job *fetch_job_new(const struct tfs_block_ref *r,
+                                       struct tfs_block *b)
+{
+    struct fetch_job *j = tfs_calloc(1, sizeof(*j));
+
+    if (j == NULL)
+        return NULL;
+    j->key = tfs_strdup(r->key);
+    j->version = tfs_strdup(r->version);
+    j->dst = tfs_malloc(r->len ? r->len : 1);
+    if (j->key == NULL || j->version == NULL || j->dst == NULL) {
+        fetch_job_free(j);
+        return NULL;
+    }
+    j->b = b;
+    j->obj_size = r->obj_size;
+    j->index = r->index;
+    j->off = r->off;
+    j->len = r->len;
+    return j;
+}
+
+static void fetch_enqueue(struct fetch_queue *q, struct fetch_job *j)
+{
+    j->next = NULL;
+    if (q->tail != NULL)
+        q->tail->next = j;
+    else
+        q->head = j;
+    q->tail = j;
+}
+
+static struct fetch_job *fetch_dequeue(struct fetch_queue *q)
+{
+    struct fetch_job *j = q->head;
+
+    if (j != NULL) {
+        q->head = j->next;
+        if (q->head == NULL)
+            q->tail = NULL;
+    }
+    return j;
+}
+
+/*
+ * A read finished with rc.  The first success hands its buffer to the
+ * block and publishes it; a failure publishes only when no other read of
+ * the block is still running.  A buffer has one owner at a time: its read
+ * until it wins, then the block.
+ */
+static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
+{
+    struct tfs_block *b = j->b;
+    bool winner = false;
+    bool failed = false;
+
+    pthread_mutex_lock(&c->ram_lock);
+    b->reads--;
+    if (b->state == TFS_BLK_LOADING && rc == 0) {
+        b->data = j->dst;
+        j->dst = NULL;
+        winner = true;
+    } else if (b->state == TFS_BLK_LOADING && b->reads == 0) {
+        failed = true;
+    }
+    pthread_mutex_unlock(&c->ram_lock);
+    tfs_free(j->dst);
+    j->dst = NULL;
+    if (failed)
+        tfs_ram_publish(c, b, rc, TFS_SRC_NONE);
+    if (!winner)
+        return;
+    if (j->hedge)
+        TFS_COUNT(&c->ctr, hedge_wins, 1);
+    tfs_ram_publish(c, b, 0, TFS_SRC_STORE);
+    if (!j->fill) {
+        struct tfs_block_ref r = {
+            .key = j->key, .version = j->version, .obj_size = j->obj_size,
+            .index = j->index, .off = j->off, .len = j->len};
+        tfs_disk_store(c, &r, b, false);
+    }
+}
+
+static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
+{
+    uint64_t t0 = tfs_now_ns();
+    size_t n = 0;
+    int rc;
+
+    rc = tfs_store_read(c->st, j->key, j->dst, j->len, j->off, j->version,
+                        &n);
+    if (rc == 0 && n != j->len)
+        rc = tfs_err(TFS_ECHANGED, "'%s' is shorter than its listed size",
+                     j->key);
+    TFS_COUNT(&c->ctr, backend_get_count, 1);
+    if (rc == 0) {
+        uint64_t ns = tfs_now_ns() - t0;
+        TFS_COUNT(&c->ctr, backend_get_bytes, n);
+        tfs_hist_add(&c->get_latency, ns);
+        if (j->len >= c->cfg.block_size / 2)
+            fetch_note_latency(c->fetch, ns);
+    } else {
+        TFS_COUNT(&c->ctr, backend_get_errors, 1);
+        tfs_log(TFS_LOG_WARNING, "fetch: block %llu of '%s': %s (%s)",
+                (unsigned long long)j->index, j->key, tfs_strerror(rc),
+                tfs_errdetail());
+    }
+    fetch_complete(c, j, rc);
+}
+
+static struct fetch_job *fetch_next(struct tfs_fetch *f, bool *is_prefetch)
+{
+    for (;;) {
+        struct fetch_job *j = fetch_dequeue(&f->demand);
+
+        *is_prefetch = false;
+        if (j == NULL && f->prefetch_active < f->prefetch_max) {
+            j = fetch_dequeue(&f->prefetch);
+            *is_prefetch = j != NULL;
+        }
+        if (j != NULL || f->stopping)
+            return j;
+        pthread_cond_wait(&f->cond, &f->lock);
+    }
+}
+
+static void *fetch_worker(void *arg)
+{
+    struct tfs_cache *c = arg;
+    struct tfs_fetch *f = c->fetch;
+
+    pthread_mutex_lock(&f->lock);
+    for (;;) {
+        bool is_prefetch;
+        struct fetch_job *j = fetch_next(f, &is_prefetch);
+
+        if (j == NULL)
+            break;
+        f->prefetch_active += is_prefetch;
+        pthread_mutex_unlock(&f->lock);
+        fetch_run(c, j);
+        tfs_ram_put(c, j->b);
+        fetch_job_free(j);
+        pthread_mutex_lock(&f->lock);
+        f->prefetch_active -= is_prefetch;
+        if (is_prefetch)
+            pthread_cond_broadcast(&f->cond);
+    }
+    pthread_mutex_unlock(&f->lock);
+    return NULL;
+}
+
+/* Queue j (its block already pinned for it). */
+static int fetch_queue_job(struct tfs_cache *c, struct fetch_job *j,
+                           bool prio_demand)
+{
+    struct tfs_fetch *f = c->fetch;
+
+    pthread_mutex_lock(&f->lock);
+    if (f->stopping) {
+        pthread_mutex_unlock(&f->lock);
+        return -ESHUTDOWN;
+    }
+    fetch_enqueue(prio_demand ? &f->demand : &f->prefetch, j);
+    pthread_cond_signal(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+    return 0;
+}
+
+int tfs_fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
+                     struct tfs_block *b, bool prio_demand, bool fill)
+{
+    struct fetch_job *j = fetch_job_new(r, b);
+    int rc;
+
+    if (j == NULL)
+        return -ENOMEM;
+    j->fill = fill;
+    pthread_mutex_lock(&c->ram_lock);
+    b->refs++;                          /* the job's pin */
+    b->reads++;
+    pthread_mutex_unlock(&c->ram_lock);
+    rc = fetch_queue_job(c, j, prio_demand);
+    if (rc < 0) {
+        pthread_mutex_lock(&c->ram_lock);
+        b->reads--;
+        pthread_mutex_unlock(&c->ram_lock);
+        tfs_ram_put(c, b);
+        fetch_job_free(j);
+    }
+    return rc;
+}
+
+bool tfs_fetch_hedge(struct tfs_cache *c, const struct tfs_block_ref *r,
+                     struct tfs_block *b)
+{
+    struct fetch_job *j;
+    bool go;
+
+    pthread_mutex_lock(&c->ram_lock);
+    go = b->state == TFS_BLK_LOADING && !b->hedged;
+    if (go)
+        b->hedged = true;
+    pthread_mutex_unlock(&c->ram_lock);
+    if (!go)
+        return false;
+    j = fetch_job_new(r, b);
+    if (j == NULL)
+        return false;
+    j->hedge = true;
+    pthread_mutex_lock(&c->ram_lock);
+    b->refs++;
+    b->reads++;
+    pthread_mutex_unlock(&c->ram_lock);
+    if (fetch_queue_job(c, j, true) < 0) {
+        fetch_complete(c, j, -ESHUTDOWN);
+        tfs_ram_put(c, b);
+        fetch_job_free(j);
+        return false;
+    }
+    TFS_COUNT(&c->ctr, hedged_gets, 1);
+    return true;
+}
+
+/* ---- start and stop ---- */
+
+int tfs_fetch_start(struct tfs_cache *c)
+{
+    struct tfs_fetch *f = tfs_calloc(1, sizeof(*f));
+
+    if (f == NULL)
+        return -ENOMEM;
+    f->n_threads = TFS_MAX(1u, c->cfg.max_inflight);
+    f->prefetch_max = TFS_MAX(1u, f->n_threads - f->n_threads / 4);
+    f->threads = tfs_calloc(f->n_threads, sizeof(*f->threads));
+    if (f->threads == NULL) {
+        tfs_free(f);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->cond, NULL);
+    pthread_mutex_init(&f->lat_lock, NULL);
+    c->fetch = f;
+    for (unsigned i = 0; i < f->n_threads; i++) {
+        if (pthread_create(&f->threads[i], NULL, fetch_worker, c) != 0) {
+            f->n_threads = i;
+            tfs_fetch_stop(c);
+            return -EAGAIN;
+        }
+    }
+    return 0;
+}
+
+/* Fail every queued job: their readers get -ESHUTDOWN. */
+static void fetch_cancel(struct tfs_cache *c, struct fetch_queue *q)
+{
+    struct fetch_job *j;
+
+    while ((j = fetch_dequeue(q)) != NULL) {
+        fetch_complete(c, j, -ESHUTDOWN);
+        tfs_ram_put(c, j->b);
+        fetch_job_free(j);
+    }
+}
+
+void tfs_fetch_stop(struct tfs_cache *c)
+{
+    struct tfs_fetch *f = c->fetch;
+
+    if (f == NULL)
+        return;
+    pthread_mutex_lock(&f->lock);
+    f->stopping = true;
+    pthread_cond_broadcast(&f->cond);
+    pthread_mutex_unlock(&f->lock);
+    for (unsigned i = 0; i < f->n_threads; i++)
+        pthread_join(f->threads[i], NULL);
+    fetch_cancel(c, &f->demand);
+    fetch_cancel(c, &f->prefetch);
+    pthread_mutex_destroy(&f->lat_lock);
+    pthread_cond_destroy(&f->cond);
+    pthread_mutex_destroy(&f->lock);
+    tfs_free(f->threads);
+    tfs_free(f);
+    c->fetch = NULL;
+}

@@ -1,0 +1,652 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cache through its C API, over a posix "remote" behind the fault
+ * store (whose counters tell how many reads reached the remote).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "tierfs/cache.h"
+#include "tierfs/fault.h"
+#include "tierfs/store.h"
+#include "common/util.h"
+
+static char remote[64];
+static char cdir[64];
+
+static void setup_dirs(void)
+{
+    snprintf(remote, sizeof(remote), "/tmp/tfs-cache-remote-XXXXXX");
+    snprintf(cdir, sizeof(cdir), "/tmp/tfs-cache-dir-XXXXXX");
+    CHECK(mkdtemp(remote) != NULL);
+    CHECK(mkdtemp(cdir) != NULL);
+}
+
+static void remove_dirs(void)
+{
+    char cmd[200];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf %s %s", remote, cdir);
+    CHECK(system(cmd) == 0);
+}
+
+static unsigned char *pattern(size_t len, uint64_t seed)
+{
+    unsigned char *p = malloc(len ? len : 1);
+    uint64_t x = seed * 0x9e3779b97f4a7c15u + 1;
+
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = (unsigned char)x;
+    }
+    return p;
+}
+
+static void write_remote(const char *name, const void *data, size_t len)
+{
+    char path[256];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", remote, name);
+    for (char *s = strchr(path + strlen(remote) + 1, '/'); s;
+         s = strchr(s + 1, '/')) {
+        *s = '\0';
+        mkdir(path, 0755);
+        *s = '/';
+    }
+    f = fopen(path, "wb");
+    CHECK(f != NULL);
+    CHECK(fwrite(data, 1, len, f) == len);
+    fclose(f);
+}
+
+static struct tfs_store *open_remote(const char *opts)
+{
+    struct tfs_store *st = NULL;
+    char uri[256];
+
+    snprintf(uri, sizeof(uri), "fault+file://%s", remote);
+    CHECK_OK(tfs_store_open(&st, uri, opts));
+    return st;
+}
+
+/* A cache over st with "name=value" pairs (NULL-terminated). */
+static struct tfs_cache *open_cache(struct tfs_store *st, const char **kv)
+{
+    struct tfs_cache *c = NULL;
+
+    CHECK_OK(tfs_cache_create(&c));
+    for (; kv != NULL && kv[0] != NULL; kv += 2)
+        CHECK_OK(tfs_cache_set(c, kv[0], kv[1]));
+    CHECK_OK(tfs_cache_open(c, st));
+    return c;
+}
+
+static uint64_t remote_reads(struct tfs_store *st)
+{
+    struct tfs_store_stats s;
+
+    tfs_store_get_stats(tfs_store_find(st, "fault"), &s);
+    return s.reads;
+}
+
+/* A counter from the stats JSON. */
+static uint64_t stat_of(struct tfs_cache *c, const char *name)
+{
+    char buf[8192];
+    char pat[80];
+    size_t len;
+    const char *p;
+
+    CHECK_OK(tfs_cache_stats_json(c, buf, sizeof(buf), &len));
+    snprintf(pat, sizeof(pat), "\"%s\": ", name);
+    p = strstr(buf, pat);
+    CHECK(p != NULL);
+    return strtoull(p + strlen(pat), NULL, 10);
+}
+
+static void read_all_check(struct tfs_cache *c, const char *key,
+                           const unsigned char *want, size_t len,
+                           size_t chunk)
+{
+    struct tfs_file *f = NULL;
+    unsigned char *buf = malloc(chunk);
+    size_t n;
+
+    CHECK_OK(tfs_file_open(c, key, &f));
+    CHECK_EQ(tfs_file_size(f), len);
+    for (size_t off = 0; off < len; off += chunk) {
+        CHECK_OK(tfs_file_read(f, buf, chunk, off, &n));
+        CHECK_EQ(n, TFS_MIN(chunk, len - off));
+        CHECK(memcmp(buf, want + off, n) == 0);
+    }
+    CHECK_OK(tfs_file_read(f, buf, chunk, len, &n));
+    CHECK_EQ(n, 0);
+    tfs_file_close(f);
+    free(buf);
+}
+
+TEST(read_through_and_ram_hits)
+{
+    size_t len = (5u << 20) + 333;
+    unsigned char *data = pattern(len, 1);
+    const char *kv[] = {"block_size", "1M", "mem_cache", "64M", NULL};
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    uint64_t reads;
+
+    setup_dirs();
+    write_remote("d/obj.bin", data, len);
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    read_all_check(c, "d/obj.bin", data, len, 100000);
+    reads = remote_reads(st);
+    CHECK_EQ(reads, 6);                 /* 6 blocks, each read once */
+    read_all_check(c, "d/obj.bin", data, len, 1u << 20);
+    CHECK_EQ(remote_reads(st), reads);  /* all RAM hits */
+    CHECK_EQ(stat_of(c, "miss_bytes"), len);
+    CHECK_EQ(stat_of(c, "hit_bytes_ram"), len);
+    CHECK_EQ(stat_of(c, "read_bytes"), 2 * len);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
+TEST(disk_tier_survives_reopen)
+{
+    size_t len = 3u << 20;
+    unsigned char *data = pattern(len, 2);
+    const char *kv[] = {"block_size", "1M", "mem_cache", "0", "cache_dir",
+                        NULL, "immutable", "1", NULL};
+    struct tfs_store *st;
+    struct tfs_cache *c;
+
+    setup_dirs();
+    kv[5] = cdir;
+    write_remote("obj", data, len);
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    read_all_check(c, "obj", data, len, 65536);
+    tfs_cache_close(c);                 /* drains the disk writer */
+    tfs_store_close(st);
+    /* The remote is unreachable now: only the disk tier can answer. */
+    st = open_remote("partition=0+600000&partition_mode=refuse");
+    c = open_cache(st, kv);
+    read_all_check(c, "obj", data, len, 1u << 20);
+    CHECK_EQ(remote_reads(st), 0);
+    CHECK_EQ(stat_of(c, "hit_bytes_disk"), len);
+    CHECK_EQ(stat_of(c, "miss_bytes"), 0);
+    CHECK_EQ(stat_of(c, "backend_get_count"), 0);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
+/* Flip one byte in the data part of every block file under dir. */
+static int flip_blocks(const char *dir)
+{
+    char cmd[300];
+    FILE *p;
+    char path[512];
+    int n = 0;
+
+    snprintf(cmd, sizeof(cmd), "find %s/blocks -type f -size +1", dir);
+    p = popen(cmd, "r");
+    CHECK(p != NULL);
+    while (fgets(path, sizeof(path), p) != NULL) {
+        struct stat sb;
+        unsigned char b;
+        int fd;
+
+        path[strcspn(path, "\n")] = '\0';
+        fd = open(path, O_RDWR);
+        CHECK(fd >= 0);
+        CHECK(fstat(fd, &sb) == 0);
+        CHECK(pread(fd, &b, 1, sb.st_size - 100) == 1);
+        b ^= 0x40;
+        CHECK(pwrite(fd, &b, 1, sb.st_size - 100) == 1);
+        close(fd);
+        n++;
+    }
+    pclose(p);
+    return n;
+}
+
+TEST(corrupt_blocks_are_refetched)
+{
+    size_t len = 2u << 20;
+    unsigned char *data = pattern(len, 3);
+    const char *kv[] = {"block_size", "1M", "mem_cache", "0", "cache_dir",
+                        NULL, NULL};
+    struct tfs_store *st;
+    struct tfs_cache *c;
+
+    setup_dirs();
+    kv[5] = cdir;
+    write_remote("obj", data, len);
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    read_all_check(c, "obj", data, len, 1u << 20);
+    tfs_cache_close(c);
+    CHECK_EQ(flip_blocks(cdir), 2);
+    c = open_cache(st, kv);
+    read_all_check(c, "obj", data, len, 1u << 20);
+    CHECK_EQ(stat_of(c, "corrupt_blocks"), 2);
+    CHECK_EQ(stat_of(c, "hit_bytes_disk"), 0);
+    tfs_cache_close(c);
+    /* Refetched blocks were written back whole: now they verify. */
+    c = open_cache(st, kv);
+    read_all_check(c, "obj", data, len, 1u << 20);
+    CHECK_EQ(stat_of(c, "corrupt_blocks"), 0);
+    CHECK_EQ(stat_of(c, "hit_bytes_disk"), len);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
+TEST(changed_object_never_mixes)
+{
+    size_t len = 3u << 20;
+    unsigned char *a = malloc(len);
+    unsigned char *b = malloc(len);
+    const char *kv[] = {"block_size", "1M", "mem_cache", "64M",
+                        "meta_ttl", "0", NULL};
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    struct tfs_file *f = NULL;
+    unsigned char buf[1u << 20];
+    size_t n;
+
+    memset(a, 'A', len);
+    memset(b, 'B', len);
+    setup_dirs();
+    write_remote("obj", a, len);
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    CHECK_OK(tfs_file_open(c, "obj", &f));
+    CHECK_OK(tfs_file_read(f, buf, sizeof(buf), 0, &n));   /* block 0 */
+    usleep(20000);
+    write_remote("obj", b, len);        /* replaced behind our back */
+    /* Block 0 is cached (old version); block 1 is not: it must fail. */
+    CHECK_OK(tfs_file_read(f, buf, sizeof(buf), 0, &n));
+    CHECK(buf[0] == 'A' && buf[n - 1] == 'A');
+    CHECK_RC(tfs_file_read(f, buf, sizeof(buf), 1u << 20, &n), TFS_ECHANGED);
+    tfs_file_close(f);
+    /* A new open sees the new version, all of it. */
+    read_all_check(c, "obj", b, len, 1u << 20);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(a);
+    free(b);
+    remove_dirs();
+}
+
+struct sf_arg {
+    struct tfs_cache *c;
+    int rc;
+    unsigned char first;
+};
+
+static void *sf_reader(void *arg)
+{
+    struct sf_arg *a = arg;
+    struct tfs_file *f = NULL;
+    unsigned char buf[4096];
+    size_t n;
+
+    a->rc = tfs_file_open(a->c, "cold", &f);
+    if (a->rc == 0)
+        a->rc = tfs_file_read(f, buf, sizeof(buf), 12345, &n);
+    a->first = buf[0];
+    tfs_file_close(f);
+    return NULL;
+}
+
+TEST(single_flight)
+{
+    size_t len = 4u << 20;
+    unsigned char *data = pattern(len, 4);
+    const char *kv[] = {"block_size", "4M", "hedge", "0", NULL};
+    struct sf_arg args[32];
+    pthread_t th[32];
+    struct tfs_store *st;
+    struct tfs_cache *c;
+
+    setup_dirs();
+    write_remote("cold", data, len);
+    st = open_remote("latency_ms=50");
+    c = open_cache(st, kv);
+    for (int i = 0; i < 32; i++) {
+        args[i].c = c;
+        CHECK(pthread_create(&th[i], NULL, sf_reader, &args[i]) == 0);
+    }
+    for (int i = 0; i < 32; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_OK(args[i].rc);
+        CHECK_EQ(args[i].first, data[12345]);
+    }
+    CHECK_EQ(remote_reads(st), 1);
+    CHECK_EQ(stat_of(c, "backend_get_count"), 1);
+    CHECK(stat_of(c, "stall_ns") > 0);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
+static uint64_t du_bytes(const char *dir)
+{
+    char cmd[300];
+    unsigned long long kb = 0;
+    FILE *p;
+
+    snprintf(cmd, sizeof(cmd), "find %s/blocks -type f -printf '%%s\\n' | "
+             "awk '{s += $1} END {print s + 0}'", dir);
+    p = popen(cmd, "r");
+    CHECK(p != NULL);
+    CHECK(fscanf(p, "%llu", &kb) == 1);
+    pclose(p);
+    return kb;
+}
+
+TEST(capacity_bound)
+{
+    const char *kv[] = {"block_size", "256K", "mem_cache", "0", "cache_dir",
+                        NULL, "cache_size", "4M", "eviction", "lru", NULL};
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    unsigned char *data = pattern(1u << 20, 5);
+    char name[32];
+
+    setup_dirs();
+    kv[5] = cdir;
+    for (int i = 0; i < 16; i++) {
+        snprintf(name, sizeof(name), "f%02d", i);
+        write_remote(name, data, 1u << 20);
+    }
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    for (int i = 0; i < 16; i++) {
+        snprintf(name, sizeof(name), "f%02d", i);
+        read_all_check(c, name, data, 1u << 20, 1u << 20);
+    }
+    tfs_cache_close(c);
+    /* Block files plus their headers stay under the 4 MiB bound. */
+    CHECK(du_bytes(cdir) <= (4u << 20));
+    CHECK(du_bytes(cdir) >= (3u << 20));
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
+/* Shuffled full epochs over 2x the cache; the hit fraction of epoch e. */
+static void epochs(const char *policy, double *hit, int n_epochs)
+{
+    const char *kv[] = {"block_size", "64K", "mem_cache", "0", "cache_dir",
+                        NULL, "cache_size", "8M", "eviction", policy,
+                        "hedge", "0", NULL};
+    enum { FILES = 256, FSIZE = 60000 };
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    unsigned char *data = pattern(FSIZE, 6);
+    unsigned char buf[FSIZE];
+    int order[FILES];
+    char name[32];
+
+    setup_dirs();
+    kv[5] = cdir;
+    for (int i = 0; i < FILES; i++) {
+        snprintf(name, sizeof(name), "e/%03d", i);
+        write_remote(name, data, FSIZE);
+        order[i] = i;
+    }
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    srand(7);
+    for (int e = 0; e < n_epochs; e++) {
+        uint64_t miss0 = stat_of(c, "miss_bytes");
+        for (int i = FILES - 1; i > 0; i--) {
+            int j = rand() % (i + 1);
+            int t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        for (int i = 0; i < FILES; i++) {
+            struct tfs_file *f = NULL;
+            size_t n;
+            snprintf(name, sizeof(name), "e/%03d", order[i]);
+            CHECK_OK(tfs_file_open(c, name, &f));
+            CHECK_OK(tfs_file_read(f, buf, FSIZE, 0, &n));
+            CHECK(n == FSIZE && memcmp(buf, data, FSIZE) == 0);
+            tfs_file_close(f);
+        }
+        usleep(200000);                 /* let the disk writer finish */
+        hit[e] = 1.0 - (double)(stat_of(c, "miss_bytes") - miss0) /
+                           ((double)FILES * FSIZE);
+    }
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
+TEST(scan_resistance)
+{
+    double tiny[5];
+    double lru[5];
+
+    epochs("tinylfu", tiny, 5);
+    epochs("lru", lru, 5);
+    printf("# hit rate per epoch (dataset = 2x cache): tinylfu %.2f %.2f "
+           "%.2f %.2f %.2f, lru %.2f %.2f %.2f %.2f %.2f\n", tiny[0],
+           tiny[1], tiny[2], tiny[3], tiny[4], lru[0], lru[1], lru[2],
+           lru[3], lru[4]);
+    for (int e = 1; e < 5; e++)
+        CHECK(tiny[e] >= 0.45);
+    CHECK(tiny[4] > lru[4] + 0.1);
+}
+
+TEST(immutable_snapshot)
+{
+    const char *kv[] = {"immutable", "1", "cache_dir", NULL, NULL};
+    struct tfs_store_stats s;
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    struct tfs_dir *d = NULL;
+    struct tfs_stat sb;
+    bool is_dir;
+
+    setup_dirs();
+    kv[3] = cdir;
+    write_remote("ds/a/1.jpg", "one", 3);
+    write_remote("ds/a/2.jpg", "two!", 4);
+    write_remote("ds/b.txt", "bee", 3);
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    CHECK_OK(tfs_cache_opendir(c, "ds/", &d));
+    CHECK_EQ(tfs_dir_count(d), 2);
+    CHECK_STR(tfs_dir_entry(d, 0)->name, "a");
+    CHECK(tfs_dir_entry(d, 0)->is_dir);
+    CHECK_STR(tfs_dir_entry(d, 1)->name, "b.txt");
+    tfs_dir_put(d);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    /* Reopen: everything from the snapshot, no listing or stat. */
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    CHECK_OK(tfs_cache_lookup(c, "ds/a", &is_dir, &sb));
+    CHECK(is_dir);
+    CHECK_OK(tfs_cache_lookup(c, "ds/a/2.jpg", &is_dir, &sb));
+    CHECK(!is_dir);
+    CHECK_EQ(sb.size, 4);
+    CHECK_RC(tfs_cache_lookup(c, "ds/nope", &is_dir, &sb), -ENOENT);
+    CHECK_OK(tfs_cache_opendir(c, "ds/a/", &d));
+    CHECK_EQ(tfs_dir_count(d), 2);
+    tfs_dir_put(d);
+    tfs_store_get_stats(tfs_store_find(st, "fault"), &s);
+    CHECK_EQ(s.lists, 0);
+    CHECK_EQ(s.stats, 0);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    remove_dirs();
+}
+
+TEST(meta_ttl_and_negative_entries)
+{
+    const char *kv[] = {"meta_ttl", "0.3", NULL};
+    struct tfs_store_stats s1;
+    struct tfs_store_stats s2;
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    struct tfs_stat sb;
+
+    setup_dirs();
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    CHECK_RC(tfs_cache_stat(c, "late", &sb), -ENOENT);
+    tfs_store_get_stats(tfs_store_find(st, "fault"), &s1);
+    write_remote("late", "here", 4);
+    CHECK_RC(tfs_cache_stat(c, "late", &sb), -ENOENT);  /* negative hit */
+    tfs_store_get_stats(tfs_store_find(st, "fault"), &s2);
+    CHECK_EQ(s2.stats, s1.stats);
+    usleep(400000);
+    CHECK_OK(tfs_cache_stat(c, "late", &sb));
+    CHECK_EQ(sb.size, 4);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    remove_dirs();
+}
+
+TEST(prefetch_hint)
+{
+    const char *kv[] = {"block_size", "64K", "hedge", "0", NULL};
+    const char *keys[8];
+    char names[8][16];
+    unsigned char *data = pattern(50000, 8);
+    struct tfs_store *st;
+    struct tfs_cache *c;
+
+    setup_dirs();
+    for (int i = 0; i < 8; i++) {
+        snprintf(names[i], sizeof(names[i]), "p%d", i);
+        write_remote(names[i], data, 50000);
+        keys[i] = names[i];
+    }
+    st = open_remote("latency_ms=20");
+    c = open_cache(st, kv);
+    CHECK_OK(tfs_cache_prefetch(c, keys, 8));
+    usleep(300000);
+    CHECK_EQ(remote_reads(st), 8);
+    for (int i = 0; i < 8; i++)
+        read_all_check(c, keys[i], data, 50000, 50000);
+    CHECK_EQ(remote_reads(st), 8);
+    CHECK_EQ(stat_of(c, "prefetch_bytes_issued"), 8 * 50000);
+    CHECK_EQ(stat_of(c, "prefetch_bytes_used"), 8 * 50000);
+    CHECK(stat_of(c, "stall_ns") < 20000000u);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
+TEST(sequential_readahead)
+{
+    size_t len = 8u << 20;
+    unsigned char *data = pattern(len, 9);
+    const char *kv[] = {"block_size", "256K", "max_readahead", "2M", NULL};
+    struct tfs_store *st;
+    struct tfs_cache *c;
+
+    setup_dirs();
+    write_remote("seq", data, len);
+    st = open_remote("latency_ms=5");
+    c = open_cache(st, kv);
+    read_all_check(c, "seq", data, len, 128u << 10);
+    CHECK(stat_of(c, "prefetch_bytes_issued") >= len / 2);
+    CHECK(stat_of(c, "prefetch_bytes_used") >= len / 2);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
+struct hedge_arg {
+    struct tfs_cache *c;
+    const unsigned char *data;
+    int first;
+    int bad;
+};
+
+static void *hedge_reader(void *arg)
+{
+    struct hedge_arg *a = arg;
+    unsigned char buf[65536];
+    char name[16];
+
+    for (int i = a->first; i < a->first + 40; i++) {
+        struct tfs_file *f = NULL;
+        size_t n;
+        snprintf(name, sizeof(name), "h%03d", i);
+        if (tfs_file_open(a->c, name, &f) < 0 ||
+            tfs_file_read(f, buf, sizeof(buf), 0, &n) < 0 || n != 65536 ||
+            memcmp(buf, a->data, n) != 0)
+            a->bad++;
+        tfs_file_close(f);
+    }
+    return NULL;
+}
+
+TEST(hedged_reads)
+{
+    const char *kv[] = {"block_size", "64K", "hedge_min_ms", "1", NULL};
+    unsigned char *data = pattern(65536, 10);
+    struct hedge_arg args[4];
+    pthread_t th[4];
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    char name[16];
+
+    setup_dirs();
+    for (int i = 0; i < 160; i++) {
+        snprintf(name, sizeof(name), "h%03d", i);
+        write_remote(name, data, 65536);
+    }
+    st = open_remote("latency_ms=1&jitter_ms=60");
+    c = open_cache(st, kv);
+    for (int t = 0; t < 4; t++) {
+        args[t] = (struct hedge_arg){c, data, t * 40, 0};
+        CHECK(pthread_create(&th[t], NULL, hedge_reader, &args[t]) == 0);
+    }
+    for (int t = 0; t < 4; t++) {
+        pthread_join(th[t], NULL);
+        CHECK_EQ(args[t].bad, 0);
+    }
+    printf("# hedged %llu, won %llu\n",
+           (unsigned long long)stat_of(c, "hedged_gets"),
+           (unsigned long long)stat_of(c, "hedge_wins"));
+    CHECK(stat_of(c, "hedged_gets") > 0);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
+TESTS(T(read_through_and_ram_hits), T(disk_tier_survives_reopen),
+      T(corrupt_blocks_are_refetched), T(changed_object_never_mixes),
+      T(single_flight), T(capacity_bound), T(scan_resistance),
+      T(immutable_snapshot), T(meta_ttl_and_negative_entries),
+      T(prefetch_hint), T(sequential_readahead), T(hedged_reads));
+TEST_MAIN()
