@@ -50,3 +50,7 @@ add_test(NAME cli.posix COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/cli.sh
 set_tests_properties(cli.posix PROPERTIES LABELS cli TIMEOUT 300)
 tfs_s3_test(cli.s3 ${PROJECT_SOURCE_DIR}/tests/integ/cli.sh
   $<TARGET_FILE:tierfs> s3://tierfs-test/cli)
+
+# The cache tests again, with the S3 server as the remote.
+tfs_s3_test(unit.cache-s3 env TFS_TEST_REMOTE=s3://tierfs-test/cache
+  $<TARGET_FILE:test_cache>)

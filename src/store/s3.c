@@ -554,6 +554,7 @@ static void s3_close(struct tfs_store *st)
     tfs_free(p->base_url);
     tfs_free(p->base_path);
     tfs_free(p->host);
+    tfs_free(p->ident);
     tfs_free(p->region);
     tfs_free(p->ca_file);
     tfs_free(p->access_key);
@@ -587,6 +588,21 @@ static int s3_open_conf(struct tfs_store *st, struct s3_priv *p,
     return rc;
 }
 
+static int s3_make_ident(struct s3_priv *p)
+{
+    struct tfs_buf b;
+
+    tfs_buf_init(&b, 0);
+    if (tfs_buf_printf(&b, "s3://%s%s/%s/%s", p->base_url,
+                       p->base_path ? p->base_path : "",
+                       p->bucket, p->root) < 0) {
+        tfs_buf_cleanup(&b);
+        return -ENOMEM;
+    }
+    p->ident = tfs_buf_steal(&b);
+    return p->ident ? 0 : -ENOMEM;
+}
+
 static int s3_open(struct tfs_store *st, const char *location)
 {
     struct s3_priv *p = tfs_store_priv(st);
@@ -600,9 +616,20 @@ static int s3_open(struct tfs_store *st, const char *location)
         rc = s3_open_conf(st, p, &max_conns);
     if (rc == 0)
         rc = tfs_s3_pool_init(p, (unsigned)max_conns);
+    if (rc == 0)
+        rc = s3_make_ident(p);
     if (rc < 0)
         s3_close(st);                   /* the core will not call close */
     return rc;
+}
+
+/* The identity: the endpoint too, since bucket names repeat across
+ * servers. */
+static const char *s3_identity(struct tfs_store *st)
+{
+    struct s3_priv *p = tfs_store_priv(st);
+
+    return p->ident;
 }
 
 /* ---- helpers ---- */
@@ -1159,4 +1186,5 @@ const struct tfs_store_ops tfs_s3_ops = {
     .remove    = s3_remove,
     .copy      = s3_copy,
     .rename    = NULL,                  /* the core copies, then removes */
+    .identity  = s3_identity,
 };

@@ -167,6 +167,7 @@ struct s3_priv {
     char    *base_url;                  /* "http://host:port", owned */
     char    *base_path;                 /* "" or "/path" of the endpoint */
     char    *host;                      /* Host header value, owned */
+    char    *ident;                     /* "s3://base_url/bucket/root" */
     char    *region;                    /* owned */
     char    *ca_file;                   /* AWS_CA_BUNDLE or NULL, owned */
     char    *access_key;                /* NULL when anonymous, owned */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The cache through its C API, over a posix "remote" behind the fault
- * store (whose counters tell how many reads reached the remote).
+ * The cache through its C API, over a "remote" behind the fault store
+ * (whose counters tell how many reads reached the remote).  The remote is
+ * a temporary directory, or, with TFS_TEST_REMOTE=s3://bucket/prefix, a
+ * fresh prefix on the S3 server for each test.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -19,21 +21,44 @@
 #include "tierfs/store.h"
 #include "common/util.h"
 
-static char remote[64];
+static char remote[64];                 /* local remote dir, or "" */
+static char base_uri[256];              /* the remote's URI */
 static char cdir[64];
+static struct tfs_store *raw;           /* the remote, unwrapped */
 
 static void setup_dirs(void)
 {
-    snprintf(remote, sizeof(remote), "/tmp/tfs-cache-remote-XXXXXX");
+    static int n;
+    const char *s3 = getenv("TFS_TEST_REMOTE");
+
     snprintf(cdir, sizeof(cdir), "/tmp/tfs-cache-dir-XXXXXX");
-    CHECK(mkdtemp(remote) != NULL);
     CHECK(mkdtemp(cdir) != NULL);
+    remote[0] = '\0';
+    if (s3 != NULL && s3[0] != '\0') {
+        snprintf(base_uri, sizeof(base_uri), "%s/t%d-%d-%d", s3,
+                 (int)getpid(), (int)(tfs_rand_u64() % 100000), n++);
+    } else {
+        snprintf(remote, sizeof(remote), "/tmp/tfs-cache-remote-XXXXXX");
+        CHECK(mkdtemp(remote) != NULL);
+        snprintf(base_uri, sizeof(base_uri), "file://%s", remote);
+    }
+    CHECK_OK(tfs_store_open(&raw, base_uri, NULL));
+}
+
+static int remove_page(void *arg, const struct tfs_list_page *pg)
+{
+    for (size_t i = 0; i < pg->n_entries; i++)
+        tfs_store_remove(arg, pg->entries[i].key);
+    return 0;
 }
 
 static void remove_dirs(void)
 {
     char cmd[200];
 
+    CHECK_OK(tfs_store_list_all(raw, "", NULL, remove_page, raw));
+    tfs_store_close(raw);
+    raw = NULL;
     snprintf(cmd, sizeof(cmd), "rm -rf %s %s", remote, cdir);
     CHECK(system(cmd) == 0);
 }
@@ -54,28 +79,15 @@ static unsigned char *pattern(size_t len, uint64_t seed)
 
 static void write_remote(const char *name, const void *data, size_t len)
 {
-    char path[256];
-    FILE *f;
-
-    snprintf(path, sizeof(path), "%s/%s", remote, name);
-    for (char *s = strchr(path + strlen(remote) + 1, '/'); s;
-         s = strchr(s + 1, '/')) {
-        *s = '\0';
-        mkdir(path, 0755);
-        *s = '/';
-    }
-    f = fopen(path, "wb");
-    CHECK(f != NULL);
-    CHECK(fwrite(data, 1, len, f) == len);
-    fclose(f);
+    CHECK_OK(tfs_store_put(raw, name, data, len, NULL));
 }
 
 static struct tfs_store *open_remote(const char *opts)
 {
     struct tfs_store *st = NULL;
-    char uri[256];
+    char uri[300];
 
-    snprintf(uri, sizeof(uri), "fault+file://%s", remote);
+    snprintf(uri, sizeof(uri), "fault+%s", base_uri);
     CHECK_OK(tfs_store_open(&st, uri, opts));
     return st;
 }
@@ -596,7 +608,7 @@ static void *hedge_reader(void *arg)
     unsigned char buf[65536];
     char name[16];
 
-    for (int i = a->first; i < a->first + 40; i++) {
+    for (int i = a->first; i < a->first + 80; i++) {
         struct tfs_file *f = NULL;
         size_t n;
         snprintf(name, sizeof(name), "h%03d", i);
@@ -620,14 +632,14 @@ TEST(hedged_reads)
     char name[16];
 
     setup_dirs();
-    for (int i = 0; i < 160; i++) {
+    for (int i = 0; i < 320; i++) {
         snprintf(name, sizeof(name), "h%03d", i);
         write_remote(name, data, 65536);
     }
     st = open_remote("latency_ms=1&jitter_ms=60");
     c = open_cache(st, kv);
     for (int t = 0; t < 4; t++) {
-        args[t] = (struct hedge_arg){c, data, t * 40, 0};
+        args[t] = (struct hedge_arg){c, data, t * 80, 0};
         CHECK(pthread_create(&th[t], NULL, hedge_reader, &args[t]) == 0);
     }
     for (int t = 0; t < 4; t++) {
