@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -656,9 +657,84 @@ TEST(hedged_reads)
     remove_dirs();
 }
 
+/* One process of the sharing test: random whole-file reads, verified. */
+static int mp_child(int seed, const unsigned char *data, size_t fsize,
+                    int files)
+{
+    const char *kv[] = {"block_size", "128K", "mem_cache", "1M",
+                        "cache_dir", cdir, "cache_size", "8M", NULL};
+    unsigned char *buf = malloc(fsize);
+    struct tfs_store *st = NULL;
+    struct tfs_cache *c = NULL;
+    char name[32];
+    char uri[300];
+    int bad = 0;
+
+    snprintf(uri, sizeof(uri), "fault+%s", base_uri);
+    if (tfs_store_open(&st, uri, NULL) < 0 || tfs_cache_create(&c) < 0)
+        return 100;
+    for (const char **p = kv; *p != NULL; p += 2)
+        if (tfs_cache_set(c, p[0], p[1]) < 0)
+            return 101;
+    if (tfs_cache_open(c, st) < 0)
+        return 102;
+    srand((unsigned)seed);
+    for (int i = 0; i < 3 * files; i++) {
+        struct tfs_file *f = NULL;
+        size_t n = 0;
+        snprintf(name, sizeof(name), "mp/%03d", rand() % files);
+        if (tfs_file_open(c, name, &f) < 0 ||
+            tfs_file_read(f, buf, fsize, 0, &n) < 0 || n != fsize ||
+            memcmp(buf, data, fsize) != 0)
+            bad++;
+        tfs_file_close(f);
+    }
+    bad += (int)stat_of(c, "corrupt_blocks");
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(buf);
+    return bad > 99 ? 99 : bad;
+}
+
+TEST(multi_process_sharing)
+{
+    enum { FILES = 48, FSIZE = 700000, PROCS = 4 };
+    unsigned char *data = pattern(FSIZE, 11);
+    char name[32];
+    pid_t pids[PROCS];
+
+    setup_dirs();
+    for (int i = 0; i < FILES; i++) {
+        snprintf(name, sizeof(name), "mp/%03d", i);
+        write_remote(name, data, FSIZE);
+    }
+    for (int p = 0; p < PROCS; p++) {
+        pids[p] = fork();
+        CHECK(pids[p] >= 0);
+        if (pids[p] == 0)
+            _exit(mp_child(p + 1, data, FSIZE, FILES));
+    }
+    for (int p = 0; p < PROCS; p++) {
+        int status = 0;
+        CHECK(waitpid(pids[p], &status, 0) == pids[p]);
+        CHECK(WIFEXITED(status));
+        CHECK_EQ(WEXITSTATUS(status), 0);
+    }
+    /* The bound held for all of them together (5% slack). */
+    printf("# %d processes, cache_size 8 MiB: %llu bytes of blocks\n",
+           PROCS, (unsigned long long)du_bytes(cdir));
+    CHECK(du_bytes(cdir) <= (8u << 20) * 105 / 100);
+    CHECK(du_bytes(cdir) >= (6u << 20));
+    /* And every block left behind verifies. */
+    CHECK_EQ(mp_child(99, data, FSIZE, FILES), 0);
+    free(data);
+    remove_dirs();
+}
+
 TESTS(T(read_through_and_ram_hits), T(disk_tier_survives_reopen),
       T(corrupt_blocks_are_refetched), T(changed_object_never_mixes),
       T(single_flight), T(capacity_bound), T(scan_resistance),
       T(immutable_snapshot), T(meta_ttl_and_negative_entries),
-      T(prefetch_hint), T(sequential_readahead), T(hedged_reads));
+      T(prefetch_hint), T(sequential_readahead), T(hedged_reads),
+      T(multi_process_sharing));
 TEST_MAIN()
