@@ -135,14 +135,18 @@ int tfs_cache_set(struct tfs_cache *c, const char *name, const char *value)
 
     if (c->opened)
         return -EBUSY;
-    if (strcmp(name, "block_size") == 0)
+    if (strcmp(name, "block_size") == 0) {
+        c->cfg.set_block_size = true;
         return cache_set_size(name, value, 64u << 10, 64u << 20,
                               &c->cfg.block_size);
+    }
     if (strcmp(name, "mem_cache") == 0)
         return cache_set_size(name, value, 0, UINT64_MAX, &c->cfg.mem_cache);
-    if (strcmp(name, "cache_size") == 0)
+    if (strcmp(name, "cache_size") == 0) {
+        c->cfg.set_cache_size = true;
         return cache_set_size(name, value, 1u << 20, UINT64_MAX,
                               &c->cfg.cache_size);
+    }
     if (strcmp(name, "max_readahead") == 0)
         return cache_set_size(name, value, 0, 4ull << 30,
                               &c->cfg.max_readahead);

@@ -143,6 +143,8 @@ struct tfs_cache_cfg {
     bool     immutable;
     bool     hedge;
     uint64_t hedge_min_ns;
+    bool     set_block_size;            /* given by the user, not adopted */
+    bool     set_cache_size;
 };
 
 struct tfs_cache {

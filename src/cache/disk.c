@@ -544,6 +544,55 @@ static int disk_open_index(struct tfs_cache *c, struct tfs_disk *d)
     return rc;
 }
 
+/*
+ * CACHE_DIR/settings remembers the block and cache sizes of the first
+ * user, so that a later process (warmup, a DataLoader worker) shares the
+ * blocks without repeating every flag: a size it did not set is adopted;
+ * a block size it set differently is refused, since its blocks would
+ * never match.  Sizes given explicitly are written back.
+ */
+static int disk_settings(struct tfs_cache *c)
+{
+    char path[4200];
+    char tmp[4300];
+    char line[128];
+    unsigned long long bs = 0;
+    unsigned long long cs = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/settings", c->cfg.cache_dir);
+    f = fopen(path, "r");
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "block_size=%llu", &bs) != 1)
+            sscanf(line, "cache_size=%llu", &cs);
+    }
+    if (f != NULL)
+        fclose(f);
+    if (bs != 0 && !c->cfg.set_block_size)
+        c->cfg.block_size = bs;
+    else if (bs != 0 && bs != c->cfg.block_size)
+        return tfs_err(TFS_EOPTION, "cache dir %s holds blocks of %llu "
+                       "bytes, not %llu: use its block size or another "
+                       "cache dir", c->cfg.cache_dir, bs,
+                       (unsigned long long)c->cfg.block_size);
+    if (cs != 0 && !c->cfg.set_cache_size)
+        c->cfg.cache_size = cs;
+    if (bs == c->cfg.block_size && cs == c->cfg.cache_size)
+        return 0;
+    snprintf(tmp, sizeof(tmp), "%s.tmp-%d", path, (int)getpid());
+    f = fopen(tmp, "w");
+    if (f == NULL)
+        return tfs_err(-errno, "cannot write %s", tmp);
+    fprintf(f, "block_size=%llu\ncache_size=%llu\n",
+            (unsigned long long)c->cfg.block_size,
+            (unsigned long long)c->cfg.cache_size);
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return tfs_err(-EIO, "cannot write %s", path);
+    }
+    return 0;
+}
+
 int tfs_disk_open(struct tfs_cache *c)
 {
     struct tfs_disk *d;
@@ -553,6 +602,8 @@ int tfs_disk_open(struct tfs_cache *c)
     if (c->cfg.cache_dir == NULL)
         return 0;
     rc = disk_mkdir(c->cfg.cache_dir);
+    if (rc == 0)
+        rc = disk_settings(c);
     snprintf(path, sizeof(path), "%s/blocks", c->cfg.cache_dir);
     if (rc == 0)
         rc = disk_mkdir(path);

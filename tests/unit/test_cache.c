@@ -657,6 +657,33 @@ TEST(hedged_reads)
     remove_dirs();
 }
 
+TEST(cache_dir_settings_adopted)
+{
+    const char *first[] = {"block_size", "256K", "cache_size", "5M",
+                           "cache_dir", NULL, NULL};
+    const char *later[] = {"cache_dir", NULL, NULL};
+    struct tfs_cache *c = NULL;
+    struct tfs_store *st;
+
+    setup_dirs();
+    first[5] = cdir;
+    later[1] = cdir;
+    st = open_remote(NULL);
+    c = open_cache(st, first);
+    tfs_cache_close(c);
+    c = open_cache(st, later);
+    CHECK_EQ(stat_of(c, "cache_capacity_disk"), 5u << 20);
+    tfs_cache_close(c);
+    CHECK_OK(tfs_cache_create(&c));
+    CHECK_OK(tfs_cache_set(c, "cache_dir", cdir));
+    CHECK_OK(tfs_cache_set(c, "block_size", "1M"));
+    CHECK_RC(tfs_cache_open(c, st), TFS_EOPTION);
+    CHECK(strstr(tfs_errdetail(), "262144") != NULL);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    remove_dirs();
+}
+
 /* One process of the sharing test: random whole-file reads, verified. */
 static int mp_child(int seed, const unsigned char *data, size_t fsize,
                     int files)
@@ -736,5 +763,5 @@ TESTS(T(read_through_and_ram_hits), T(disk_tier_survives_reopen),
       T(single_flight), T(capacity_bound), T(scan_resistance),
       T(immutable_snapshot), T(meta_ttl_and_negative_entries),
       T(prefetch_hint), T(sequential_readahead), T(hedged_reads),
-      T(multi_process_sharing));
+      T(multi_process_sharing), T(cache_dir_settings_adopted));
 TEST_MAIN()
