@@ -83,5 +83,6 @@ int cmd_get(int argc, char **argv);
 int cmd_put(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_warmup(int argc, char **argv);
 
 #endif /* TFS_CLI_H */

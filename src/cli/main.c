@@ -33,6 +33,7 @@ static const struct cli_cmd cli_cmds[] = {
     {"get", cmd_get, "download an object to a local file"},
     {"put", cmd_put, "upload a local file (multipart, parallel parts)"},
     {"rm", cmd_rm, "remove objects, or everything under a prefix"},
+    {"warmup", cmd_warmup, "fill the cache ahead of a job, with progress"},
     {"version", cmd_version, "print version information"},
 };
 
