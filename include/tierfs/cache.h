@@ -47,6 +47,8 @@ TFS_API int tfs_cache_create(struct tfs_cache **out);
  *                  except for blocks being read)
  *   cache_dir      directory of the disk tier (default: none)
  *   cache_size     bytes of the disk tier (default 10G)
+ *   max_blocks     blocks the disk index holds (default cache_size /
+ *                  256K + 1024; raise it for caches of small files)
  *   free_space     keep at least this much free on the cache_dir file
  *                  system: a size, or a percentage "10%" (default 5%)
  *   eviction       tinylfu (default; scan-resistant) or lru

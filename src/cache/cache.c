@@ -106,6 +106,12 @@ static int cache_set_misc(struct tfs_cache *c, const char *name,
             return cache_bad(name, value, "tinylfu or lru");
         return 0;
     }
+    if (strcmp(name, "max_blocks") == 0) {
+        if (tfs_parse_u64(value, &v) < 0 || v < 1024 || v > (1u << 23))
+            return cache_bad(name, value, "1024..8388608");
+        c->cfg.max_blocks = v;
+        return 0;
+    }
     if (strcmp(name, "max_inflight") == 0) {
         if (tfs_parse_u64(value, &v) < 0 || v < 1 || v > 1024)
             return cache_bad(name, value, "1..1024");

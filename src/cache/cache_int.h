@@ -134,6 +134,7 @@ struct tfs_cache_cfg {
     uint64_t mem_cache;
     char    *cache_dir;                 /* owned, or NULL */
     uint64_t cache_size;
+    uint64_t max_blocks;                /* index entries; 0: derived */
     uint64_t free_space;                /* bytes, or 0 with a percentage */
     double   free_space_pct;
     int      eviction;                  /* tfs_evict_policy */

@@ -529,7 +529,9 @@ static int disk_open_index(struct tfs_cache *c, struct tfs_disk *d)
 {
     char path[4200];
     bool exclusive;
-    uint64_t max_blocks = c->cfg.cache_size / (64u << 10) + 1024;
+    uint64_t max_blocks = c->cfg.max_blocks
+                              ? c->cfg.max_blocks
+                              : c->cfg.cache_size / (256u << 10) + 1024;
     int rc;
 
     snprintf(path, sizeof(path), "%s/index", c->cfg.cache_dir);
