@@ -54,3 +54,23 @@ tfs_s3_test(cli.s3 ${PROJECT_SOURCE_DIR}/tests/integ/cli.sh
 # The cache tests again, with the S3 server as the remote.
 tfs_s3_test(unit.cache-s3 env TFS_TEST_REMOTE=s3://tierfs-test/cache
   $<TARGET_FILE:test_cache>)
+
+# ---- FUSE mount (tests/integ/fuse_mount.c) ----
+# Mounted for real with the tierfs binary, once over a directory and once
+# over the S3 server; each run mounts and unmounts a dozen times.  A mount
+# that fails is a failure; so is a machine without /dev/fuse (exit 77):
+# the project's machines and CI have FUSE, so nothing here may skip.
+add_executable(fuse_mount ${PROJECT_SOURCE_DIR}/tests/integ/fuse_mount.c)
+target_include_directories(fuse_mount PRIVATE ${PROJECT_SOURCE_DIR}/src
+  ${PROJECT_SOURCE_DIR}/tests/unit)
+target_compile_definitions(fuse_mount PRIVATE _GNU_SOURCE)
+target_link_libraries(fuse_mount PRIVATE tierfs_static)
+tfs_warnings(fuse_mount)
+target_compile_options(fuse_mount PRIVATE -Wno-missing-prototypes)
+add_dependencies(fuse_mount tierfs)
+add_test(NAME fuse.posix COMMAND env TFS_BIN=$<TARGET_FILE:tierfs>
+  TFS_FUSE_REMOTE=posix $<TARGET_FILE:fuse_mount>)
+set_tests_properties(fuse.posix PROPERTIES LABELS fuse TIMEOUT 600)
+tfs_s3_test(fuse.s3 env TFS_BIN=$<TARGET_FILE:tierfs>
+  TFS_FUSE_REMOTE=s3://tierfs-test/fuse $<TARGET_FILE:fuse_mount>)
+set_tests_properties(fuse.s3 PROPERTIES LABELS "fuse;s3")

@@ -83,6 +83,9 @@ int cmd_get(int argc, char **argv);
 int cmd_put(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_mount(int argc, char **argv);
+int cmd_umount(int argc, char **argv);
+int cmd_stats(int argc, char **argv);
 int cmd_warmup(int argc, char **argv);
 
 #endif /* TFS_CLI_H */

@@ -33,6 +33,9 @@ static const struct cli_cmd cli_cmds[] = {
     {"get", cmd_get, "download an object to a local file"},
     {"put", cmd_put, "upload a local file (multipart, parallel parts)"},
     {"rm", cmd_rm, "remove objects, or everything under a prefix"},
+    {"mount", cmd_mount, "serve a store read-only at a mount point (FUSE)"},
+    {"umount", cmd_umount, "unmount a tierfs mount"},
+    {"stats", cmd_stats, "show the cache counters of a mount"},
     {"warmup", cmd_warmup, "fill the cache ahead of a job, with progress"},
     {"version", cmd_version, "print version information"},
 };

@@ -1,0 +1,359 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tierfs stats [-w SECONDS] [--json] MOUNTPOINT: the counters of a
+ * mounted cache, read from its control file MOUNTPOINT/.tierfs-stats.
+ *
+ * The file holds one JSON object (docs/fuse.md).  It is flattened here
+ * into (name, number) pairs, nested members as "fuse.reads", so the table
+ * shows whatever fields the running version emits, in its order, with
+ * units guessed from the names (_bytes, _seconds, _us).  With -w the
+ * table repeats, adding per-second rates of the counters.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/util.h"
+
+#define STATS_MAX_FIELDS 256
+#define STATS_NAME_MAX 96
+#define STATS_TEXT_MAX (4u << 20)
+#define STATS_DEPTH_MAX 8
+
+struct stats_field {
+    char   name[STATS_NAME_MAX];
+    double v;
+};
+
+struct stats_set {
+    struct stats_field f[STATS_MAX_FIELDS];
+    size_t             n;
+    uint64_t           t_ns;            /* when it was read */
+};
+
+static volatile sig_atomic_t stats_stop;
+
+static void stats_help(FILE *f)
+{
+    fprintf(f, "usage: tierfs stats [-w SECONDS] [--json] MOUNTPOINT\n\n"
+               "Show the cache counters of a tierfs mount.\n\n"
+               "  -w, --watch SECONDS  repeat every SECONDS with rates, "
+               "until ^C\n"
+               "  --json               the raw JSON object (one per line "
+               "with -w)\n");
+}
+
+/* ---- a small JSON flattener ---- */
+
+static const char *stats_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    return p;
+}
+
+/* Skip a string at p ('"'); its contents (unescaped enough for names)
+   go to out when not NULL.  NULL on malformed input. */
+static const char *stats_string(const char *p, char *out, size_t size)
+{
+    size_t n = 0;
+
+    for (p++; *p != '"'; p++) {
+        if (*p == '\0')
+            return NULL;
+        if (*p == '\\' && p[1] != '\0')
+            p++;
+        if (out != NULL && n + 1 < size)
+            out[n++] = *p;
+    }
+    if (out != NULL)
+        out[n] = '\0';
+    return p + 1;
+}
+
+static const char *stats_value(const char *p, const char *name,
+                               struct stats_set *s, int depth);
+
+/* An object's members, each value flattened under prefix "name.". */
+static const char *stats_object(const char *p, const char *name,
+                                struct stats_set *s, int depth)
+{
+    char key[STATS_NAME_MAX];
+    char full[STATS_NAME_MAX];
+
+    p = stats_ws(p + 1);
+    while (p != NULL && *p != '}') {
+        if (*p != '"')
+            return NULL;
+        p = stats_string(p, key, sizeof(key));
+        p = p ? stats_ws(p) : NULL;
+        if (p == NULL || *p != ':')
+            return NULL;
+        if ((size_t)snprintf(full, sizeof(full), "%s%s%s", name,
+                             name[0] ? "." : "", key) >= sizeof(full))
+            return NULL;                /* names this long are not ours */
+        p = stats_value(stats_ws(p + 1), full, s, depth + 1);
+        p = p ? stats_ws(p) : NULL;
+        if (p != NULL && *p == ',')
+            p = stats_ws(p + 1);
+    }
+    return p ? p + 1 : NULL;
+}
+
+/* Skip an array (its numbers are not shown). */
+static const char *stats_array(const char *p, struct stats_set *s, int depth)
+{
+    p = stats_ws(p + 1);
+    while (p != NULL && *p != ']') {
+        p = stats_value(p, "", NULL, depth + 1);
+        p = p ? stats_ws(p) : NULL;
+        if (p != NULL && *p == ',')
+            p = stats_ws(p + 1);
+    }
+    return p ? p + 1 : NULL;
+}
+
+static const char *stats_value(const char *p, const char *name,
+                               struct stats_set *s, int depth)
+{
+    char *end;
+    double v;
+
+    if (depth > STATS_DEPTH_MAX)
+        return NULL;
+    if (*p == '{')
+        return stats_object(p, name, s, depth);
+    if (*p == '[')
+        return stats_array(p, s, depth);
+    if (*p == '"')
+        return stats_string(p, NULL, 0);
+    if (strncmp(p, "true", 4) == 0 || strncmp(p, "null", 4) == 0)
+        return p + 4;
+    if (strncmp(p, "false", 5) == 0)
+        return p + 5;
+    v = strtod(p, &end);
+    if (end == p)
+        return NULL;
+    if (s != NULL && s->n < STATS_MAX_FIELDS) {
+        snprintf(s->f[s->n].name, STATS_NAME_MAX, "%s", name);
+        s->f[s->n++].v = v;
+    }
+    return end;
+}
+
+static int stats_parse(const char *text, struct stats_set *s)
+{
+    const char *p = stats_ws(text);
+
+    s->n = 0;
+    if (*p != '{' || stats_value(p, "", s, 0) == NULL)
+        return tfs_err(TFS_EPROTO, "the statistics are not a JSON object");
+    return 0;
+}
+
+static const struct stats_field *stats_find(const struct stats_set *s,
+                                            const char *name)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        if (strcmp(s->f[i].name, name) == 0)
+            return &s->f[i];
+    }
+    return NULL;
+}
+
+/* ---- reading and printing ---- */
+
+/* The whole control file of mnt into b. */
+static int stats_read(const char *mnt, struct tfs_buf *b)
+{
+    char path[4096];
+    char chunk[65536];
+    ssize_t n;
+    int rc = 0;
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/.tierfs-stats", mnt);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT)
+        return tfs_err(-ENOENT, "not a tierfs mount (no %s)", path);
+    if (fd < 0)
+        return tfs_err(-errno, "cannot open %s", path);
+    tfs_buf_reset(b);
+    while (rc == 0 && (n = read(fd, chunk, sizeof(chunk))) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        rc = n < 0 ? tfs_err(-errno, "cannot read %s", path)
+                   : tfs_buf_append(b, chunk, (size_t)n);
+    }
+    close(fd);
+    return rc;
+}
+
+static bool stats_is_gauge(const char *name)
+{
+    static const char *gauges[] = {"cache_", "uptime_", "fuse.read_max",
+                                   "fuse.inodes", "fuse.handles"};
+    size_t len = strlen(name);
+
+    for (size_t i = 0; i < TFS_ARRAY_LEN(gauges); i++) {
+        if (strncmp(name, gauges[i], strlen(gauges[i])) == 0)
+            return true;
+    }
+    return len > 3 && (strcmp(name + len - 3, "_us") == 0 ||
+                       strstr(name, "_p50") || strstr(name, "_p95") ||
+                       strstr(name, "_p99"));
+}
+
+/* v formatted by the unit its name suggests. */
+static const char *stats_fmt(char *buf, size_t size, const char *name,
+                             double v, bool rate)
+{
+    const char *suffix = rate ? "/s" : "";
+
+    if (strstr(name, "bytes") != NULL || strstr(name, "capacity") != NULL ||
+        strcmp(name, "fuse.read_max") == 0) {
+        tfs_fmt_bytes(buf, size, v);
+        strncat(buf, suffix, size - strlen(buf) - 1);
+    } else if (strstr(name, "_seconds") != NULL) {
+        snprintf(buf, size, "%.3f s%s", v, suffix);
+    } else if (strstr(name, "_us") != NULL) {
+        snprintf(buf, size, "%.1f us", v);
+    } else if (rate) {
+        snprintf(buf, size, "%.1f/s", v);
+    } else {
+        snprintf(buf, size, "%.0f", v);
+    }
+    return buf;
+}
+
+static void stats_print(const char *mnt, const struct stats_set *s,
+                        const struct stats_set *prev)
+{
+    double dt = prev ? (double)(s->t_ns - prev->t_ns) / 1e9 : 0;
+    const struct stats_field *rd = stats_find(s, "read_bytes");
+    const struct stats_field *ram = stats_find(s, "hit_bytes_ram");
+    const struct stats_field *disk = stats_find(s, "hit_bytes_disk");
+    char a[48];
+    char r[48];
+
+    printf("%s%s\n", prev ? "\n" : "", mnt);
+    for (size_t i = 0; i < s->n; i++) {
+        const struct stats_field *f = &s->f[i];
+        const struct stats_field *p = prev ? stats_find(prev, f->name) : NULL;
+
+        r[0] = '\0';
+        if (p != NULL && dt > 0 && !stats_is_gauge(f->name))
+            stats_fmt(r, sizeof(r), f->name, (f->v - p->v) / dt, true);
+        printf("  %-32s %16s  %s\n", f->name,
+               stats_fmt(a, sizeof(a), f->name, f->v, false), r);
+    }
+    if (rd != NULL && ram != NULL && disk != NULL && rd->v > 0)
+        printf("  %-32s %14.1f %%\n", "hit ratio",
+               100.0 * (ram->v + disk->v) / rd->v);
+    fflush(stdout);
+}
+
+/* Print the raw JSON, on one line when watching. */
+static void stats_print_json(struct tfs_buf *b, bool one_line)
+{
+    for (size_t i = 0; one_line && i < b->len; i++) {
+        if (b->p[i] == '\n')
+            b->p[i] = ' ';
+    }
+    fwrite(b->p, 1, b->len, stdout);
+    if (one_line)
+        putchar('\n');
+    fflush(stdout);
+}
+
+static void stats_on_sigint(int sig)
+{
+    stats_stop = 1;
+}
+
+/* Sleep seconds, or less when ^C arrives. */
+static void stats_sleep(unsigned seconds)
+{
+    struct timespec ts = {.tv_sec = seconds};
+
+    while (!stats_stop && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+static int stats_loop(const char *mnt, unsigned watch, bool json)
+{
+    struct stats_set *s = tfs_calloc(2, sizeof(*s));
+    struct tfs_buf b;
+    int rc = 0;
+
+    if (s == NULL)
+        return -ENOMEM;
+    tfs_buf_init(&b, STATS_TEXT_MAX);
+    for (unsigned i = 0; rc == 0 && !stats_stop; i++) {
+        struct stats_set *cur = &s[i % 2];
+
+        if (i > 0)
+            stats_sleep(watch);
+        if (stats_stop)
+            break;
+        rc = stats_read(mnt, &b);
+        cur->t_ns = tfs_now_ns();
+        if (rc == 0 && json)
+            stats_print_json(&b, watch > 0);
+        else if (rc == 0)
+            rc = stats_parse(tfs_buf_str(&b), cur);
+        if (rc == 0 && !json)
+            stats_print(mnt, cur, i > 0 ? &s[(i + 1) % 2] : NULL);
+        if (watch == 0)
+            break;
+    }
+    tfs_buf_cleanup(&b);
+    tfs_free(s);
+    return rc;
+}
+
+int cmd_stats(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"watch", required_argument, NULL, 'w'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct sigaction sa = {.sa_handler = stats_on_sigint};
+    unsigned watch = 0;
+    bool json = false;
+    int rc;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "w:h", longopts, NULL)) != -1) {
+        if (c == 'w' &&
+            cli_parse_uint("stats", "-w", optarg, 1, 86400, &watch) != 0)
+            return CLI_USAGE;
+        if (c == 'j')
+            json = true;
+        if (c == 'h') {
+            stats_help(stdout);
+            return CLI_OK;
+        }
+        if (c == '?') {
+            stats_help(stderr);
+            return CLI_USAGE;
+        }
+    }
+    if (argc - optind != 1)
+        return cli_usage_error("stats", "want MOUNTPOINT");
+    if (watch > 0) {
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+    }
+    rc = stats_loop(argv[optind], watch, json);
+    return rc < 0 ? cli_fail("stats", argv[optind], rc) : CLI_OK;
+}

@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tierfs umount [-l] MOUNTPOINT: unmount a tierfs mount.  Only mounts of
+ * type fuse.tierfs are touched.  As root it calls umount2() itself,
+ * otherwise fusermount3 -u.  The daemon sees the unmount, closes its
+ * cache and exits on its own.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/util.h"
+
+static void umount_help(FILE *f)
+{
+    fprintf(f, "usage: tierfs umount [-l] MOUNTPOINT\n\n"
+               "Unmount a file system mounted with 'tierfs mount'.\n\n"
+               "  -l, --lazy   detach now even if files are open; the "
+               "daemon\n               exits once they are closed\n");
+}
+
+/*
+ * The absolute path of the mount point, resolving its parent only (the
+ * mount point itself may be a dead mount that stat cannot enter).
+ */
+static int umount_path(const char *arg, char *out, size_t size)
+{
+    char tmp[PATH_MAX];
+    char dir[PATH_MAX];
+    const char *parent = ".";
+    const char *base = tmp;
+    char *slash;
+    size_t len = strlen(arg);
+
+    while (len > 1 && arg[len - 1] == '/')
+        len--;
+    if (len >= sizeof(tmp))
+        return -ENAMETOOLONG;
+    memcpy(tmp, arg, len);
+    tmp[len] = '\0';
+    slash = strrchr(tmp, '/');
+    if (slash != NULL) {
+        *slash = '\0';
+        parent = slash == tmp ? "/" : tmp;
+        base = slash + 1;
+    }
+    if (base[0] == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+        return realpath(arg, out) ? 0 : -errno;   /* size: PATH_MAX */
+    if (realpath(parent, dir) == NULL)
+        return -errno;
+    if ((size_t)snprintf(out, size, "%s/%s", strcmp(dir, "/") ? dir : "",
+                         base) >= size)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+/* Undo mountinfo's octal escapes (\040 for a space) in place. */
+static void umount_unescape(char *s)
+{
+    char *w = s;
+
+    for (char *r = s; *r != '\0'; r++) {
+        if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' &&
+            r[2] <= '7' && r[3] >= '0' && r[3] <= '7') {
+            *w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + r[3] - '0');
+            r += 3;
+        } else {
+            *w++ = *r;
+        }
+    }
+    *w = '\0';
+}
+
+/* The file system type mounted at path ("" when none; the last wins). */
+static void umount_fstype(const char *path, char *type, size_t size)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    char line[4096];
+
+    type[0] = '\0';
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char mnt[PATH_MAX];
+        char fstype[64];
+        const char *sep = strstr(line, " - ");
+
+        if (sep == NULL || sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1 ||
+            sscanf(sep + 3, "%63s", fstype) != 1)
+            continue;
+        umount_unescape(mnt);
+        if (strcmp(mnt, path) == 0)
+            snprintf(type, size, "%s", fstype);
+    }
+    fclose(f);
+}
+
+/* Not root: fusermount3 -u [-z] path. */
+static int umount_fusermount(const char *path, bool lazy)
+{
+    pid_t pid = fork();
+    int ws;
+
+    if (pid < 0)
+        return -errno;
+    if (pid == 0) {
+        char *argv[] = {"fusermount3", "-u", "-z", NULL, NULL};
+        argv[lazy ? 3 : 2] = (char *)path;
+        execvp(argv[0], argv);
+        perror("tierfs: umount: cannot run fusermount3");
+        _exit(127);
+    }
+    if (waitpid(pid, &ws, 0) != pid)
+        return -errno;
+    return WIFEXITED(ws) && WEXITSTATUS(ws) == 0 ? 0 : -EIO;
+}
+
+int cmd_umount(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"lazy", no_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    char path[PATH_MAX];
+    char type[64];
+    bool lazy = false;
+    int rc;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "lh", longopts, NULL)) != -1) {
+        if (c == 'l') {
+            lazy = true;
+        } else if (c == 'h') {
+            umount_help(stdout);
+            return CLI_OK;
+        } else {
+            umount_help(stderr);
+            return CLI_USAGE;
+        }
+    }
+    if (argc - optind != 1)
+        return cli_usage_error("umount", "want MOUNTPOINT");
+    rc = umount_path(argv[optind], path, sizeof(path));
+    if (rc < 0)
+        return cli_fail("umount", argv[optind], rc);
+    umount_fstype(path, type, sizeof(type));
+    if (type[0] == '\0') {
+        fprintf(stderr, "tierfs: umount %s: not mounted\n", argv[optind]);
+        return CLI_FAIL;
+    }
+    if (strcmp(type, "fuse.tierfs") != 0) {
+        fprintf(stderr, "tierfs: umount %s: not a tierfs mount (%s)\n",
+                argv[optind], type);
+        return CLI_FAIL;
+    }
+    if (geteuid() == 0)
+        rc = umount2(path, lazy ? MNT_DETACH : 0) < 0 ? -errno : 0;
+    else
+        rc = umount_fusermount(path, lazy);
+    if (rc == -EBUSY) {
+        fprintf(stderr, "tierfs: umount %s: busy (files open, or a "
+                "process inside); -l detaches anyway\n", argv[optind]);
+        return CLI_FAIL;
+    }
+    return rc < 0 ? cli_fail("umount", argv[optind], rc) : CLI_OK;
+}

@@ -1,0 +1,1121 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The FUSE mount (fs.h): a read-only libfuse low-level file system over
+ * the cache.  In order:
+ *
+ *   options and life cycle     tfs_fs_create/set, open handles
+ *   helpers                    keys, errors, entries
+ *   INIT                       capabilities, the kernel's readahead
+ *   handlers                   one helper returning rc, one reply each
+ *   session                    open (mount), run (loop, signals), close
+ *
+ * The text of the control file and of /metrics is made in ctl.c.
+ *
+ * Handlers are thin (libfuse passthrough_ll): fs_<op> calls fs_do_<op>,
+ * which returns 0 or an error, and replies once.  Errors are logged once,
+ * where they are handled, with the op, the key and the detail.
+ */
+#define FUSE_USE_VERSION 314       /* FUSE_MAKE_VERSION(3, 14): Debian 12 */
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <fuse_lowlevel.h>
+
+#include "common/util.h"
+#include "fuse/fuse_int.h"
+#include "metrics/http.h"
+#include "tierfs/log.h"
+
+#define FS_IMMUTABLE_TTL_S 3600.0       /* kernel timeouts, immutable */
+#define FS_DEFAULT_TTL_S 5.0            /* the cache's meta_ttl default */
+#define FS_DEFAULT_THREADS 64
+#define FS_DEFAULT_KERNEL_RA (4u << 20) /* 4 requests of 1 MiB in flight */
+#define FS_XATTR_CACHED "user.tierfs.cached"
+
+/* The mounted file system tfs_fs_run serves, for the signal handler. */
+static struct tfs_fs *_Atomic fs_running;
+
+/* ---- options and life cycle ---- */
+
+int tfs_fs_create(struct tfs_fs **out)
+{
+    struct tfs_fs *fs = tfs_calloc(1, sizeof(*fs));
+    int rc;
+
+    if (fs == NULL)
+        return -ENOMEM;
+    rc = tfs_cache_create(&fs->cache);
+    if (rc == 0)
+        rc = fs_itable_init(&fs->inodes);
+    if (rc < 0) {
+        tfs_cache_close(fs->cache);
+        tfs_free(fs);
+        return rc;
+    }
+    pthread_mutex_init(&fs->hlock, NULL);
+    tfs_buf_init(&fs->fuse_opts, 64 * 1024);
+    fs->ttl_s = FS_DEFAULT_TTL_S;
+    fs->max_threads = FS_DEFAULT_THREADS;
+    fs->kernel_ra = FS_DEFAULT_KERNEL_RA;
+    fs->cache_size = 10ull << 30;
+    fs->mem_cache = 1ull << 30;
+    *out = fs;
+    return 0;
+}
+
+/* Note what the mount itself needs of a cache option the cache took. */
+static void fs_note_cache_opt(struct tfs_fs *fs, const char *name,
+                              const char *value)
+{
+    bool b;
+    double d;
+    uint64_t v;
+
+    if (strcmp(name, "meta_ttl") == 0 && tfs_parse_double(value, &d) == 0)
+        fs->ttl_s = d;
+    else if (strcmp(name, "immutable") == 0 && tfs_parse_bool(value, &b) == 0)
+        fs->immutable = b;
+    else if (strcmp(name, "cache_dir") == 0)
+        fs->has_cache_dir = value[0] != '\0';
+    else if (strcmp(name, "cache_size") == 0 && tfs_parse_size(value, &v) == 0)
+        fs->cache_size = v;
+    else if (strcmp(name, "mem_cache") == 0 && tfs_parse_size(value, &v) == 0)
+        fs->mem_cache = v;
+}
+
+int tfs_fs_set(struct tfs_fs *fs, const char *name, const char *value)
+{
+    uint64_t v;
+    int rc;
+
+    if (fs->opened)
+        return -EBUSY;
+    if (strcmp(name, "metrics") == 0) {
+        tfs_free(fs->metrics);
+        fs->metrics = value[0] ? tfs_strdup(value) : NULL;
+        return value[0] && fs->metrics == NULL ? -ENOMEM : 0;
+    }
+    if (strcmp(name, "fuse_opts") == 0) {
+        rc = fs->fuse_opts.len ? tfs_buf_puts(&fs->fuse_opts, ",") : 0;
+        return rc < 0 ? rc : tfs_buf_puts(&fs->fuse_opts, value);
+    }
+    if (strcmp(name, "debug") == 0) {
+        if (tfs_parse_bool(value, &fs->debug) < 0)
+            return tfs_err(TFS_EOPTION, "debug: '%s' is not 0 or 1", value);
+        return 0;
+    }
+    if (strcmp(name, "max_threads") == 0) {
+        if (tfs_parse_u64(value, &v) < 0 || v < 1 || v > 4096)
+            return tfs_err(TFS_EOPTION, "max_threads: '%s' is not in "
+                           "1..4096", value);
+        fs->max_threads = (unsigned)v;
+        return 0;
+    }
+    if (strcmp(name, "kernel_readahead") == 0) {
+        if (tfs_parse_size(value, &v) < 0 || v > (1ull << 30))
+            return tfs_err(TFS_EOPTION, "kernel_readahead: '%s' is not a "
+                           "size up to 1G", value);
+        fs->kernel_ra = v;
+        return 0;
+    }
+    rc = tfs_cache_set(fs->cache, name, value);
+    if (rc == 0)
+        fs_note_cache_opt(fs, name, value);
+    return rc;
+}
+
+static struct fs_handle *fs_handle_new(struct tfs_fs *fs,
+                                       enum fs_handle_kind kind,
+                                       struct fs_inode *in)
+{
+    struct fs_handle *h = tfs_calloc(1, sizeof(*h));
+
+    if (h == NULL)
+        return NULL;
+    h->kind = kind;
+    h->in = in;
+    tfs_buf_init(&h->ctl, FS_STATS_MAX);
+    pthread_mutex_lock(&fs->hlock);
+    h->next = fs->handles;
+    if (h->next != NULL)
+        h->next->prev = h;
+    fs->handles = h;
+    fs->nhandles++;
+    pthread_mutex_unlock(&fs->hlock);
+    return h;
+}
+
+/* Release what h holds and free it. */
+static void fs_handle_free(struct tfs_fs *fs, struct fs_handle *h)
+{
+    pthread_mutex_lock(&fs->hlock);
+    if (h->prev != NULL)
+        h->prev->next = h->next;
+    else
+        fs->handles = h->next;
+    if (h->next != NULL)
+        h->next->prev = h->prev;
+    fs->nhandles--;
+    pthread_mutex_unlock(&fs->hlock);
+    tfs_file_close(h->file);
+    if (h->dir != NULL)
+        tfs_dir_put(h->dir);
+    tfs_buf_cleanup(&h->ctl);
+    tfs_free(h);
+}
+
+static struct fs_handle *fs_handle_of(const struct fuse_file_info *fi)
+{
+    return (struct fs_handle *)(uintptr_t)fi->fh;
+}
+
+static struct tfs_fs *fs_of(fuse_req_t req)
+{
+    return fuse_req_userdata(req);
+}
+
+/* ---- helpers ---- */
+
+/*
+ * rc as the errno of a reply.  A store that stayed unreachable past the
+ * retries (timeout, refused, reset: the retryable kinds) gives EIO, the
+ * errno programs expect from read(2); the rest map as tfs_errno does
+ * (ESTALE for a changed object, ENOENT, EACCES, ...).
+ */
+static int fs_errno(int rc)
+{
+    if (tfs_err_is_retryable(rc) || rc == TFS_ENETWORK)
+        return EIO;
+    return tfs_errno(rc);
+}
+
+/* Log a failed request once, with op, key and detail; returns rc. */
+static int fs_fail(struct tfs_fs *fs, const char *op, const char *key,
+                   int rc)
+{
+    const char *detail = tfs_errdetail();
+
+    atomic_fetch_add(&fs->n.errors, 1);
+    if (rc == -ENOENT) {
+        TFS_DEBUG("%s '%s': %s", op, key, tfs_strerror(rc));
+        return rc;
+    }
+    TFS_WARN("%s '%s': %s%s%s%s", op, key, tfs_strerror(rc),
+             detail[0] ? " (" : "", detail, detail[0] ? ")" : "");
+    return rc;
+}
+
+/* buf = dir's key + name (+ "/" for a directory later): FS_KEY_MAX + 2. */
+static int fs_child_key(const struct fs_inode *dir, const char *name,
+                        char *buf)
+{
+    size_t dl = strlen(dir->key);
+    size_t nl = strlen(name);
+
+    if (nl == 0 || strchr(name, '/') != NULL)
+        return -EINVAL;
+    if (dl + nl + 1 > FS_KEY_MAX)
+        return -ENAMETOOLONG;
+    memcpy(buf, dir->key, dl);
+    memcpy(buf + dl, name, nl + 1);
+    return 0;
+}
+
+/* "a/b" -> "a/b/" in a buffer fs_child_key filled (room is left). */
+static void fs_key_add_slash(char *key)
+{
+    size_t len = strlen(key);
+
+    key[len] = '/';
+    key[len + 1] = '\0';
+}
+
+static void fs_entry_init(const struct tfs_fs *fs, struct fuse_entry_param *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->attr_timeout = fs->immutable ? FS_IMMUTABLE_TTL_S : fs->ttl_s;
+    e->entry_timeout = e->attr_timeout;
+}
+
+/* Count a lookup of key (a directory when is_dir) and fill e. */
+static int fs_entry_make(struct tfs_fs *fs, char *key, bool is_dir,
+                         const struct tfs_stat *st,
+                         struct fuse_entry_param *e)
+{
+    struct fs_inode *in;
+    int rc;
+
+    if (is_dir)
+        fs_key_add_slash(key);
+    rc = fs_inode_lookup(&fs->inodes, key, is_dir, is_dir ? NULL : st, &in);
+    if (rc < 0)
+        return rc;
+    e->ino = in->ino;
+    fs_attr_fill(&fs->inodes, in, &e->attr);
+    return 0;
+}
+
+static struct fs_inode *fs_dir_inode(struct tfs_fs *fs, fuse_ino_t ino,
+                                     int *rc)
+{
+    struct fs_inode *in = fs_inode_get(&fs->inodes, ino);
+
+    *rc = in == NULL ? -ESTALE : !in->is_dir ? -ENOTDIR : 0;
+    return *rc == 0 ? in : NULL;
+}
+
+/* ---- INIT and the kernel's readahead ---- */
+
+static void fs_want(struct fuse_conn_info *conn, unsigned cap, bool on)
+{
+    if (on && (conn->capable & cap))
+        conn->want |= cap;
+    else if (!on)
+        conn->want &= ~cap;
+}
+
+/* Undo mountinfo's octal escapes (\040 for a space) in place. */
+static void fs_unescape(char *s)
+{
+    char *w = s;
+
+    for (char *r = s; *r != '\0'; r++) {
+        if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' &&
+            r[2] <= '7' && r[3] >= '0' && r[3] <= '7') {
+            *w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + r[3] - '0');
+            r += 3;
+        } else {
+            *w++ = *r;
+        }
+    }
+    *w = '\0';
+}
+
+/*
+ * The device ("0:38") of the newest mount at path, from mountinfo: stat()
+ * would wait for the very INIT being answered.
+ */
+static int fs_mount_dev(const char *path, char *dev, size_t size)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    char line[4096];
+    char mnt[4096];
+    char d[32];
+    int rc = -ENOENT;
+
+    if (f == NULL)
+        return -errno;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "%*s %*s %31s %*s %4095s", d, mnt) != 2)
+            continue;
+        fs_unescape(mnt);
+        if (strcmp(mnt, path) == 0 && strlen(d) < size) {
+            memcpy(dev, d, strlen(d) + 1);
+            rc = 0;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+/*
+ * Raise the kernel's readahead for this mount.  The bdi starts at 128 KiB
+ * and INIT can only lower it (the kernel keeps the smaller of the two),
+ * so it is raised through sysfs first and then asked for in INIT.  Only
+ * root may write sysfs; others keep 128 KiB (docs/fuse.md).
+ */
+static void fs_kernel_readahead(struct tfs_fs *fs, struct fuse_conn_info *conn)
+{
+    char dev[32];
+    char path[96];
+    int fd = -1;
+    int rc;
+
+    if (fs->kernel_ra == 0)
+        return;
+    rc = fs_mount_dev(fs->mountpoint, dev, sizeof(dev));
+    if (rc == 0) {
+        snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
+        fd = open(path, O_WRONLY | O_CLOEXEC);
+        rc = fd < 0 ? -errno : 0;
+    }
+    if (rc == 0 && dprintf(fd, "%" PRIu64, fs->kernel_ra / 1024) < 0)
+        rc = -errno;
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0) {
+        TFS_INFO("kernel readahead stays at %u KiB: %s",
+                 conn->max_readahead / 1024, tfs_strerror(rc));
+        return;
+    }
+    conn->max_readahead = (unsigned)fs->kernel_ra;
+}
+
+/*
+ * Negotiation.  Reads: libfuse 3.14 answers max_pages from max_write
+ * (1 MiB, its buffer), so one read request carries up to 1 MiB once the
+ * kernel's readahead allows it (fs_kernel_readahead).  The kernel's own
+ * page-cache invalidation on mtime or size change is off: a file inode
+ * is one version and never changes (inode.c), and a new version arrives
+ * as a new inode, which also covers a same-size replacement.
+ */
+static void fs_init(void *userdata, struct fuse_conn_info *conn)
+{
+    fs_kernel_readahead(userdata, conn);
+    conn->max_background = 64;
+    conn->congestion_threshold = 48;
+    conn->time_gran = 1;
+    fs_want(conn, FUSE_CAP_ASYNC_READ, true);
+    fs_want(conn, FUSE_CAP_PARALLEL_DIROPS, true);
+    fs_want(conn, FUSE_CAP_AUTO_INVAL_DATA, false);
+    TFS_INFO("fuse: protocol %u.%u, max_write %u, max_read %u, "
+             "max_readahead %u", conn->proto_major, conn->proto_minor,
+             conn->max_write, conn->max_read, conn->max_readahead);
+}
+
+/* ---- handlers ---- */
+
+static int fs_do_lookup(struct tfs_fs *fs, fuse_ino_t parent,
+                        const char *name, struct fuse_entry_param *e)
+{
+    char key[FS_KEY_MAX + 2];
+    struct tfs_stat st = {0};
+    bool is_dir = false;
+    int rc;
+    struct fs_inode *dir = fs_dir_inode(fs, parent, &rc);
+
+    fs_entry_init(fs, e);
+    atomic_fetch_add(&fs->n.lookups, 1);
+    if (dir == NULL)
+        return rc;
+    if (parent == FS_ROOT_INO && strcmp(name, FS_CTL_NAME) == 0) {
+        e->ino = FS_CTL_INO;
+        e->attr_timeout = e->entry_timeout = 0;
+        fs_attr_fill(&fs->inodes, fs->inodes.ctl, &e->attr);
+        return 0;
+    }
+    rc = fs_child_key(dir, name, key);
+    if (rc == 0)
+        rc = tfs_cache_lookup(fs->cache, key, &is_dir, &st);
+    if (rc == -EISDIR) {                /* the posix store's stat of a */
+        is_dir = true;                  /* directory, passed through */
+        rc = 0;
+    }
+    if (rc == -ENOTDIR)                 /* a parent is a file */
+        rc = -ENOENT;
+    if (rc == -ENOENT)
+        return 0;                       /* negative entry: ino 0 */
+    if (rc < 0)
+        return fs_fail(fs, "lookup", rc == -ENAMETOOLONG ? name : key, rc);
+    return fs_entry_make(fs, key, is_dir, &st, e);
+}
+
+static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    struct fuse_entry_param e;
+    int rc = fs_do_lookup(fs_of(req), parent, name, &e);
+
+    if (rc < 0)
+        fuse_reply_err(req, fs_errno(rc));
+    else
+        fuse_reply_entry(req, &e);
+}
+
+static void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+    fs_inode_forget(&fs_of(req)->inodes, ino, nlookup);
+    fuse_reply_none(req);
+}
+
+static void fs_forget_multi(fuse_req_t req, size_t count,
+                            struct fuse_forget_data *forgets)
+{
+    struct tfs_fs *fs = fs_of(req);
+
+    for (size_t i = 0; i < count; i++)
+        fs_inode_forget(&fs->inodes, forgets[i].ino, forgets[i].nlookup);
+    fuse_reply_none(req);
+}
+
+/*
+ * Attributes: those of the inode, with no store call.  A file inode is
+ * one version (inode.c); a newer version reaches the kernel through
+ * lookup, as a new inode, when its entry times out.
+ */
+static int fs_do_getattr(struct tfs_fs *fs, fuse_ino_t ino,
+                         struct stat *attr)
+{
+    struct fs_inode *in = fs_inode_get(&fs->inodes, ino);
+
+    if (in == NULL)
+        return -ESTALE;
+    fs_attr_fill(&fs->inodes, in, attr);
+    return 0;
+}
+
+static void fs_getattr(fuse_req_t req, fuse_ino_t ino,
+                       struct fuse_file_info *fi)
+{
+    struct tfs_fs *fs = fs_of(req);
+    struct stat attr;
+    int rc = fs_do_getattr(fs, ino, &attr);
+
+    if (rc < 0)
+        fuse_reply_err(req, fs_errno(rc));
+    else
+        fuse_reply_attr(req, &attr, ino == FS_CTL_INO ? 0 :
+                        fs->immutable ? FS_IMMUTABLE_TTL_S : fs->ttl_s);
+}
+
+static int fs_do_opendir(struct tfs_fs *fs, fuse_ino_t ino,
+                         struct fuse_file_info *fi)
+{
+    struct tfs_dir *d = NULL;
+    struct fs_handle *h;
+    int rc;
+    struct fs_inode *in = fs_dir_inode(fs, ino, &rc);
+
+    if (in == NULL)
+        return rc;
+    rc = tfs_cache_opendir(fs->cache, in->key, &d);
+    if (rc < 0 && rc != -ENOENT)        /* ENOENT: empty, list . and .. */
+        return fs_fail(fs, "opendir", in->key, rc);
+    h = fs_handle_new(fs, FS_H_DIR, in);
+    if (h == NULL) {
+        tfs_dir_put(d);
+        return -ENOMEM;
+    }
+    h->dir = d;
+    fi->fh = (uintptr_t)h;
+    fi->cache_readdir = fs->immutable;
+    fi->keep_cache = fs->immutable;
+    return 0;
+}
+
+static void fs_opendir(fuse_req_t req, fuse_ino_t ino,
+                       struct fuse_file_info *fi)
+{
+    int rc = fs_do_opendir(fs_of(req), ino, fi);
+
+    if (rc < 0)
+        fuse_reply_err(req, fs_errno(rc));
+    else if (fuse_reply_open(req, fi) == -ENOENT)
+        fs_handle_free(fs_of(req), fs_handle_of(fi));
+}
+
+/* st_ino of the parent of directory key "a/b/" (or the root). */
+static uint64_t fs_parent_ino(const char *key)
+{
+    char buf[FS_KEY_MAX + 2];
+    size_t len = strlen(key);
+    char *slash;
+
+    if (len < 2 || len >= sizeof(buf))
+        return FS_ROOT_INO;
+    memcpy(buf, key, len - 1);          /* drop the trailing '/' */
+    buf[len - 1] = '\0';
+    slash = strrchr(buf, '/');
+    if (slash == NULL)
+        return FS_ROOT_INO;
+    slash[1] = '\0';
+    return fs_key_ino(buf, NULL);
+}
+
+/*
+ * Entry i of h (0 ".", 1 "..", then the listing): its name and, for
+ * readdirplus (e != NULL), a counted lookup in e.  Returns 1 to skip the
+ * entry (the shadowed control file, names the kernel cannot take), 0 to
+ * add it, -ENOENT past the end, or an error.
+ */
+static int fs_dir_entry(struct tfs_fs *fs, struct fs_handle *h, size_t i,
+                        const char **name, struct stat *st,
+                        struct fuse_entry_param *e)
+{
+    const struct tfs_dirent *de;
+    char key[FS_KEY_MAX + 2];
+
+    memset(st, 0, sizeof(*st));
+    st->st_mode = S_IFDIR;
+    if (i < 2) {
+        *name = i == 0 ? "." : "..";
+        st->st_ino = i == 0 ? fs_key_ino(h->in->key, NULL)
+                            : fs_parent_ino(h->in->key);
+        if (e != NULL)
+            e->attr = *st;              /* ino 0: no lookup counted */
+        return 0;
+    }
+    if (h->dir == NULL || i - 2 >= tfs_dir_count(h->dir))
+        return -ENOENT;
+    de = tfs_dir_entry(h->dir, i - 2);
+    *name = de->name;
+    if ((h->in->ino == FS_ROOT_INO && strcmp(de->name, FS_CTL_NAME) == 0) ||
+        fs_child_key(h->in, de->name, key) < 0)
+        return 1;
+    if (de->is_dir)
+        fs_key_add_slash(key);
+    st->st_ino = fs_key_ino(key, de->is_dir ? NULL : de->st.version);
+    st->st_mode = de->is_dir ? S_IFDIR : S_IFREG;
+    if (e == NULL)
+        return 0;
+    if (de->is_dir)
+        key[strlen(key) - 1] = '\0';
+    return fs_entry_make(fs, key, de->is_dir, &de->st, e);
+}
+
+/*
+ * Fill buf with entries from offset off (an entry's index; the next one's
+ * is its offset).  An entry that does not fit ends the batch; in plus
+ * mode its lookup is undone, as the kernel never saw it.
+ */
+static int fs_do_readdir(fuse_req_t req, struct fs_handle *h, char *buf,
+                         size_t size, off_t off, bool plus, size_t *len)
+{
+    struct tfs_fs *fs = fs_of(req);
+    size_t used = 0;
+    int rc = 0;
+
+    for (size_t i = (size_t)off; rc == 0 || rc == 1; i++) {
+        struct fuse_entry_param e;
+        const char *name;
+        struct stat st;
+        size_t n;
+
+        fs_entry_init(fs, &e);
+        rc = fs_dir_entry(fs, h, i, &name, &st, plus ? &e : NULL);
+        if (rc != 0)
+            continue;
+        if (plus)
+            n = fuse_add_direntry_plus(req, buf + used, size - used, name,
+                                       &e, (off_t)i + 1);
+        else
+            n = fuse_add_direntry(req, buf + used, size - used, name, &st,
+                                  (off_t)i + 1);
+        if (n > size - used) {
+            if (plus && e.ino != 0)
+                fs_inode_forget(&fs->inodes, e.ino, 1);
+            break;
+        }
+        used += n;
+    }
+    *len = used;
+    return rc == -ENOENT ? 0 : rc;
+}
+
+static void fs_readdir_common(fuse_req_t req, size_t size, off_t off,
+                              struct fuse_file_info *fi, bool plus)
+{
+    char *buf = tfs_malloc(size);
+    size_t len = 0;
+    int rc = buf ? fs_do_readdir(req, fs_handle_of(fi), buf, size, off,
+                                 plus, &len) : -ENOMEM;
+
+    if (rc < 0 && len == 0)
+        fuse_reply_err(req, fs_errno(rc));
+    else
+        fuse_reply_buf(req, buf, len);
+    tfs_free(buf);
+}
+
+static void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+                       off_t off, struct fuse_file_info *fi)
+{
+    fs_readdir_common(req, size, off, fi, false);
+}
+
+static void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+                           off_t off, struct fuse_file_info *fi)
+{
+    fs_readdir_common(req, size, off, fi, true);
+}
+
+static void fs_releasedir(fuse_req_t req, fuse_ino_t ino,
+                          struct fuse_file_info *fi)
+{
+    fs_handle_free(fs_of(req), fs_handle_of(fi));
+    fuse_reply_err(req, 0);
+}
+
+/* Open the control file: render the statistics now (direct I/O). */
+static int fs_ctl_open(struct tfs_fs *fs, struct fuse_file_info *fi)
+{
+    struct fs_handle *h = fs_handle_new(fs, FS_H_CTL, fs->inodes.ctl);
+    int rc;
+
+    if (h == NULL)
+        return -ENOMEM;
+    rc = fs_ctl_render(fs, &h->ctl);
+    if (rc < 0) {
+        fs_handle_free(fs, h);
+        return fs_fail(fs, "open", FS_CTL_NAME, rc);
+    }
+    fi->fh = (uintptr_t)h;
+    fi->direct_io = 1;
+    return 0;
+}
+
+/*
+ * Whether the inode still names what its key holds: -ESTALE when the
+ * metadata cache knows a newer version (or none), which makes the kernel
+ * walk the path again with a fresh lookup (LOOKUP_REVAL) and retry the
+ * open on the new inode.  When the store cannot be asked, the inode's own
+ * version is used, so cached data stays readable through an outage.
+ */
+static int fs_check_current(struct tfs_fs *fs, const struct fs_inode *in)
+{
+    struct tfs_stat st;
+    bool is_dir = false;
+    int rc;
+
+    if (fs->immutable)
+        return 0;
+    rc = tfs_cache_lookup(fs->cache, in->key, &is_dir, &st);
+    if (rc == -EISDIR || rc == -ENOENT || (rc == 0 && is_dir) ||
+        (rc == 0 && strcmp(st.version, in->st.version) != 0)) {
+        TFS_DEBUG("open '%s': version %s is stale", in->key,
+                  in->st.version);
+        return -ESTALE;
+    }
+    if (rc < 0)
+        TFS_INFO("open '%s': cannot revalidate, reading version %s: %s",
+                 in->key, in->st.version, tfs_strerror(rc));
+    return 0;
+}
+
+/*
+ * Open a file at the version of its inode.  That version's bytes never
+ * change, so the kernel keeps its cached pages across opens (keep_cache)
+ * and a replaced object is never read as a mix of old and new.
+ */
+static int fs_do_open(struct tfs_fs *fs, fuse_ino_t ino,
+                      struct fuse_file_info *fi)
+{
+    struct fs_inode *in = fs_inode_get(&fs->inodes, ino);
+    struct fs_handle *h;
+    int rc;
+
+    atomic_fetch_add(&fs->n.opens, 1);
+    if (in == NULL)
+        return -ESTALE;
+    if ((fi->flags & O_ACCMODE) != O_RDONLY)
+        return -EROFS;
+    if (in->is_dir)
+        return -EISDIR;
+    if (ino == FS_CTL_INO)
+        return fs_ctl_open(fs, fi);
+    rc = fs_check_current(fs, in);
+    if (rc < 0)
+        return rc;
+    h = fs_handle_new(fs, FS_H_FILE, in);
+    if (h == NULL)
+        return -ENOMEM;
+    rc = tfs_file_open_stat(fs->cache, in->key, &in->st, &h->file);
+    if (rc < 0) {
+        fs_handle_free(fs, h);
+        return fs_fail(fs, "open", in->key, rc);
+    }
+    fi->keep_cache = 1;
+    fi->noflush = 1;
+    fi->fh = (uintptr_t)h;
+    return 0;
+}
+
+static void fs_open(fuse_req_t req, fuse_ino_t ino,
+                    struct fuse_file_info *fi)
+{
+    struct tfs_fs *fs = fs_of(req);
+    int rc = fs_do_open(fs, ino, fi);
+
+    if (rc < 0)
+        fuse_reply_err(req, fs_errno(rc));
+    else if (fuse_reply_open(req, fi) == -ENOENT)
+        fs_handle_free(fs, fs_handle_of(fi));      /* interrupted */
+}
+
+static pthread_key_t fs_rbuf_key;
+static pthread_once_t fs_rbuf_once = PTHREAD_ONCE_INIT;
+
+static void fs_rbuf_free(void *p)
+{
+    tfs_free(p);
+}
+
+static void fs_rbuf_init(void)
+{
+    pthread_key_create(&fs_rbuf_key, fs_rbuf_free);
+}
+
+struct fs_rbuf {
+    size_t cap;                         /* bytes of data */
+    char   data[];
+};
+
+/*
+ * A per-thread buffer of at least size bytes, so a read costs no malloc:
+ * FS_MAX_READ bytes on first use, grown if the kernel ever asks for more.
+ */
+static char *fs_read_buf(size_t size)
+{
+    struct fs_rbuf *b;
+
+    pthread_once(&fs_rbuf_once, fs_rbuf_init);
+    b = pthread_getspecific(fs_rbuf_key);
+    if (b != NULL && b->cap >= size)
+        return b->data;
+    tfs_free(b);
+    pthread_setspecific(fs_rbuf_key, NULL);
+    b = tfs_malloc(sizeof(*b) + TFS_MAX(size, (size_t)FS_MAX_READ));
+    if (b == NULL)
+        return NULL;
+    b->cap = TFS_MAX(size, (size_t)FS_MAX_READ);
+    pthread_setspecific(fs_rbuf_key, b);
+    return b->data;
+}
+
+static void fs_count_read(struct tfs_fs *fs, size_t size, size_t n)
+{
+    uint_fast64_t max = atomic_load(&fs->n.read_max);
+
+    atomic_fetch_add(&fs->n.reads, 1);
+    atomic_fetch_add(&fs->n.read_bytes, n);
+    while (size > max &&
+           !atomic_compare_exchange_weak(&fs->n.read_max, &max, size))
+        ;
+}
+
+static int fs_do_read(struct tfs_fs *fs, struct fs_handle *h, size_t size,
+                      uint64_t off, const char **data, size_t *n)
+{
+    char *buf = fs_read_buf(size);
+    int rc;
+
+    if (buf == NULL)
+        return -ENOMEM;
+    *data = buf;
+    if (h->kind == FS_H_CTL) {
+        /* Copied: the reader may close, and release free the text, as
+           soon as the kernel has the reply, before fuse_reply_buf
+           returns. */
+        off = TFS_MIN(off, h->ctl.len);
+        *n = TFS_MIN(size, h->ctl.len - off);
+        memcpy(buf, h->ctl.p + off, *n);
+        return 0;
+    }
+    rc = tfs_file_read(h->file, buf, size, off, n);
+    if (rc < 0) {
+        TFS_WARN("read '%s' [%" PRIu64 ", +%zu): %s%s%s%s", h->in->key, off,
+                 size, tfs_strerror(rc), tfs_errdetail()[0] ? " (" : "",
+                 tfs_errdetail(), tfs_errdetail()[0] ? ")" : "");
+        atomic_fetch_add(&fs->n.errors, 1);
+        return rc;
+    }
+    fs_count_read(fs, size, *n);
+    return 0;
+}
+
+static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+    const char *data = NULL;
+    size_t n = 0;
+    int rc = fs_do_read(fs_of(req), fs_handle_of(fi), size, (uint64_t)off,
+                        &data, &n);
+
+    if (rc < 0)
+        fuse_reply_err(req, fs_errno(rc));
+    else
+        fuse_reply_buf(req, data, n);
+}
+
+static void fs_release(fuse_req_t req, fuse_ino_t ino,
+                       struct fuse_file_info *fi)
+{
+    fs_handle_free(fs_of(req), fs_handle_of(fi));
+    fuse_reply_err(req, 0);
+}
+
+/* Sizes in 4 KiB blocks of the cache's bound; nothing free (read-only). */
+static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+    struct tfs_fs *fs = fs_of(req);
+    uint64_t cap = fs->has_cache_dir ? fs->cache_size : fs->mem_cache;
+    struct statvfs sv = {
+        .f_bsize = 4096,
+        .f_frsize = 4096,
+        .f_blocks = cap / 4096,
+        .f_files = fs_itable_count(&fs->inodes),
+        .f_namemax = 255,
+        .f_flag = ST_RDONLY | ST_NOSUID | ST_NODEV,
+    };
+
+    fuse_reply_statfs(req, &sv);
+}
+
+/*
+ * One extended attribute, on files: user.tierfs.cached, the bytes of the
+ * object the cache holds, in decimal (tierfs warmup --check reads it).
+ * Any other name is ENODATA.
+ */
+static int fs_do_getxattr(struct tfs_fs *fs, fuse_ino_t ino,
+                          const char *name, char *val, size_t size,
+                          size_t *len)
+{
+    struct fs_inode *in = fs_inode_get(&fs->inodes, ino);
+    uint64_t bytes = 0;
+    int rc;
+
+    if (in == NULL)
+        return -ESTALE;
+    if (in->is_dir || ino == FS_CTL_INO || strcmp(name, FS_XATTR_CACHED))
+        return -ENODATA;
+    rc = tfs_cache_cached_bytes(fs->cache, in->key, &bytes);
+    if (rc < 0)
+        return fs_fail(fs, "getxattr", in->key, rc);
+    *len = (size_t)snprintf(val, size, "%" PRIu64, bytes);
+    return 0;
+}
+
+static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+                        size_t size)
+{
+    char val[32];
+    size_t len = 0;
+    int rc = fs_do_getxattr(fs_of(req), ino, name, val, sizeof(val), &len);
+
+    if (rc < 0)
+        fuse_reply_err(req, fs_errno(rc));
+    else if (size == 0)
+        fuse_reply_xattr(req, len);
+    else if (size < len)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, val, len);
+}
+
+static void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+    struct fs_inode *in = fs_inode_get(&fs_of(req)->inodes, ino);
+    size_t len = in && !in->is_dir && ino != FS_CTL_INO
+                     ? sizeof(FS_XATTR_CACHED) : 0;
+
+    if (in == NULL)
+        fuse_reply_err(req, ESTALE);
+    else if (size == 0)
+        fuse_reply_xattr(req, len);
+    else if (size < len)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, FS_XATTR_CACHED, len);
+}
+
+static const struct fuse_lowlevel_ops fs_ops = {
+    .init = fs_init,
+    .lookup = fs_lookup,
+    .forget = fs_forget,
+    .forget_multi = fs_forget_multi,
+    .getattr = fs_getattr,
+    .opendir = fs_opendir,
+    .readdir = fs_readdir,
+    .readdirplus = fs_readdirplus,
+    .releasedir = fs_releasedir,
+    .open = fs_open,
+    .read = fs_read,
+    .release = fs_release,
+    .statfs = fs_statfs,
+    .getxattr = fs_getxattr,
+    .listxattr = fs_listxattr,
+};
+
+/* ---- session ---- */
+
+/*
+ * libfuse's own messages, into the tierfs log.  libfuse sometimes builds
+ * one line from several calls, so pieces gather per thread until '\n'.
+ */
+static void fs_fuse_log(enum fuse_log_level level, const char *fmt,
+                        va_list ap)
+{
+    static _Thread_local char line[512];
+    static _Thread_local size_t len;
+    int lvl = level <= FUSE_LOG_ERR ? TFS_LOG_ERR : (int)level;
+    const char *msg = line;
+
+    if (len < sizeof(line) - 1)
+        vsnprintf(line + len, sizeof(line) - len, fmt, ap);
+    len = strlen(line);
+    if (len == 0 || (line[len - 1] != '\n' && len < sizeof(line) - 1))
+        return;
+    while (len > 0 && line[len - 1] == '\n')
+        line[--len] = '\0';
+    if (strncmp(msg, "fuse: ", 6) == 0)
+        msg += 6;
+    if (tfs_log_level() >= lvl)
+        tfs_log(lvl, "fuse: %s", msg);
+    len = 0;
+    line[0] = '\0';
+}
+
+static int fs_check_mountpoint(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *de;
+    int rc = 0;
+
+    if (d == NULL && errno == ENOTCONN)
+        return tfs_err(-ENOTCONN, "mountpoint %s is a mount whose daemon "
+                       "is gone; tierfs umount it first", path);
+    if (d == NULL)
+        return tfs_err(-errno, "mountpoint %s", path);
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            rc = tfs_err(-ENOTEMPTY, "mountpoint %s is not empty", path);
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Create the session with the default options plus the user's, mount. */
+static int fs_mount(struct tfs_fs *fs, const char *mountpoint)
+{
+    struct tfs_buf o;
+    char *argv[5] = {"tierfs", "-o", NULL, NULL, NULL};
+    struct fuse_args args;
+    int rc;
+
+    tfs_buf_init(&o, 0);
+    rc = tfs_buf_puts(&o, "ro,default_permissions,fsname=tierfs,"
+                          "subtype=tierfs");
+    if (rc == 0 && fs->fuse_opts.len > 0)
+        rc = tfs_buf_printf(&o, ",%s", tfs_buf_str(&fs->fuse_opts));
+    if (rc < 0)
+        return rc;
+    argv[2] = o.p;
+    argv[3] = fs->debug ? "-d" : NULL;
+    args = (struct fuse_args)FUSE_ARGS_INIT(fs->debug ? 4 : 3, argv);
+    fs->se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), fs);
+    fuse_opt_free_args(&args);
+    if (fs->se == NULL)
+        rc = tfs_err(TFS_EOPTION, "FUSE options '%s' refused",
+                     tfs_buf_str(&o));
+    else if (fuse_session_mount(fs->se, mountpoint) != 0)
+        rc = tfs_err(-EIO, "cannot mount on %s (see the fuse message "
+                     "above)", mountpoint);
+    else
+        fs->mounted = true;
+    tfs_buf_cleanup(&o);
+    return rc;
+}
+
+int tfs_fs_open(struct tfs_fs *fs, struct tfs_store *st,
+                const char *mountpoint)
+{
+    int rc;
+
+    if (fs->opened)
+        return -EBUSY;
+    fs->opened = true;
+    fs->st = st;
+    fuse_set_log_func(fs_fuse_log);
+    rc = fs_check_mountpoint(mountpoint);
+    if (rc == 0) {
+        fs->mountpoint = realpath(mountpoint, NULL);
+        rc = fs->mountpoint ? 0 : tfs_err(-errno, "mountpoint %s",
+                                          mountpoint);
+    }
+    if (rc == 0)
+        rc = tfs_cache_open(fs->cache, st);
+    if (rc == 0 && fs->metrics != NULL)
+        rc = tfs_http_start(fs->metrics, fs_metrics_fill, fs, &fs->http);
+    if (rc == 0 && fs->http != NULL)
+        TFS_INFO("metrics on http://%s/metrics (port %u)", fs->metrics,
+                 (unsigned)tfs_http_port(fs->http));
+    if (rc == 0)
+        rc = fs_mount(fs, mountpoint);
+    return rc;
+}
+
+/*
+ * SIGINT, SIGTERM, SIGHUP: end the loop.  The loop waits in the thread
+ * that called tfs_fs_run; a signal that lands on another thread (a cache
+ * worker, the metrics thread) is passed on to it so the wait ends now.
+ */
+static void fs_on_signal(int sig)
+{
+    struct tfs_fs *fs = atomic_load(&fs_running);
+
+    if (fs == NULL)
+        return;
+    fuse_session_exit(fs->se);
+    if (!pthread_equal(pthread_self(), fs->run_thread))
+        pthread_kill(fs->run_thread, sig);
+}
+
+static const int fs_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+
+int tfs_fs_run(struct tfs_fs *fs)
+{
+    struct sigaction sa = {.sa_handler = fs_on_signal};
+    struct sigaction old[TFS_ARRAY_LEN(fs_signals)];
+    struct fuse_loop_config *cfg;
+    sigset_t mask;
+    sigset_t old_mask;
+    int rc;
+
+    if (!fs->mounted)
+        return -EINVAL;
+    cfg = fuse_loop_cfg_create();
+    if (cfg == NULL)
+        return -ENOMEM;
+    fuse_loop_cfg_set_max_threads(cfg, fs->max_threads);
+    fs->run_thread = pthread_self();
+    atomic_store(&fs_running, fs);
+    sigemptyset(&mask);
+    for (size_t i = 0; i < TFS_ARRAY_LEN(fs_signals); i++) {
+        sa.sa_handler = fs_signals[i] == SIGPIPE ? SIG_IGN : fs_on_signal;
+        sigaction(fs_signals[i], &sa, &old[i]);
+        sigaddset(&mask, fs_signals[i]);
+    }
+    pthread_sigmask(SIG_UNBLOCK, &mask, &old_mask);
+    rc = fuse_session_loop_mt(fs->se, cfg);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    for (size_t i = 0; i < TFS_ARRAY_LEN(fs_signals); i++)
+        sigaction(fs_signals[i], &old[i], NULL);
+    atomic_store(&fs_running, NULL);
+    fuse_loop_cfg_destroy(cfg);
+    if (rc != 0)
+        return tfs_err(rc < 0 ? rc : -EIO, "FUSE session ended with an "
+                       "error");
+    return 0;
+}
+
+void tfs_fs_close(struct tfs_fs *fs)
+{
+    if (fs == NULL)
+        return;
+    if (fs->se != NULL) {
+        if (fs->mounted)
+            fuse_session_unmount(fs->se);
+        fuse_session_destroy(fs->se);
+    }
+    tfs_http_stop(fs->http);
+    while (fs->handles != NULL)         /* the kernel let go unreleased */
+        fs_handle_free(fs, fs->handles);
+    tfs_cache_close(fs->cache);
+    fs_itable_cleanup(&fs->inodes);
+    pthread_mutex_destroy(&fs->hlock);
+    tfs_buf_cleanup(&fs->fuse_opts);
+    free(fs->mountpoint);               /* realpath's malloc */
+    tfs_free(fs->metrics);
+    tfs_free(fs);
+}

@@ -1,0 +1,1443 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Mounted tests of the FUSE file system: each case mounts the real tierfs
+ * binary on a fresh directory over a remote, reads through the kernel and
+ * compares every byte with what it uploaded, then unmounts.
+ *
+ *   TFS_BIN=build/tierfs TFS_FUSE_REMOTE=posix|s3://bucket/prefix \
+ *       fuse_mount [CASE]
+ *
+ * "posix" serves a temporary directory; an s3:// base serves a unique
+ * prefix under it (the S3 test server's AWS_* variables must be set).
+ * Either way the mount goes through the fault store (fault+..., and
+ * retry+fault+... for the partition case), whose options make the remote
+ * slow or unreachable on demand.
+ *
+ * Nothing here may hang ctest: every wait has a deadline, reads that can
+ * block run in a child process that is killed at its deadline, and a case
+ * that fails leaves its mount to the next case's (or exit's) cleanup.
+ * A mount that fails is a failure, never a skip: the machines that run
+ * this have FUSE.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test.h"
+#include "tierfs/mem.h"
+#include "tierfs/store.h"
+
+#define MIB (1024u * 1024u)
+#define MIN_(a, b) ((a) < (b) ? (a) : (b))
+#define MOUNT_WAIT_MS 15000
+#define EXIT_WAIT_MS 30000
+
+static const char *t_bin;               /* the tierfs binary */
+static bool t_s3;                       /* remote is S3 */
+static char t_work[PATH_MAX];           /* this run's scratch directory */
+static char t_base[1024];               /* remote root: a dir or s3 URI */
+static struct tfs_store *t_st;          /* the remote, for uploads */
+static unsigned t_seq;                  /* unique names within the run */
+
+/* The mount of the running case. */
+static struct {
+    char  dir[PATH_MAX];
+    char  log[PATH_MAX + 8];
+    pid_t pid;                          /* tierfs mount -f, or 0 */
+} t_mnt;
+
+/* ---- small helpers ---- */
+
+/* snprintf that fails the run instead of truncating a path. */
+static void sfmt(char *out, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void sfmt(char *out, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(out, size, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= size) {
+        fprintf(stderr, "fuse_mount: name too long: %s\n", out);
+        abort();
+    }
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* len pseudo-random bytes from seed (the same seed, the same bytes). */
+static unsigned char *gen_data(size_t len, uint64_t seed)
+{
+    unsigned char *p = malloc(len ? len : 1);
+
+    for (size_t i = 0; p != NULL && i < len; i += 8) {
+        uint64_t v = rng_next(&seed);
+        memcpy(p + i, &v, MIN_(8, len - i));
+    }
+    return p;
+}
+
+static bool is_mounted(const char *dir)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    char line[4096];
+    char mnt[4096];
+    bool found = false;
+
+    if (f == NULL)
+        return false;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "%*s %*s %*s %*s %4095s", mnt) == 1 &&
+            strcmp(mnt, dir) == 0)
+            found = true;
+    }
+    fclose(f);
+    return found;
+}
+
+static void print_file(const char *path)
+{
+    char line[512];
+    FILE *f = fopen(path, "r");
+
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        fprintf(stderr, "    | %s", line);
+    if (f != NULL)
+        fclose(f);
+}
+
+/* Wait for pid up to ms; its exit status, or -1 on timeout (not reaped). */
+static int wait_pid(pid_t pid, unsigned ms)
+{
+    uint64_t end = now_ms() + ms;
+    int ws;
+
+    for (;;) {
+        pid_t r = waitpid(pid, &ws, WNOHANG);
+        if (r == pid)
+            return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+        if (r < 0)
+            return -2;
+        if (now_ms() >= end)
+            return -1;
+        sleep_ms(10);
+    }
+}
+
+/* Run argv to completion (bounded), output into log; its exit status. */
+static int run_cmd(char *const argv[], const char *log, unsigned ms)
+{
+    pid_t pid = fork();
+    int rc;
+
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    rc = wait_pid(pid, ms);
+    if (rc == -1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    return rc;
+}
+
+static size_t count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = 0;
+    int c;
+
+    while (f != NULL && (c = fgetc(f)) != EOF)
+        n += c == '\n';
+    if (f != NULL)
+        fclose(f);
+    return n;
+}
+
+/* ---- the remote ---- */
+
+static void put_obj(const char *key, const void *buf, size_t len)
+{
+    CHECK_OK(tfs_store_put(t_st, key, buf, len, NULL));
+}
+
+/* "WRAP" + the remote's URI for prefix sub + "?query". */
+static void remote_uri(char *out, size_t size, const char *wrap,
+                       const char *sub, const char *query)
+{
+    sfmt(out, size, "%s%s%s/%s%s%s", wrap, t_s3 ? "" : "file://",
+             t_base, sub, query && query[0] ? "?" : "",
+             query ? query : "");
+}
+
+/* ---- mounting ---- */
+
+/* Forget a mount a failed case left behind. */
+static void mnt_cleanup(void)
+{
+    if (t_mnt.dir[0] != '\0' && is_mounted(t_mnt.dir))
+        umount2(t_mnt.dir, MNT_DETACH);
+    if (t_mnt.pid > 0) {
+        kill(t_mnt.pid, SIGTERM);
+        if (wait_pid(t_mnt.pid, 5000) == -1) {
+            kill(t_mnt.pid, SIGKILL);
+            waitpid(t_mnt.pid, NULL, 0);
+        }
+    }
+    t_mnt.pid = 0;
+}
+
+/* A fresh empty directory under the work dir. */
+static void new_dir(char *out, size_t size, const char *what)
+{
+    sfmt(out, size, "%s/%s-%u", t_work, what, ++t_seq);
+    CHECK(mkdir(out, 0755) == 0);
+}
+
+/*
+ * Mount uri with tierfs mount -f plus args (NULL-terminated) on a fresh
+ * directory and wait until it serves.  Fails the case, showing the
+ * daemon's log, if it does not come up.
+ */
+static void mnt_start(const char *uri, const char *const args[])
+{
+    char *argv[48] = {(char *)t_bin, "mount", "-f", (char *)uri, t_mnt.dir};
+    char ctl[PATH_MAX + 32];
+    struct stat sb;
+    size_t n = 5;
+    uint64_t end;
+
+    mnt_cleanup();
+    new_dir(t_mnt.dir, sizeof(t_mnt.dir), "mnt");
+    sfmt(t_mnt.log, sizeof(t_mnt.log), "%s.log", t_mnt.dir);
+    for (size_t i = 0; args != NULL && args[i] != NULL && n < 46; i++)
+        argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    t_mnt.pid = fork();
+    if (t_mnt.pid == 0) {
+        int fd = open(t_mnt.log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    CHECK(t_mnt.pid > 0);
+    sfmt(ctl, sizeof(ctl), "%s/.tierfs-stats", t_mnt.dir);
+    for (end = now_ms() + MOUNT_WAIT_MS; now_ms() < end; sleep_ms(20)) {
+        if (is_mounted(t_mnt.dir) && stat(ctl, &sb) == 0)
+            return;
+        if (wait_pid(t_mnt.pid, 0) != -1) {     /* it exited */
+            t_mnt.pid = 0;
+            break;
+        }
+    }
+    fprintf(stderr, "    tierfs mount %s %s did not come up; its log:\n",
+            uri, t_mnt.dir);
+    print_file(t_mnt.log);
+    TEST_FAIL_("mount failed");
+}
+
+/* tierfs umount, then the daemon must exit 0 and the mount be gone. */
+static void mnt_stop(void)
+{
+    char log[PATH_MAX + 16];
+    char *argv[] = {(char *)t_bin, "umount", t_mnt.dir, NULL};
+    int rc;
+
+    sfmt(log, sizeof(log), "%s.umount", t_mnt.dir);
+    rc = run_cmd(argv, log, 20000);
+    if (rc != 0)
+        print_file(log);
+    CHECK_EQ(rc, 0);
+    rc = wait_pid(t_mnt.pid, EXIT_WAIT_MS);
+    if (rc != 0)
+        print_file(t_mnt.log);
+    CHECK_EQ(rc, 0);
+    t_mnt.pid = 0;
+    CHECK(!is_mounted(t_mnt.dir));
+}
+
+static void mnt_path(char *out, size_t size, const char *name)
+{
+    sfmt(out, size, "%s/%s", t_mnt.dir, name);
+}
+
+/* The whole control file (a JSON object) into buf. */
+static void read_stats(char *buf, size_t size)
+{
+    char path[PATH_MAX + 32];
+    ssize_t n;
+    size_t len = 0;
+    int fd;
+
+    mnt_path(path, sizeof(path), ".tierfs-stats");
+    fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    while ((n = read(fd, buf + len, size - 1 - len)) > 0)
+        len += (size_t)n;
+    close(fd);
+    buf[len] = '\0';
+    CHECK(len > 2 && buf[0] == '{');
+}
+
+/*
+ * The number at path in a JSON text: "a" is a top-level member, "a.b"
+ * member b of object a.  -1 when absent.
+ */
+static double json_num(const char *json, const char *path)
+{
+    char name[128];
+    const char *p = json;
+
+    while (p != NULL && *path != '\0') {
+        size_t len = strcspn(path, ".");
+        sfmt(name, sizeof(name), "\"%.*s\":", (int)len, path);
+        p = strstr(p, name);
+        p = p ? p + strlen(name) : NULL;
+        path += len + (path[len] == '.');
+    }
+    return p ? strtod(p, NULL) : -1;
+}
+
+static double stat_num(const char *path)
+{
+    static char buf[64 * 1024];
+
+    read_stats(buf, sizeof(buf));
+    return json_num(buf, path);
+}
+
+/* ---- reading ---- */
+
+/* pread all of [off, off+len) (short only at EOF); bytes read, or -errno. */
+static ssize_t pread_full(int fd, void *buf, size_t len, off_t off)
+{
+    size_t done = 0;
+
+    while (done < len) {
+        ssize_t n = pread(fd, (char *)buf + done, len - done,
+                          off + (off_t)done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    return (ssize_t)done;
+}
+
+/* Compare the file at path with want (len bytes). */
+static bool file_equals(const char *path, const unsigned char *want,
+                        size_t len)
+{
+    unsigned char *got = malloc(len + 1);
+    int fd = open(path, O_RDONLY);
+    ssize_t n = fd >= 0 ? pread_full(fd, got, len + 1, 0) : -errno;
+    bool same = n == (ssize_t)len && memcmp(got, want, len) == 0;
+
+    if (!same)
+        fprintf(stderr, "    %s: read %zd of %zu bytes%s\n", path, n, len,
+                n == (ssize_t)len ? ", different" : "");
+    if (fd >= 0)
+        close(fd);
+    free(got);
+    return same;
+}
+
+/* What a bounded read in a child process saw. */
+struct timed_read {
+    ssize_t  n;                         /* bytes, or -errno */
+    uint64_t ms;                        /* how long it took */
+    bool     timed_out;                 /* killed at the deadline */
+};
+
+/*
+ * pread(fd, len at off) in a child, killed after timeout_ms; the bytes go
+ * to out (len bytes).  A read stuck in the kernel cannot hang the test.
+ * When wait is false the child is left running and its pid returned in
+ * *child for timed_read_finish.
+ */
+struct timed_job {
+    pid_t              pid;
+    unsigned char     *shared;          /* mmap: result + data */
+    size_t             len;
+    uint64_t           t0;
+    unsigned           timeout_ms;
+};
+
+static void timed_read_start(struct timed_job *j, int fd, size_t len,
+                             off_t off, unsigned timeout_ms)
+{
+    j->len = len;
+    j->timeout_ms = timeout_ms;
+    j->shared = mmap(NULL, sizeof(ssize_t) + len, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(j->shared != MAP_FAILED);
+    j->t0 = now_ms();
+    j->pid = fork();
+    if (j->pid == 0) {
+        ssize_t n = pread_full(fd, j->shared + sizeof(ssize_t), len, off);
+        memcpy(j->shared, &n, sizeof(n));
+        _exit(0);
+    }
+    CHECK(j->pid > 0);
+}
+
+/* Is the child still reading? */
+static bool timed_read_running(struct timed_job *j)
+{
+    return waitpid(j->pid, NULL, WNOHANG) == 0;
+}
+
+static struct timed_read timed_read_finish(struct timed_job *j,
+                                           unsigned char *out)
+{
+    struct timed_read r = {0};
+    int rc = wait_pid(j->pid, j->timeout_ms -
+                      MIN_(j->timeout_ms, now_ms() - j->t0));
+
+    r.ms = now_ms() - j->t0;
+    if (rc == -1) {
+        kill(j->pid, SIGKILL);
+        waitpid(j->pid, NULL, 0);
+        r.timed_out = true;
+        r.n = -ETIMEDOUT;
+    } else {
+        memcpy(&r.n, j->shared, sizeof(r.n));
+        if (r.n > 0 && out != NULL)
+            memcpy(out, j->shared + sizeof(ssize_t), (size_t)r.n);
+    }
+    munmap(j->shared, sizeof(ssize_t) + j->len);
+    return r;
+}
+
+/* A case's own prefix on the remote: "c<seq>". */
+static void new_prefix(char *out, size_t size)
+{
+    sfmt(out, size, "c%u-%u", ++t_seq, (unsigned)getpid());
+}
+
+static void key_of(char *out, size_t size, const char *prefix,
+                   const char *name)
+{
+    sfmt(out, size, "%s/%s", prefix, name);
+}
+
+/* ---- cases ---- */
+
+static bool has_name(char names[][64], size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(names[i], name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* tierfs stats -w 1 for 2.5 s, then ^C: exit 0 with rates printed. */
+static int stats_watch(const char *log)
+{
+    char *argv[] = {(char *)t_bin, "stats", "-w", "1", t_mnt.dir, NULL};
+    char buf[16384];
+    size_t n;
+    FILE *f;
+    int rc;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, STDOUT_FILENO);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    sleep_ms(2500);
+    kill(pid, SIGINT);
+    rc = wait_pid(pid, 5000);
+    if (rc == -1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    f = fopen(log, "r");
+    n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    buf[n] = '\0';
+    if (f != NULL)
+        fclose(f);
+    return rc == 0 && strstr(buf, "/s") != NULL ? 0 : -1;
+}
+
+/* Listing, attributes, EROFS, the control file, tierfs stats, SIGTERM. */
+TEST(basics)
+{
+    char pre[64], key[128], uri[2048], cache[PATH_MAX], path[PATH_MAX + 64];
+    char names[16][64];
+    unsigned char *big = gen_data(100000, 1);
+    const char *args[] = {"--cache-dir", cache, NULL};
+    struct dirent *de;
+    struct stat sb;
+    struct statvfs sv;
+    char buf[256];
+    size_t n = 0;
+    DIR *d;
+    int fd;
+
+    new_prefix(pre, sizeof(pre));
+    key_of(key, sizeof(key), pre, "a.txt");
+    put_obj(key, "hello\n", 6);
+    key_of(key, sizeof(key), pre, "dir/b.bin");
+    put_obj(key, big, 100000);
+    key_of(key, sizeof(key), pre, "dir/sub/c");
+    put_obj(key, "0123456789", 10);
+    key_of(key, sizeof(key), pre, "empty");
+    put_obj(key, "", 0);
+    new_dir(cache, sizeof(cache), "cache");
+    remote_uri(uri, sizeof(uri), "fault+", pre, NULL);
+    mnt_start(uri, args);
+
+    d = opendir(t_mnt.dir);
+    CHECK(d != NULL);
+    while ((de = readdir(d)) != NULL && n < 16) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        sfmt(names[n++], 64, "%s", de->d_name);
+        mnt_path(path, sizeof(path), de->d_name);
+        CHECK(stat(path, &sb) == 0);
+        CHECK_EQ(sb.st_ino, de->d_ino);
+    }
+    closedir(d);
+    CHECK_EQ(n, 3);
+    CHECK(has_name(names, n, "a.txt") && has_name(names, n, "dir") &&
+          has_name(names, n, "empty"));
+
+    mnt_path(path, sizeof(path), "a.txt");
+    CHECK(stat(path, &sb) == 0);
+    CHECK(S_ISREG(sb.st_mode) && (sb.st_mode & 07777) == 0444);
+    CHECK_EQ(sb.st_size, 6);
+    CHECK(file_equals(path, (const unsigned char *)"hello\n", 6));
+    CHECK_EQ(open(path, O_WRONLY), -1);
+    CHECK_EQ(errno, EROFS);
+    CHECK_EQ(open(path, O_RDWR), -1);
+    CHECK_EQ(errno, EROFS);
+    CHECK_EQ(unlink(path), -1);
+    CHECK_EQ(errno, EROFS);
+    CHECK(getxattr(path, "user.x", buf, sizeof(buf)) < 0 &&
+          (errno == ENOTSUP || errno == ENODATA));
+    {
+        uint64_t end = now_ms() + 3000;  /* the disk write is queued */
+        ssize_t xn;
+
+        do {
+            xn = getxattr(path, "user.tierfs.cached", buf, sizeof(buf) - 1);
+            CHECK(xn > 0);
+            buf[xn] = '\0';
+        } while (strtoull(buf, NULL, 10) != 6 && now_ms() < end &&
+                 (sleep_ms(20), true));
+        CHECK_EQ(strtoull(buf, NULL, 10), 6);
+        CHECK_EQ(listxattr(path, buf, sizeof(buf)),
+                 (ssize_t)sizeof("user.tierfs.cached"));
+    }
+    mnt_path(path, sizeof(path), "new");
+    CHECK_EQ(open(path, O_WRONLY | O_CREAT, 0644), -1);
+    CHECK_EQ(errno, EROFS);
+    CHECK_EQ(mkdir(path, 0755), -1);
+    CHECK_EQ(errno, EROFS);
+    CHECK_EQ(stat(path, &sb), -1);
+    CHECK_EQ(errno, ENOENT);
+
+    mnt_path(path, sizeof(path), "dir");
+    CHECK(stat(path, &sb) == 0);
+    CHECK(S_ISDIR(sb.st_mode) && (sb.st_mode & 07777) == 0555);
+    mnt_path(path, sizeof(path), "dir/sub/c");
+    CHECK(file_equals(path, (const unsigned char *)"0123456789", 10));
+    mnt_path(path, sizeof(path), "dir/b.bin");
+    CHECK(file_equals(path, big, 100000));
+    mnt_path(path, sizeof(path), "empty");
+    CHECK(file_equals(path, (const unsigned char *)"", 0));
+    mnt_path(path, sizeof(path), "a.txt/x");
+    CHECK(stat(path, &sb) < 0 && (errno == ENOTDIR || errno == ENOENT));
+    CHECK(statvfs(t_mnt.dir, &sv) == 0);
+    CHECK_EQ(sv.f_bsize, 4096);
+
+    /* The control file: hidden, JSON, counting what we read. */
+    CHECK(stat_num("read_bytes") >= 100016);
+    CHECK(stat_num("fuse.reads") > 0);
+    {
+        char log[PATH_MAX + 16];
+        char *argv[] = {(char *)t_bin, "stats", t_mnt.dir, NULL};
+        char *argj[] = {(char *)t_bin, "stats", "--json", t_mnt.dir, NULL};
+        FILE *f;
+
+        sfmt(log, sizeof(log), "%s.stats", t_mnt.dir);
+        CHECK_EQ(run_cmd(argv, log, 10000), 0);
+        f = fopen(log, "r");
+        CHECK(f != NULL);
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+        CHECK(strstr(buf, "read_bytes") != NULL);
+        CHECK_EQ(run_cmd(argj, log, 10000), 0);
+        f = fopen(log, "r");
+        CHECK(f != NULL && fgetc(f) == '{');
+        fclose(f);
+        CHECK_EQ(stats_watch(log), 0);
+    }
+
+    /* A file opened across SIGTERM: the daemon still exits 0, unmounted. */
+    mnt_path(path, sizeof(path), "dir/b.bin");
+    fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    CHECK_EQ(kill(t_mnt.pid, SIGTERM), 0);
+    CHECK_EQ(wait_pid(t_mnt.pid, EXIT_WAIT_MS), 0);
+    t_mnt.pid = 0;
+    close(fd);
+    CHECK(!is_mounted(t_mnt.dir));
+    free(big);
+}
+
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int port = 0;
+
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* GET path from 127.0.0.1:port; the response (head + body) into buf. */
+static int http_get(int port, const char *path, char *buf, size_t size)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port)};
+    struct timeval tv = {5, 0};
+    size_t len = 0;
+    ssize_t n;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        close(fd);
+        return -errno;
+    }
+    dprintf(fd, "GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n", path);
+    while (len < size - 1 && (n = read(fd, buf + len, size - 1 - len)) > 0)
+        len += (size_t)n;
+    buf[len] = '\0';
+    close(fd);
+    return 0;
+}
+
+/* The command line: errors, the daemon, umount, the metrics endpoint. */
+TEST(cli)
+{
+    char pre[64], key[128], uri[2048], dir[PATH_MAX], log[PATH_MAX + 16];
+    char path[PATH_MAX + 64], port_s[32], missing[PATH_MAX + 16];
+    static char resp[256 * 1024];
+    const char *args[] = {"--metrics", port_s, NULL};
+    char *um[] = {(char *)t_bin, "umount", dir, NULL};
+    char *mnt_missing[] = {(char *)t_bin, "mount", missing, dir, NULL};
+    char *mnt_daemon[] = {(char *)t_bin, "mount", uri, dir, NULL};
+    char *mnt_nonempty[] = {(char *)t_bin, "mount", uri, t_work, NULL};
+    int port = free_port();
+    uint64_t t0;
+
+    new_prefix(pre, sizeof(pre));
+    key_of(key, sizeof(key), pre, "f");
+    put_obj(key, "tierfs\n", 7);
+    remote_uri(uri, sizeof(uri), "", pre, NULL);
+    new_dir(dir, sizeof(dir), "plain");
+    sfmt(log, sizeof(log), "%s.log", dir);
+
+    CHECK_EQ(run_cmd(um, log, 10000), 1);
+    CHECK_EQ(count_lines(log), 1);
+    sfmt(missing, sizeof(missing), "%s/no-such-dir", t_work);
+    t0 = now_ms();
+    CHECK_EQ(run_cmd(mnt_missing, log, 10000), 1);
+    CHECK(now_ms() - t0 < 5000);
+    CHECK_EQ(count_lines(log), 1);
+    CHECK(!is_mounted(dir));
+    CHECK_EQ(run_cmd(mnt_nonempty, log, 10000), 1);
+    CHECK_EQ(count_lines(log), 1);
+
+    /* Daemon mode: returns once mounted; tierfs umount ends it. */
+    CHECK_EQ(run_cmd(mnt_daemon, log, 20000), 0);
+    CHECK(is_mounted(dir));
+    sfmt(path, sizeof(path), "%s/f", dir);
+    CHECK(file_equals(path, (const unsigned char *)"tierfs\n", 7));
+    CHECK_EQ(run_cmd(um, log, 20000), 0);
+    CHECK(!is_mounted(dir));
+
+    /* The metrics endpoint. */
+    CHECK(port > 0);
+    sfmt(port_s, sizeof(port_s), "127.0.0.1:%d", port);
+    mnt_start(uri, args);
+    mnt_path(path, sizeof(path), "f");
+    CHECK(file_equals(path, (const unsigned char *)"tierfs\n", 7));
+    CHECK_OK(http_get(port, "/metrics", resp, sizeof(resp)));
+    CHECK(strncmp(resp, "HTTP/1.", 7) == 0 && strstr(resp, " 200 ") != NULL);
+    CHECK(strstr(resp, "\ntierfs_read_bytes_total 7") != NULL);
+    CHECK(strstr(resp, "tierfs_fuse_read_requests_total") != NULL);
+    CHECK_OK(http_get(port, "/other", resp, sizeof(resp)));
+    CHECK(strstr(resp, " 404 ") != NULL);
+    mnt_stop();
+}
+
+/* 1,000 random ranges of three files, byte for byte. */
+TEST(random_ranges)
+{
+    static const size_t sizes[3] = {MIB + 123, 7 * MIB + 4095,
+                                    20 * MIB - 17};
+    char pre[64], key[128], uri[2048], cache[PATH_MAX], path[PATH_MAX + 64];
+    const char *args[] = {"--cache-dir", cache, "--block-size", "1M",
+                          "--mem-cache", "8M", NULL};
+    unsigned char *data[3];
+    unsigned char *buf = malloc(4 * MIB);
+    int fds[3][2];
+    uint64_t seed = 42;
+    unsigned bad = 0;
+
+    new_prefix(pre, sizeof(pre));
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        sfmt(name, sizeof(name), "f%d.bin", i);
+        data[i] = gen_data(sizes[i], 100 + (uint64_t)i);
+        key_of(key, sizeof(key), pre, name);
+        put_obj(key, data[i], sizes[i]);
+    }
+    new_dir(cache, sizeof(cache), "cache");
+    remote_uri(uri, sizeof(uri), "fault+", pre, NULL);
+    mnt_start(uri, args);
+    for (int i = 0; i < 3; i++) {
+        sfmt(path, sizeof(path), "%s/f%d.bin", t_mnt.dir, i);
+        fds[i][0] = open(path, O_RDONLY);
+        fds[i][1] = open(path, O_RDONLY | O_DIRECT);
+        CHECK(fds[i][0] >= 0 && fds[i][1] >= 0);
+    }
+    for (int r = 0; r < 1000; r++) {
+        int f = (int)(rng_next(&seed) % 3);
+        size_t size = sizes[f];
+        uint64_t kind = rng_next(&seed) % 4;
+        uint64_t off;
+        size_t len;
+        ssize_t n;
+        size_t want;
+
+        if (kind == 0) {                /* across a block boundary */
+            off = (rng_next(&seed) % (size / MIB + 1)) * MIB;
+            off -= MIN_(off, rng_next(&seed) % 4096);
+            len = 1 + rng_next(&seed) % 8192;
+        } else if (kind == 1) {         /* at or past the end */
+            off = size - MIN_(size, rng_next(&seed) % 5000) +
+                  rng_next(&seed) % 3 * 1000;
+            len = 1 + rng_next(&seed) % 10000;
+        } else if (kind == 2) {         /* large */
+            off = rng_next(&seed) % size;
+            len = 1 + rng_next(&seed) % (4 * MIB);
+        } else {                        /* small */
+            off = rng_next(&seed) % size;
+            len = 1 + rng_next(&seed) % 4096;
+        }
+        want = off >= size ? 0 : MIN_(len, size - off);
+        n = pread_full(fds[f][r % 2], buf, len, (off_t)off);
+        if (n != (ssize_t)want || memcmp(buf, data[f] + MIN_(off, size),
+                                         want) != 0) {
+            if (bad++ < 5)
+                fprintf(stderr, "    f%d [%llu, +%zu) %s: got %zd want "
+                        "%zu%s\n", f, (unsigned long long)off, len,
+                        r % 2 ? "direct" : "cached", n, want,
+                        n == (ssize_t)want ? " (bytes differ)" : "");
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        close(fds[i][0]);
+        close(fds[i][1]);
+        sfmt(path, sizeof(path), "%s/f%d.bin", t_mnt.dir, i);
+        bad += !file_equals(path, data[i], sizes[i]);
+        free(data[i]);
+    }
+    CHECK_EQ(bad, 0);
+    CHECK(stat_num("fuse.read_max") >= 128 * 1024);
+    fprintf(stderr, "    largest read request: %.0f KiB\n",
+            stat_num("fuse.read_max") / 1024);
+    mnt_stop();
+    free(buf);
+}
+
+struct reader_arg {
+    const char          *dir;
+    const unsigned char *data[4];
+    size_t               sizes[4];
+    unsigned             id;
+    atomic_uint         *bad;
+};
+
+static void *reader_main(void *p)
+{
+    struct reader_arg *a = p;
+    uint64_t seed = 1000 + a->id;
+    unsigned char *buf = malloc(2 * MIB);
+    char path[PATH_MAX + 32];
+
+    for (int it = 0; it < 48; it++) {
+        unsigned f = (unsigned)((a->id + (unsigned)it) % 4);
+        size_t size = a->sizes[f];
+        uint64_t off = rng_next(&seed) % size;
+        size_t len = 1 + rng_next(&seed) % (2 * MIB);
+        size_t want = MIN_(len, size - off);
+        int fd;
+        ssize_t n;
+
+        sfmt(path, sizeof(path), "%s/r%u.bin", a->dir, f);
+        fd = open(path, O_RDONLY | (it % 2 ? O_DIRECT : 0));
+        n = fd >= 0 ? pread_full(fd, buf, len, (off_t)off) : -errno;
+        if (n != (ssize_t)want || memcmp(buf, a->data[f] + off, want) != 0)
+            atomic_fetch_add(a->bad, 1);
+        if (fd >= 0)
+            close(fd);
+    }
+    free(buf);
+    return NULL;
+}
+
+/* 16 threads reading four overlapping files at once. */
+TEST(concurrent_readers)
+{
+    char pre[64], key[128], uri[2048], cache[PATH_MAX], path[PATH_MAX + 64];
+    const char *args[] = {"--cache-dir", cache, "--block-size", "1M", NULL};
+    struct reader_arg ra[16];
+    pthread_t th[16];
+    unsigned char *data[4];
+    size_t sizes[4];
+    atomic_uint bad = 0;
+
+    new_prefix(pre, sizeof(pre));
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        sizes[i] = 6 * MIB + (size_t)i * 77777;
+        data[i] = gen_data(sizes[i], 200 + (uint64_t)i);
+        sfmt(name, sizeof(name), "r%d.bin", i);
+        key_of(key, sizeof(key), pre, name);
+        put_obj(key, data[i], sizes[i]);
+    }
+    new_dir(cache, sizeof(cache), "cache");
+    remote_uri(uri, sizeof(uri), "fault+", pre, "latency_ms=2&jitter_ms=3");
+    mnt_start(uri, args);
+    for (unsigned t = 0; t < 16; t++) {
+        ra[t] = (struct reader_arg){.dir = t_mnt.dir, .id = t, .bad = &bad};
+        memcpy(ra[t].data, data, sizeof(data));
+        memcpy(ra[t].sizes, sizes, sizeof(sizes));
+        CHECK_EQ(pthread_create(&th[t], NULL, reader_main, &ra[t]), 0);
+    }
+    for (unsigned t = 0; t < 16; t++)
+        pthread_join(th[t], NULL);
+    CHECK_EQ(atomic_load(&bad), 0);
+    for (int i = 0; i < 4; i++) {
+        sfmt(path, sizeof(path), "%s/r%d.bin", t_mnt.dir, i);
+        CHECK(file_equals(path, data[i], sizes[i]));
+        free(data[i]);
+    }
+    mnt_stop();
+}
+
+/* Restart over the same cache dir with the remote refusing connections:
+   everything still reads, from the disk tier, with no store reads. */
+TEST(restart_offline)
+{
+    static const size_t sizes[2] = {3 * MIB + 1, 9 * MIB};
+    char pre[64], key[128], uri[2048], cache[PATH_MAX], path[PATH_MAX + 64];
+    char cut[PATH_MAX], query[PATH_MAX + 64];
+    const char *args[] = {"--cache-dir", cache, "--immutable",
+                          "--block-size", "1M", NULL};
+    unsigned char *data[2];
+    int fd;
+
+    new_prefix(pre, sizeof(pre));
+    for (int i = 0; i < 2; i++) {
+        char name[16];
+        sfmt(name, sizeof(name), "d/p%d.bin", i);
+        data[i] = gen_data(sizes[i], 300 + (uint64_t)i);
+        key_of(key, sizeof(key), pre, name);
+        put_obj(key, data[i], sizes[i]);
+    }
+    new_dir(cache, sizeof(cache), "cache");
+    sfmt(cut, sizeof(cut), "%s/cut-%u", t_work, ++t_seq);
+    sfmt(query, sizeof(query),
+             "partition_file=%s&partition_mode=refuse", cut);
+    remote_uri(uri, sizeof(uri), "fault+", pre, query);
+    mnt_start(uri, args);
+    for (int i = 0; i < 2; i++) {
+        sfmt(path, sizeof(path), "%s/d/p%d.bin", t_mnt.dir, i);
+        CHECK(file_equals(path, data[i], sizes[i]));
+    }
+    mnt_stop();
+
+    fd = open(cut, O_WRONLY | O_CREAT, 0644);
+    CHECK(fd >= 0);
+    close(fd);
+    mnt_start(uri, args);
+    for (int i = 0; i < 2; i++) {
+        sfmt(path, sizeof(path), "%s/d/p%d.bin", t_mnt.dir, i);
+        CHECK(file_equals(path, data[i], sizes[i]));
+        free(data[i]);
+    }
+    CHECK(stat_num("hit_bytes_disk") >= (double)(sizes[0] + sizes[1]));
+    CHECK_EQ(stat_num("backend_get_count"), 0);
+    CHECK_EQ(stat_num("store.reads"), 0);
+    mnt_stop();
+    unlink(cut);
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+/*
+ * Flip one byte in the middle of the data of every block file under dir
+ * (format in src/cache/disk.c: magic, header length H at 8, data length
+ * L at 12, data at H).  Returns how many it changed.
+ */
+static unsigned flip_blocks(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    unsigned n = 0;
+
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        char path[PATH_MAX + 512];
+        unsigned char h[16];
+        struct stat sb;
+        int fd;
+
+        if (de->d_name[0] == '.')
+            continue;
+        sfmt(path, sizeof(path), "%s/%s", dir, de->d_name);
+        if (lstat(path, &sb) < 0)
+            continue;
+        if (S_ISDIR(sb.st_mode)) {
+            n += flip_blocks(path);
+            continue;
+        }
+        fd = open(path, O_RDWR);
+        if (fd >= 0 && pread(fd, h, 16, 0) == 16 &&
+            memcmp(h, "TFSBLK1\n", 8) == 0 && le32(h + 12) > 0) {
+            off_t at = (off_t)le32(h + 8) + le32(h + 12) / 2;
+            unsigned char c;
+            if (pread(fd, &c, 1, at) == 1) {
+                c ^= 0x5a;
+                n += pwrite(fd, &c, 1, at) == 1;
+            }
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+/* Bytes flipped in the cache's block files are caught and refetched. */
+TEST(corrupt_blocks)
+{
+    char pre[64], key[128], uri[2048], cache[PATH_MAX], path[PATH_MAX + 64];
+    const char *args[] = {"--cache-dir", cache, "--block-size", "1M", NULL};
+    size_t size = 3 * MIB + 5;
+    unsigned char *data = gen_data(size, 400);
+
+    new_prefix(pre, sizeof(pre));
+    key_of(key, sizeof(key), pre, "c.bin");
+    put_obj(key, data, size);
+    new_dir(cache, sizeof(cache), "cache");
+    remote_uri(uri, sizeof(uri), "fault+", pre, NULL);
+    mnt_start(uri, args);
+    mnt_path(path, sizeof(path), "c.bin");
+    CHECK(file_equals(path, data, size));
+    mnt_stop();
+
+    CHECK(flip_blocks(cache) >= 4);
+    mnt_start(uri, args);
+    mnt_path(path, sizeof(path), "c.bin");
+    CHECK(file_equals(path, data, size));
+    CHECK(stat_num("corrupt_blocks") > 0);
+    CHECK(file_equals(path, data, size));
+    mnt_stop();
+    free(data);
+}
+
+/* 'A' or 'B' when all len bytes are that letter, else 0 (a mix). */
+static char uniform(const unsigned char *p, size_t len)
+{
+    if (len == 0 || (p[0] != 'A' && p[0] != 'B'))
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if (p[i] != p[0])
+            return 0;
+    }
+    return (char)p[0];
+}
+
+/* Read the whole of path with a fresh open; the letter, 0 for a mix, or
+   'E' for an error. */
+static char read_letter(const char *path, unsigned char *buf, size_t size)
+{
+    int fd = open(path, O_RDONLY);
+    ssize_t n = fd >= 0 ? pread_full(fd, buf, size + 1, 0) : -errno;
+
+    if (fd >= 0)
+        close(fd);
+    if (n < 0)
+        return 'E';
+    return n == (ssize_t)size ? uniform(buf, size) : 0;
+}
+
+struct swap_arg {
+    const char  *path;
+    size_t       size;
+    atomic_bool *stop;
+    atomic_uint *mixed;                 /* reads that were neither */
+    atomic_uint *reads;
+};
+
+/* Read the whole file over and over until told to stop. */
+static void *swap_reader(void *p)
+{
+    struct swap_arg *a = p;
+    unsigned char *buf = malloc(a->size + 1);
+
+    while (!atomic_load(a->stop)) {
+        char c = read_letter(a->path, buf, a->size);
+        if (c != 'A' && c != 'B')
+            atomic_fetch_add(a->mixed, 1);
+        atomic_fetch_add(a->reads, 1);
+    }
+    free(buf);
+    return NULL;
+}
+
+/* A replaced object: after the metadata TTL a new open sees the new
+   bytes, and no read ever mixes old and new. */
+TEST(replace)
+{
+    char pre[64], key[128], uri[2048], cache[PATH_MAX], path[PATH_MAX + 64];
+    const char *args[] = {"--cache-dir", cache, "--meta-ttl", "1",
+                          "--block-size", "1M", NULL};
+    size_t size = 3 * MIB + 100;
+    unsigned char *a = malloc(size);
+    unsigned char *buf = malloc(size + 1);
+    uint64_t t_put, t_b = 0, end;
+    atomic_bool stop = false;
+    atomic_uint mixed = 0, reads = 0;
+    bool back = false;
+    struct swap_arg sa;
+    pthread_t th[4];
+    char held_c;
+    int held;
+
+    memset(a, 'A', size);
+    new_prefix(pre, sizeof(pre));
+    key_of(key, sizeof(key), pre, "swap.bin");
+    put_obj(key, a, size);
+    new_dir(cache, sizeof(cache), "cache");
+    remote_uri(uri, sizeof(uri), "fault+", pre, NULL);
+    mnt_start(uri, args);
+    mnt_path(path, sizeof(path), "swap.bin");
+    held = open(path, O_RDONLY);
+    CHECK(held >= 0);
+    CHECK_EQ(pread_full(held, buf, size, 0), (ssize_t)size);
+    CHECK_EQ(uniform(buf, size), 'A');
+    for (end = now_ms() + 1200; now_ms() < end;)
+        CHECK_EQ(read_letter(path, buf, size), 'A');
+
+    /* Four readers keep going across the swap. */
+    sa = (struct swap_arg){path, size, &stop, &mixed, &reads};
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(pthread_create(&th[i], NULL, swap_reader, &sa), 0);
+    sleep_ms(300);
+    memset(a, 'B', size);
+    put_obj(key, a, size);
+    t_put = now_ms();
+    for (end = t_put + 8000; now_ms() < end && !back;) {
+        char c = read_letter(path, buf, size);
+        if (c != 'A' && c != 'B')
+            atomic_fetch_add(&mixed, 1);
+        back = t_b != 0 && c != 'B';    /* never back to the old one */
+        if (c == 'B' && t_b == 0)
+            t_b = now_ms();
+        if (t_b != 0 && now_ms() > t_b + 1500)
+            break;
+    }
+    atomic_store(&stop, true);          /* no CHECK while they run */
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    CHECK(!back);
+    CHECK(t_b != 0);
+    fprintf(stderr, "    new content after %llu ms (meta_ttl 1 s); %u "
+            "concurrent whole-file reads, %u mixed\n",
+            (unsigned long long)(t_b - t_put), atomic_load(&reads),
+            atomic_load(&mixed));
+    CHECK_EQ(atomic_load(&mixed), 0);
+    CHECK(t_b - t_put <= 1000 + 2500);
+    /* The handle opened before: the old bytes or an error, never a mix. */
+    held_c = pread_full(held, buf, size, 0) == (ssize_t)size
+                 ? uniform(buf, size) : 'E';
+    CHECK(held_c == 'A' || held_c == 'E');
+    close(held);
+    mnt_stop();
+    free(a);
+    free(buf);
+}
+
+/* Allocated bytes under path (du), and of files named name only. */
+static uint64_t du_bytes(const char *path, const char *name, uint64_t *named)
+{
+    DIR *d = opendir(path);
+    struct dirent *de;
+    uint64_t total = 0;
+
+    while (d != NULL && (de = readdir(d)) != NULL) {
+        char p[PATH_MAX + 512];
+        struct stat sb;
+
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        sfmt(p, sizeof(p), "%s/%s", path, de->d_name);
+        if (lstat(p, &sb) < 0)
+            continue;
+        total += (uint64_t)sb.st_blocks * 512;
+        if (strcmp(de->d_name, name) == 0)
+            *named += (uint64_t)sb.st_blocks * 512;
+        if (S_ISDIR(sb.st_mode))
+            total += du_bytes(p, name, named);
+    }
+    if (d != NULL)
+        closedir(d);
+    return total;
+}
+
+/* cache_size N, 3N of data read: the cache dir stays within N + 5%, plus
+   the fixed index file. */
+TEST(capacity)
+{
+    char pre[64], key[128], uri[2048], cache[PATH_MAX], path[PATH_MAX + 64];
+    const char *args[] = {"--cache-dir", cache, "--cache-size", "8M",
+                          "--block-size", "1M", "--mem-cache", "2M",
+                          "--free-space", "0", "--eviction", "lru", NULL};
+    const uint64_t cap = 8 * MIB;
+    uint64_t worst = 0, index = 0, total;
+
+    new_prefix(pre, sizeof(pre));
+    new_dir(cache, sizeof(cache), "cache");
+    for (int i = 0; i < 6; i++) {
+        char name[16];
+        unsigned char *data = gen_data(4 * MIB, 500 + (uint64_t)i);
+        sfmt(name, sizeof(name), "k%d.bin", i);
+        key_of(key, sizeof(key), pre, name);
+        put_obj(key, data, 4 * MIB);
+        free(data);
+    }
+    remote_uri(uri, sizeof(uri), "fault+", pre, NULL);
+    mnt_start(uri, args);
+    for (int i = 0; i < 6; i++) {
+        unsigned char *data = gen_data(4 * MIB, 500 + (uint64_t)i);
+        sfmt(path, sizeof(path), "%s/k%d.bin", t_mnt.dir, i);
+        CHECK(file_equals(path, data, 4 * MIB));
+        free(data);
+        index = 0;
+        total = du_bytes(cache, "index", &index);
+        worst = total - index > worst ? total - index : worst;
+    }
+    sleep_ms(300);                      /* let queued disk writes land */
+    index = 0;
+    total = du_bytes(cache, "index", &index);
+    worst = total - index > worst ? total - index : worst;
+    fprintf(stderr, "    cache dir: at most %.2f MiB besides the %.2f MiB "
+            "index (bound %.2f MiB)\n", (double)worst / MIB,
+            (double)index / MIB, (double)cap / MIB);
+    CHECK(worst <= cap + cap / 20 + 64 * 1024);
+    CHECK(stat_num("evicted_bytes") > 0);
+    mnt_stop();
+    index = 0;
+    total = du_bytes(cache, "index", &index);
+    CHECK(total - index <= cap + cap / 20 + 64 * 1024);
+}
+
+struct flight_arg {
+    int                  fd;
+    off_t                off;
+    const unsigned char *want;
+    pthread_barrier_t   *go;
+    atomic_uint         *bad;
+};
+
+static void *flight_main(void *p)
+{
+    struct flight_arg *a = p;
+    unsigned char *buf = aligned_alloc(4096, 65536);
+
+    pthread_barrier_wait(a->go);
+    if (pread_full(a->fd, buf, 65536, a->off) != 65536 ||
+        memcmp(buf, a->want + a->off, 65536) != 0)
+        atomic_fetch_add(a->bad, 1);
+    free(buf);
+    return NULL;
+}
+
+/* 32 threads reading one cold block at once: one GET. */
+TEST(single_flight)
+{
+    char pre[64], key[128], uri[2048], path[PATH_MAX + 64];
+    const char *args[] = {"--block-size", "4M", "--set", "hedge=0", NULL};
+    unsigned char *data = gen_data(4 * MIB, 600);
+    struct flight_arg fa[32];
+    pthread_t th[32];
+    pthread_barrier_t go;
+    atomic_uint bad = 0;
+
+    new_prefix(pre, sizeof(pre));
+    key_of(key, sizeof(key), pre, "one.bin");
+    put_obj(key, data, 4 * MIB);
+    remote_uri(uri, sizeof(uri), "fault+", pre, "latency_ms=300");
+    mnt_start(uri, args);
+    mnt_path(path, sizeof(path), "one.bin");
+    pthread_barrier_init(&go, NULL, 32);
+    for (int i = 0; i < 32; i++) {
+        fa[i] = (struct flight_arg){.off = (off_t)i * 131072, .want = data,
+                                    .go = &go, .bad = &bad};
+        fa[i].fd = open(path, O_RDONLY | O_DIRECT);
+        CHECK(fa[i].fd >= 0);
+    }
+    for (int i = 0; i < 32; i++)
+        CHECK_EQ(pthread_create(&th[i], NULL, flight_main, &fa[i]), 0);
+    for (int i = 0; i < 32; i++) {
+        pthread_join(th[i], NULL);
+        close(fa[i].fd);
+    }
+    pthread_barrier_destroy(&go);
+    CHECK_EQ(atomic_load(&bad), 0);
+    fprintf(stderr, "    backend_get_count %.0f, store reads %.0f, fuse "
+            "reads %.0f\n", stat_num("backend_get_count"),
+            stat_num("store.reads"), stat_num("fuse.reads"));
+    CHECK_EQ(stat_num("backend_get_count"), 1);
+    CHECK_EQ(stat_num("store.reads"), 1);
+    CHECK(stat_num("fuse.reads") >= 32);
+    mnt_stop();
+    free(data);
+}
+
+/*
+ * The remote drops off (a hanging partition) during reads: cached bytes
+ * keep coming; an uncached read waits and succeeds when the partition
+ * lifts within the deadline, and fails with EIO at the deadline when it
+ * does not.  Never a hang, never wrong bytes.
+ */
+TEST(partition)
+{
+    char pre[64], key[128], uri[2048], path[PATH_MAX + 64];
+    char cut[PATH_MAX], query[PATH_MAX + 256];
+    const char *args[] = {"--block-size", "1M", "--meta-ttl", "600",
+                          "--max-readahead", "1M", NULL};
+    const size_t size = 16 * MIB;
+    unsigned char *data[3];
+    unsigned char *buf = malloc(size);
+    struct timed_job job;
+    struct timed_read r;
+    uint64_t t0;
+    int fd[3];
+
+    new_prefix(pre, sizeof(pre));
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        data[i] = gen_data(size, 700 + (uint64_t)i);
+        sfmt(name, sizeof(name), "p%d.bin", i);
+        key_of(key, sizeof(key), pre, name);
+        put_obj(key, data[i], size);
+    }
+    sfmt(cut, sizeof(cut), "%s/cut-%u", t_work, ++t_seq);
+    sfmt(query, sizeof(query),
+             "partition_file=%s&partition_mode=hang&timeout_ms=500&"
+             "deadline_ms=4000&retries=20&retry_base_ms=20&"
+             "retry_max_ms=200", cut);
+    remote_uri(uri, sizeof(uri), "retry+fault+", pre, query);
+    mnt_start(uri, args);
+    for (int i = 0; i < 3; i++) {
+        sfmt(path, sizeof(path), "%s/p%d.bin", t_mnt.dir, i);
+        fd[i] = open(path, O_RDONLY | O_DIRECT);
+        CHECK(fd[i] >= 0);
+    }
+    CHECK_EQ(pread_full(fd[0], buf, 4 * MIB, 0), (ssize_t)(4 * MIB));
+    CHECK(memcmp(buf, data[0], 4 * MIB) == 0);
+    close(open(cut, O_WRONLY | O_CREAT, 0644));
+
+    /* Cached: served at once. */
+    timed_read_start(&job, fd[0], 4 * MIB, 0, 10000);
+    r = timed_read_finish(&job, buf);
+    CHECK_EQ(r.n, (ssize_t)(4 * MIB));
+    CHECK(memcmp(buf, data[0], 4 * MIB) == 0);
+    CHECK(r.ms < 2500);                 /* well before the 4 s deadline */
+
+    /* Uncached, partition lifted after 1.5 s: waits, then succeeds. */
+    timed_read_start(&job, fd[1], 65536, 12 * MIB, 30000);
+    sleep_ms(1500);
+    CHECK(timed_read_running(&job));
+    unlink(cut);
+    r = timed_read_finish(&job, buf);
+    fprintf(stderr, "    read across a lifted partition: %zd bytes after "
+            "%llu ms\n", r.n, (unsigned long long)r.ms);
+    CHECK_EQ(r.n, 65536);
+    CHECK(memcmp(buf, data[1] + 12 * MIB, 65536) == 0);
+    CHECK(r.ms >= 1400 && r.ms < 4000 + 2000);
+
+    /* Uncached, partition never lifted: EIO at the deadline. */
+    close(open(cut, O_WRONLY | O_CREAT, 0644));
+    t0 = now_ms();
+    timed_read_start(&job, fd[2], 65536, 12 * MIB, 60000);
+    r = timed_read_finish(&job, buf);
+    fprintf(stderr, "    read in a lasting partition: %zd (%s) after %llu "
+            "ms\n", r.n, r.n < 0 ? strerror((int)-r.n) : "bytes",
+            (unsigned long long)(now_ms() - t0));
+    CHECK(!r.timed_out);
+    CHECK_EQ(r.n, -EIO);
+    CHECK(r.ms >= 3500);
+    unlink(cut);
+    for (int i = 0; i < 3; i++) {
+        close(fd[i]);
+        free(data[i]);
+    }
+    mnt_stop();
+    free(buf);
+}
+
+TESTS(T(basics), T(cli), T(random_ranges), T(concurrent_readers),
+      T(restart_offline), T(corrupt_blocks), T(replace), T(capacity),
+      T(single_flight), T(partition));
+
+/* Remove what this run put on the remote. */
+static int cleanup_page(void *arg, const struct tfs_list_page *page)
+{
+    for (size_t i = 0; i < page->n_entries; i++)
+        tfs_store_remove(t_st, page->entries[i].key);
+    return 0;
+}
+
+static void rm_tree(const char *path)
+{
+    char cmd[PATH_MAX + 32];
+
+    if (strncmp(path, "/tmp/", 5) != 0)
+        return;
+    sfmt(cmd, sizeof(cmd), "rm -rf '%s'", path);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", path);
+}
+
+static int setup(void)
+{
+    const char *remote = getenv("TFS_FUSE_REMOTE");
+    int rc;
+
+    t_bin = getenv("TFS_BIN");
+    if (t_bin == NULL || remote == NULL) {
+        fprintf(stderr, "fuse_mount: set TFS_BIN and TFS_FUSE_REMOTE "
+                "(posix or s3://bucket/prefix)\n");
+        return 2;
+    }
+    if (access("/dev/fuse", R_OK | W_OK) != 0) {
+        fprintf(stderr, "fuse_mount: no /dev/fuse\n");
+        return 77;
+    }
+    sfmt(t_work, sizeof(t_work), "/tmp/tfs-fuse-XXXXXX");
+    if (mkdtemp(t_work) == NULL)
+        return 1;
+    t_s3 = strncmp(remote, "s3://", 5) == 0;
+    if (t_s3)
+        sfmt(t_base, sizeof(t_base), "%s/fuse-%d-%ld", remote,
+                 (int)getpid(), (long)time(NULL));
+    else
+        sfmt(t_base, sizeof(t_base), "%s/remote", t_work);
+    if (!t_s3 && mkdir(t_base, 0755) < 0)
+        return 1;
+    rc = tfs_store_open(&t_st, t_base, NULL);
+    if (rc < 0) {
+        fprintf(stderr, "fuse_mount: cannot open %s: %s (%s)\n", t_base,
+                tfs_strerror(rc), tfs_errdetail());
+        return 1;
+    }
+    atexit(mnt_cleanup);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int rc = setup();
+
+    if (rc != 0)
+        return rc;
+    rc = test_run(test_cases, sizeof(test_cases) / sizeof(test_cases[0]),
+                  argc, argv);
+    mnt_cleanup();
+    if (t_s3)
+        tfs_store_list_all(t_st, "", NULL, cleanup_page, NULL);
+    tfs_store_close(t_st);
+    if (getenv("TFS_FUSE_KEEP") == NULL)
+        rm_tree(t_work);
+    return rc;
+}

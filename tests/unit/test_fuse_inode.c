@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The FUSE mount's inode table (src/fuse/inode.c) without a mount: lookup
+ * counts, forget, one inode per version, growth, and failing allocations.
+ * The mounted behaviour is tests/integ/fuse_mount.c.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fuse/fuse_int.h"
+#include "test.h"
+
+static struct tfs_stat st_of(uint64_t size, const char *version)
+{
+    struct tfs_stat st = {.size = size, .mtime_ns = 1500000000000000000};
+
+    snprintf(st.version, sizeof(st.version), "%s", version);
+    return st;
+}
+
+TEST(lookup_forget)
+{
+    struct fs_itable t;
+    struct fs_inode *a, *b;
+    struct tfs_stat st = st_of(10, "v1");
+    uint64_t ino;
+
+    CHECK_OK(fs_itable_init(&t));
+    CHECK_EQ(fs_itable_count(&t), 1);   /* the root */
+    CHECK(fs_inode_get(&t, FS_ROOT_INO) == t.root);
+    CHECK(fs_inode_get(&t, FS_CTL_INO) == t.ctl);
+    CHECK_OK(fs_inode_lookup(&t, "d/f", false, &st, &a));
+    CHECK_OK(fs_inode_lookup(&t, "d/f", false, &st, &b));
+    CHECK(a == b);
+    CHECK(a->ino >= FS_FIRST_INO);
+    ino = a->ino;
+    CHECK_EQ(a->nlookup, 2);
+    fs_inode_forget(&t, ino, 1);
+    CHECK(fs_inode_get(&t, ino) == a);
+    fs_inode_forget(&t, ino, 1);
+    CHECK(fs_inode_get(&t, ino) == NULL);
+    fs_inode_forget(&t, ino, 1);        /* unknown: ignored */
+    fs_inode_forget(&t, FS_ROOT_INO, 5);
+    fs_inode_forget(&t, FS_CTL_INO, 5);
+    CHECK(fs_inode_get(&t, FS_ROOT_INO) == t.root);
+    CHECK_OK(fs_inode_lookup(&t, "d/f", false, &st, &a));
+    CHECK(a->ino != ino);               /* node ids are never reused */
+    fs_itable_cleanup(&t);
+}
+
+TEST(new_version_new_inode)
+{
+    struct fs_itable t;
+    struct fs_inode *old, *cur, *again;
+    struct tfs_stat v1 = st_of(10, "v1");
+    struct tfs_stat v2 = st_of(10, "v2");
+    struct stat a1, a2;
+
+    CHECK_OK(fs_itable_init(&t));
+    CHECK_OK(fs_inode_lookup(&t, "x", false, &v1, &old));
+    CHECK_OK(fs_inode_lookup(&t, "x", false, &v2, &cur));
+    CHECK(old != cur);
+    CHECK_STR(old->st.version, "v1");   /* the old one lives on */
+    CHECK(fs_inode_get(&t, old->ino) == old);
+    CHECK_OK(fs_inode_lookup(&t, "x", false, &v2, &again));
+    CHECK(again == cur);
+    fs_attr_fill(&t, old, &a1);
+    fs_attr_fill(&t, cur, &a2);
+    CHECK(a1.st_ino != a2.st_ino);
+    CHECK_EQ(a2.st_size, 10);
+    CHECK_EQ(a2.st_mode, S_IFREG | 0444);
+    /* The name became a directory. */
+    CHECK_OK(fs_inode_lookup(&t, "x/", true, NULL, &again));
+    CHECK(again->is_dir);
+    fs_attr_fill(&t, again, &a1);
+    CHECK_EQ(a1.st_mode, S_IFDIR | 0555);
+    CHECK_EQ(a1.st_nlink, 2);
+    fs_inode_forget(&t, old->ino, 1);   /* unkeyed: still freed cleanly */
+    CHECK(fs_inode_get(&t, cur->ino) == cur);
+    fs_itable_cleanup(&t);
+}
+
+TEST(grow)
+{
+    struct fs_itable t;
+    struct fs_inode *in;
+    struct tfs_stat st = st_of(1, "v");
+    char key[32];
+    uint64_t first = 0;
+
+    CHECK_OK(fs_itable_init(&t));
+    for (int i = 0; i < 5000; i++) {
+        snprintf(key, sizeof(key), "k/%d", i);
+        CHECK_OK(fs_inode_lookup(&t, key, false, &st, &in));
+        if (i == 0)
+            first = in->ino;
+    }
+    CHECK_EQ(fs_itable_count(&t), 5001);
+    for (int i = 0; i < 5000; i++) {
+        snprintf(key, sizeof(key), "k/%d", i);
+        CHECK_OK(fs_inode_lookup(&t, key, false, &st, &in));
+        CHECK_EQ(in->ino, first + (uint64_t)i);
+        CHECK_EQ(in->nlookup, 2);
+        fs_inode_forget(&t, in->ino, 2);
+    }
+    CHECK_EQ(fs_itable_count(&t), 1);
+    fs_itable_cleanup(&t);
+}
+
+TEST(key_ino)
+{
+    CHECK_EQ(fs_key_ino("", NULL), FS_ROOT_INO);
+    CHECK(fs_key_ino("a", "v1") == fs_key_ino("a", "v1"));
+    CHECK(fs_key_ino("a", "v1") != fs_key_ino("a", "v2"));
+    CHECK(fs_key_ino("a/", NULL) != fs_key_ino("a", NULL));
+    CHECK(fs_key_ino("a", NULL) >= FS_FIRST_INO);
+}
+
+static unsigned alloc_budget;
+
+static void *fail_malloc(size_t n)
+{
+    return alloc_budget-- == 0 ? NULL : malloc(n);
+}
+
+static void *fail_calloc(size_t c, size_t n)
+{
+    return alloc_budget-- == 0 ? NULL : calloc(c, n);
+}
+
+static void *fail_realloc(void *p, size_t n)
+{
+    return alloc_budget-- == 0 ? NULL : realloc(p, n);
+}
+
+/* Every allocation failing in turn: -ENOMEM, nothing leaked (ASan). */
+TEST(alloc_failures)
+{
+    struct tfs_stat st = st_of(1, "v");
+
+    for (unsigned n = 0; n < 12; n++) {
+        struct fs_itable t;
+        struct fs_inode *in;
+        int rc;
+
+        alloc_budget = n;
+        CHECK_OK(tfs_replace_allocator(fail_malloc, fail_realloc,
+                                       fail_calloc, free));
+        rc = fs_itable_init(&t);
+        if (rc == 0) {
+            rc = fs_inode_lookup(&t, "a", false, &st, &in);
+            CHECK(rc == 0 || rc == -ENOMEM);
+            fs_itable_cleanup(&t);
+        } else {
+            CHECK_EQ(rc, -ENOMEM);
+        }
+        CHECK_OK(tfs_replace_allocator(malloc, realloc, calloc, free));
+    }
+}
+
+TESTS(T(lookup_forget), T(new_version_new_inode), T(grow), T(key_ino),
+      T(alloc_failures));
+TEST_MAIN()
