@@ -110,6 +110,7 @@ struct tfs_block {
     unsigned           refs;            /* pins; c->ram_lock */
     int                state;           /* tfs_block_state; c->ram_lock */
     int                err;             /* when FAILED; c->ram_lock */
+    char              *err_detail;      /* of err, owned; c->ram_lock */
     int                src;             /* tfs_block_src; c->ram_lock */
     bool               prefetched;      /* loaded by a hint; c->ram_lock */
     bool               hedged;          /* second read sent; ram_lock */

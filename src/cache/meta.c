@@ -101,9 +101,12 @@ static void meta_clear_stats(struct tfs_meta *m)
     m->n_stats = 0;
 }
 
-/* A fresh entry for key (kind and stat copied out), under m->lock. */
+/*
+ * The entry for key (kind and stat copied out), under m->lock: only a
+ * fresh one, or also an expired one when stale_ok (the store is down).
+ */
 static bool meta_get(struct tfs_meta *m, const char *key, int *kind,
-                     struct tfs_stat *st)
+                     struct tfs_stat *st, bool stale_ok)
 {
     uint64_t h = meta_hash(key);
     struct meta_ent *e = m->stats[h % META_BUCKETS];
@@ -112,7 +115,7 @@ static bool meta_get(struct tfs_meta *m, const char *key, int *kind,
     for (; e != NULL; e = e->next) {
         if (e->hash != h || strcmp(e->key, key) != 0)
             continue;
-        if (e->expires_ns < now)
+        if (e->expires_ns < now && !stale_ok)
             return false;
         *kind = e->kind;
         if (e->kind == META_FILE && st != NULL)
@@ -599,7 +602,8 @@ static int list_page(void *arg, const struct tfs_list_page *pg)
 
 /* ---- public metadata API ---- */
 
-static struct tfs_dir *meta_dir_cached(struct tfs_meta *m, const char *dir)
+static struct tfs_dir *meta_dir_cached(struct tfs_meta *m, const char *dir,
+                                       bool stale_ok)
 {
     uint64_t h = meta_hash(dir);
     struct tfs_dir *d;
@@ -609,7 +613,7 @@ static struct tfs_dir *meta_dir_cached(struct tfs_meta *m, const char *dir)
         if (d->hash == h && strcmp(d->path, dir) == 0)
             break;
     }
-    if (d != NULL && d->expires_ns >= tfs_now_ns())
+    if (d != NULL && (stale_ok || d->expires_ns >= tfs_now_ns()))
         atomic_fetch_add(&d->refs, 1);
     else
         d = NULL;
@@ -642,7 +646,7 @@ int tfs_cache_opendir(struct tfs_cache *c, const char *dir,
                       struct tfs_dir **out)
 {
     struct dir_build b = {0};
-    struct tfs_dir *d = meta_dir_cached(c->meta, dir);
+    struct tfs_dir *d = meta_dir_cached(c->meta, dir, false);
     int rc;
 
     if (d != NULL) {
@@ -665,6 +669,13 @@ int tfs_cache_opendir(struct tfs_cache *c, const char *dir,
     if (rc == 0)
         rc = dir_build_finish(&b, dir, &d);
     dir_build_cleanup(&b);
+    if (tfs_err_is_retryable(rc) &&
+        (d = meta_dir_cached(c->meta, dir, true)) != NULL) {
+        tfs_log(TFS_LOG_INFO, "cache: store unreachable (%s); using the "
+                "expired listing of '%s'", tfs_strerror(rc), dir);
+        *out = d;
+        return 0;
+    }
     if (rc < 0)
         return rc;
     d->expires_ns = c->cfg.immutable ? UINT64_MAX
@@ -699,7 +710,7 @@ static bool meta_lookup_parent(struct tfs_cache *c, const char *key,
         return false;
     memcpy(parent, key, plen);
     parent[plen] = '\0';
-    d = meta_dir_cached(c->meta, parent);
+    d = meta_dir_cached(c->meta, parent, false);
     if (d == NULL)
         return false;
     e = tfs_dir_find(d, key + plen);
@@ -724,6 +735,10 @@ static int meta_lookup_store(struct tfs_cache *c, const char *key,
 
     TFS_COUNT(&c->ctr, meta_misses, 1);
     rc = tfs_store_stat(c->st, key, &s);
+    if (rc == -EISDIR) {                /* a store with real directories */
+        *is_dir = true;
+        return 0;
+    }
     if (rc == 0 || rc != -ENOENT) {
         *is_dir = false;
         if (rc == 0 && st != NULL)
@@ -739,6 +754,28 @@ static int meta_lookup_store(struct tfs_cache *c, const char *key,
     return *is_dir ? 0 : tfs_err(-ENOENT, "no such key '%s'", key);
 }
 
+/*
+ * The store is unreachable: answer from an expired entry if there is one
+ * (stale-if-error), so cached data stays readable during an outage.
+ */
+static int meta_stale(struct tfs_cache *c, const char *key, bool *is_dir,
+                      struct tfs_stat *st, int rc)
+{
+    struct tfs_meta *m = c->meta;
+    bool found;
+    int kind;
+
+    pthread_mutex_lock(&m->lock);
+    found = meta_get(m, key, &kind, st, true);
+    pthread_mutex_unlock(&m->lock);
+    if (!found || kind == META_NONE)
+        return rc;
+    tfs_log(TFS_LOG_INFO, "cache: store unreachable (%s); using the "
+            "expired metadata of '%s'", tfs_strerror(rc), key);
+    *is_dir = kind == META_DIR;
+    return 0;
+}
+
 int tfs_cache_lookup(struct tfs_cache *c, const char *key, bool *is_dir,
                      struct tfs_stat *st)
 {
@@ -751,7 +788,7 @@ int tfs_cache_lookup(struct tfs_cache *c, const char *key, bool *is_dir,
         return rc < 0 ? rc : snap_lookup(m, key, is_dir, st);
     }
     pthread_mutex_lock(&m->lock);
-    rc = meta_get(m, key, &kind, st) ? 1 : 0;
+    rc = meta_get(m, key, &kind, st, false) ? 1 : 0;
     pthread_mutex_unlock(&m->lock);
     if (rc == 1) {
         TFS_COUNT(&c->ctr, meta_hits, 1);
@@ -769,6 +806,8 @@ int tfs_cache_lookup(struct tfs_cache *c, const char *key, bool *is_dir,
         meta_put(m, key, rc < 0 ? META_NONE : *is_dir ? META_DIR : META_FILE,
                  rc == 0 && !*is_dir ? st : NULL, c->cfg.meta_ttl_ns);
         pthread_mutex_unlock(&m->lock);
+    } else if (tfs_err_is_retryable(rc)) {
+        rc = meta_stale(c, key, is_dir, st, rc);
     }
     return rc;
 }

@@ -37,6 +37,7 @@ int tfs_ram_init(struct tfs_cache *c)
 
 static void ram_free_block(struct tfs_block *b)
 {
+    tfs_free(b->err_detail);
     tfs_free(b->data);
     tfs_free(b);
 }
@@ -186,6 +187,9 @@ void tfs_ram_publish(struct tfs_cache *c, struct tfs_block *b, int err,
         if (err < 0) {
             b->state = TFS_BLK_FAILED;
             b->err = err;
+            /* The detail is per thread: keep it for the waiters. */
+            if (tfs_errdetail()[0] != '\0' && b->err_detail == NULL)
+                b->err_detail = tfs_strdup(tfs_errdetail());
             if (b->in_table)
                 ram_unhash(c, b);
         } else {
@@ -231,10 +235,13 @@ int tfs_ram_wait(struct tfs_cache *c, struct tfs_block *b,
                                         &until) == ETIMEDOUT)
             rc = -ETIMEDOUT;
     }
-    if (b->state == TFS_BLK_FAILED)
+    if (b->state == TFS_BLK_FAILED) {
         rc = b->err;
-    else if (b->state == TFS_BLK_READY)
+        if (b->err_detail != NULL)
+            tfs_errdetail_set("%s", b->err_detail);
+    } else if (b->state == TFS_BLK_READY) {
         rc = 0;
+    }
     pthread_mutex_unlock(&c->ram_lock);
     return rc;
 }
