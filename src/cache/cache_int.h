@@ -120,9 +120,32 @@ struct tfs_block {
                                            from src; c->ram_lock */
     unsigned char     *data;            /* owned; len bytes when READY,
                                            NULL while LOADING */
+    pthread_cond_t     cond;            /* it left LOADING; ram_lock */
     size_t             len;             /* bytes of data */
     uint64_t           load_start_ns;   /* when loading began */
 };
+
+/* ---- block buffers (ram.c) ---- */
+
+#define TFS_POOL_CLASSES 12
+
+/*
+ * Freed block buffers, kept for reuse by size class (powers of two from
+ * 64 KiB up to the block size), so that steady-state loading does not
+ * fault in fresh pages for every block: page faults are what a cold read
+ * mostly costs on a virtual machine.
+ */
+struct tfs_bufpool {
+    pthread_mutex_t lock;
+    void           *free[TFS_POOL_CLASSES]; /* lists linked by 1st word */
+    size_t          idle_bytes;         /* protected by lock */
+    size_t          max_idle;
+};
+
+/* A buffer for len bytes of a block (NULL when out of memory). */
+void *tfs_blockbuf_get(struct tfs_cache *c, size_t len);
+/* Give it back; len must be what it was got with.  NULL is a no-op. */
+void tfs_blockbuf_put(struct tfs_cache *c, void *p, size_t len);
 
 /* ---- the cache object ---- */
 
@@ -157,13 +180,14 @@ struct tfs_cache {
     uint64_t             open_ns;
 
     pthread_mutex_t      ram_lock;
-    pthread_cond_t       ram_cond;      /* a block left LOADING */
+    pthread_condattr_t   cond_attr;     /* CLOCK_MONOTONIC, for blocks */
     struct tfs_block   **table;         /* ram_lock; n_buckets chains */
     size_t               n_buckets;
     struct tfs_block     lru;           /* ram_lock; sentinel, READY and
                                            unpinned-or-pinned blocks */
     uint64_t             ram_bytes;     /* ram_lock: bytes of READY
                                            blocks in the table */
+    struct tfs_bufpool   pool;
 
     struct tfs_disk     *disk;          /* NULL without a cache dir */
     struct tfs_fetch    *fetch;

@@ -129,7 +129,11 @@ static void disk_encode(uint8_t *h, size_t hlen, const uint8_t *id,
     put_le(p, XXH3_64bits(h, (size_t)(p - h)), 8);
 }
 
-/* Check a header and the data against block r; 0 or TFS_ECORRUPT. */
+/*
+ * Check a header and the data against block r: 0, TFS_ECORRUPT, or
+ * -ESTALE for the intact header of another block (the file was evicted
+ * and reused for another block while we were opening it).
+ */
 static int disk_verify(const uint8_t *h, size_t hlen, const uint8_t *id,
                        const struct tfs_block_ref *r, const uint8_t *data)
 {
@@ -137,6 +141,9 @@ static int disk_verify(const uint8_t *h, size_t hlen, const uint8_t *id,
     size_t vlen = strlen(r->version);
     const uint8_t *p = h + DISK_FIXED + klen + vlen;
 
+    if (hlen >= 32 && memcmp(h, DISK_MAGIC, 8) == 0 &&
+        memcmp(h + 16, id, TFS_BLOCK_ID_LEN) != 0)
+        return -ESTALE;
     if (hlen != disk_header_len(klen, vlen, r->len) ||
         memcmp(h, DISK_MAGIC, 8) != 0 || get_le(h + 8, 4) != hlen ||
         get_le(h + 12, 4) != r->len ||
@@ -239,7 +246,7 @@ int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
     rc = hlen < DISK_FIXED || hlen > (1u << 20) ? TFS_ECORRUPT : 0;
     if (rc == 0) {
         h = tfs_malloc(hlen);
-        data = tfs_malloc(r->len ? r->len : 1);
+        data = tfs_blockbuf_get(c, r->len);
         rc = h && data ? disk_read_file(path, h, hlen, data, r->len)
                        : -ENOMEM;
     }
@@ -250,7 +257,9 @@ int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
         b->data = data;
         return 0;
     }
-    tfs_free(data);
+    tfs_blockbuf_put(c, data, r->len);
+    if (rc == -ESTALE)
+        return -ENOENT;                 /* reused under us: just a miss */
     if (rc == -ENOENT)
         disk_drop(c, id, path);
     if (rc != TFS_ECORRUPT)
@@ -270,8 +279,29 @@ bool tfs_disk_has(struct tfs_cache *c, const uint8_t *id)
 
 /* ---- store ---- */
 
+/*
+ * A temp file to write a block into: an evicted block's file when there
+ * is one (renamed and truncated), else a new one.  Reusing the inode
+ * matters: with blocks evicted and admitted all the time, ext4 spends a
+ * fifth of the daemon's CPU looking for free inodes it may reuse.
+ */
+static int disk_open_tmp(const char *tmp, const char *reuse)
+{
+    int fd;
+
+    if (reuse != NULL && rename(reuse, tmp) == 0) {
+        fd = open(tmp, O_WRONLY | O_TRUNC | O_CLOEXEC);
+        if (fd >= 0)
+            return fd;
+        unlink(tmp);
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    return fd < 0 ? -errno : fd;
+}
+
 /* Write header + data to a temp file and rename it to path. */
-static int disk_write_file(const char *path, const uint8_t *h, size_t hlen,
+static int disk_write_file(const char *path, const char *reuse,
+                           const uint8_t *h, size_t hlen,
                            const uint8_t *data, size_t len)
 {
     char tmp[4300];
@@ -283,9 +313,9 @@ static int disk_write_file(const char *path, const uint8_t *h, size_t hlen,
 
     snprintf(tmp, sizeof(tmp), "%.*s/.tmp-%016llx", (int)(slash - path),
              path, (unsigned long long)tfs_rand_u64());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = disk_open_tmp(tmp, reuse);
     if (fd < 0)
-        return -errno;
+        return fd;
     do {
         n = writev(fd, iov, 2);
     } while (n < 0 && errno == EINTR);
@@ -300,15 +330,35 @@ static int disk_write_file(const char *path, const uint8_t *h, size_t hlen,
     return rc;
 }
 
-static void disk_unlink_victims(struct tfs_cache *c, struct tfs_victims *v)
+/* Unlink the evicted files, but for the first (reused) when keep_first. */
+static void disk_unlink_victims(struct tfs_cache *c, struct tfs_victims *v,
+                                bool keep_first)
 {
     char path[4200];
 
-    for (size_t i = 0; i < v->n; i++) {
+    for (size_t i = keep_first ? 1 : 0; i < v->n; i++) {
         disk_path(c->disk, v->ids[i], path, sizeof(path));
         unlink(path);
     }
     TFS_COUNT(&c->ctr, evicted_bytes, v->bytes);
+}
+
+/* Encode block b and write it to its path, reusing reuse if given. */
+static int disk_put_file(struct tfs_cache *c, const struct tfs_block_ref *r,
+                         const struct tfs_block *b, size_t hlen,
+                         const char *reuse)
+{
+    char path[4200];
+    uint8_t *h = tfs_malloc(hlen);
+    int rc;
+
+    if (h == NULL)
+        return -ENOMEM;
+    disk_encode(h, hlen, b->id, r, b->data);
+    disk_path(c->disk, b->id, path, sizeof(path));
+    rc = disk_write_file(path, reuse, h, hlen, b->data, r->len);
+    tfs_free(h);
+    return rc;
 }
 
 /* Admit and write one block (the calling thread does the I/O). */
@@ -319,26 +369,23 @@ static void disk_write_block(struct tfs_cache *c,
     struct tfs_disk *d = c->disk;
     size_t hlen = disk_header_len(strlen(r->key), strlen(r->version), r->len);
     struct tfs_victims v = {0};
-    char path[4200];
-    uint8_t *h;
+    char reuse[4200];
+    int admit;
     int rc;
 
-    rc = tfs_index_admit(d->ix, b->id, (uint32_t)(hlen + r->len),
-                         disk_capacity(c), c->cfg.eviction, &v);
-    disk_unlink_victims(c, &v);
-    tfs_victims_cleanup(&v);
-    if (rc == 0)
+    admit = tfs_index_admit(d->ix, b->id, (uint32_t)(hlen + r->len),
+                            disk_capacity(c), c->cfg.eviction, &v);
+    disk_unlink_victims(c, &v, admit == 1);
+    if (admit == 0)
         TFS_COUNT(&c->ctr, admission_rejects, 1);
-    if (rc <= 0)
+    if (admit != 1) {                   /* declined, present, or -ENOMEM */
+        tfs_victims_cleanup(&v);
         return;
-    h = tfs_malloc(hlen);
-    rc = h ? 0 : -ENOMEM;
-    if (rc == 0) {
-        disk_encode(h, hlen, b->id, r, b->data);
-        disk_path(d, b->id, path, sizeof(path));
-        rc = disk_write_file(path, h, hlen, b->data, r->len);
     }
-    tfs_free(h);
+    if (v.n > 0)
+        disk_path(d, v.ids[0], reuse, sizeof(reuse));
+    rc = disk_put_file(c, r, b, hlen, v.n > 0 ? reuse : NULL);
+    tfs_victims_cleanup(&v);
     tfs_index_commit(d->ix, b->id, rc == 0);
     if (rc == 0) {
         TFS_COUNT(&c->ctr, disk_write_bytes, hlen + r->len);

@@ -261,7 +261,8 @@ static int dir_build_finish(struct dir_build *b, const char *path,
     d->names = tfs_buf_steal(&b->names);
     for (size_t i = 0; i < b->n; i++)
         b->ents[i].name = d->names + (uintptr_t)b->ents[i].name;
-    qsort(b->ents, b->n, sizeof(*b->ents), dirent_cmp);
+    if (b->n > 1)
+        qsort(b->ents, b->n, sizeof(*b->ents), dirent_cmp);
     for (size_t i = 0; i < b->n; i++) {
         if (w > 0 && strcmp(b->ents[w - 1].name, b->ents[i].name) == 0)
             continue;                   /* file shadowed by a prefix */
@@ -349,7 +350,8 @@ static void snap_install(struct tfs_meta *m, struct snap_collect *sc)
     m->snap_names = tfs_buf_steal(&sc->blob);
     for (size_t i = 0; i < sc->n; i++)
         sc->ents[i].key = m->snap_names + (uintptr_t)sc->ents[i].key;
-    qsort(sc->ents, sc->n, sizeof(*sc->ents), snap_cmp);
+    if (sc->n > 1)
+        qsort(sc->ents, sc->n, sizeof(*sc->ents), snap_cmp);
     m->snap = sc->ents;
     m->n_snap = sc->n;
     sc->ents = NULL;

@@ -5,7 +5,7 @@
  *
  * The table doubles as the single-flight table: the first thread to miss
  * on a block inserts it LOADING and loads it; every other thread finds
- * the LOADING block and waits on ram_cond, so concurrent misses on one
+ * the LOADING block and waits on its condition, so concurrent misses on one
  * block cause one load.  A load that fails takes the block out of the
  * table (waiters see the error, later readers try again).
  */
@@ -17,28 +17,102 @@
 
 #define RAM_BUCKETS (1u << 16)
 
+/* ---- the buffer pool ---- */
+
+/* Size class and capacity of a buffer for len bytes. */
+static unsigned pool_class(const struct tfs_cache *c, size_t len,
+                           size_t *cap)
+{
+    size_t bs = (size_t)c->cfg.block_size;
+    size_t sz = 64u << 10;
+    unsigned k = 0;
+
+    while (sz < len && sz < bs && k < TFS_POOL_CLASSES - 2) {
+        sz *= 2;
+        k++;
+    }
+    if (sz < len || sz > bs) {          /* the block size itself */
+        sz = TFS_MAX(bs, len);
+        k = TFS_POOL_CLASSES - 1;
+    }
+    *cap = sz;
+    return k;
+}
+
+void *tfs_blockbuf_get(struct tfs_cache *c, size_t len)
+{
+    struct tfs_bufpool *pl = &c->pool;
+    size_t cap;
+    unsigned k = pool_class(c, len, &cap);
+    void *p;
+
+    pthread_mutex_lock(&pl->lock);
+    p = pl->free[k];
+    if (p != NULL) {
+        memcpy(&pl->free[k], p, sizeof(void *));
+        pl->idle_bytes -= cap;
+    }
+    pthread_mutex_unlock(&pl->lock);
+    return p != NULL ? p : tfs_malloc(cap);
+}
+
+void tfs_blockbuf_put(struct tfs_cache *c, void *p, size_t len)
+{
+    struct tfs_bufpool *pl = &c->pool;
+    size_t cap;
+    unsigned k;
+
+    if (p == NULL)
+        return;
+    k = pool_class(c, len, &cap);
+    pthread_mutex_lock(&pl->lock);
+    if (pl->idle_bytes + cap <= pl->max_idle) {
+        memcpy(p, &pl->free[k], sizeof(void *));
+        pl->free[k] = p;
+        pl->idle_bytes += cap;
+        p = NULL;
+    }
+    pthread_mutex_unlock(&pl->lock);
+    tfs_free(p);
+}
+
+static void pool_cleanup(struct tfs_bufpool *pl)
+{
+    for (unsigned k = 0; k < TFS_POOL_CLASSES; k++) {
+        while (pl->free[k] != NULL) {
+            void *p = pl->free[k];
+            memcpy(&pl->free[k], p, sizeof(void *));
+            tfs_free(p);
+        }
+    }
+    pthread_mutex_destroy(&pl->lock);
+}
+
+/* ---- the table ---- */
+
 int tfs_ram_init(struct tfs_cache *c)
 {
-    pthread_condattr_t a;
-
     c->n_buckets = RAM_BUCKETS;
     c->table = tfs_calloc(c->n_buckets, sizeof(*c->table));
     if (c->table == NULL)
         return -ENOMEM;
     pthread_mutex_init(&c->ram_lock, NULL);
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->ram_cond, &a);
-    pthread_condattr_destroy(&a);
+    pthread_mutex_init(&c->pool.lock, NULL);
+    c->pool.max_idle = (size_t)TFS_MIN(c->cfg.mem_cache / 4 +
+                                       4 * c->cfg.block_size,
+                                       (uint64_t)256 << 20);
+    pthread_condattr_init(&c->cond_attr);
+    pthread_condattr_setclock(&c->cond_attr, CLOCK_MONOTONIC);
     c->lru.lru_prev = &c->lru;
     c->lru.lru_next = &c->lru;
     return 0;
 }
 
-static void ram_free_block(struct tfs_block *b)
+static void ram_free_block(struct tfs_cache *c, struct tfs_block *b)
 {
+    pthread_cond_destroy(&b->cond);
     tfs_free(b->err_detail);
-    tfs_free(b->data);
+    tfs_blockbuf_put(c, b->data, b->len);
     tfs_free(b);
 }
 
@@ -50,13 +124,14 @@ void tfs_ram_cleanup(struct tfs_cache *c)
         struct tfs_block *b = c->table[i];
         while (b != NULL) {
             struct tfs_block *next = b->hnext;
-            ram_free_block(b);
+            ram_free_block(c, b);
             b = next;
         }
     }
     tfs_free(c->table);
     c->table = NULL;
-    pthread_cond_destroy(&c->ram_cond);
+    pool_cleanup(&c->pool);
+    pthread_condattr_destroy(&c->cond_attr);
     pthread_mutex_destroy(&c->ram_lock);
 }
 
@@ -167,6 +242,7 @@ int tfs_ram_get(struct tfs_cache *c, const uint8_t *id, size_t len,
     fresh = tfs_calloc(1, sizeof(*fresh));
     if (fresh == NULL)
         return -ENOMEM;
+    pthread_cond_init(&fresh->cond, &c->cond_attr);
     memcpy(fresh->id, id, TFS_BLOCK_ID_LEN);
     fresh->hash = ram_hash(id);
     fresh->len = len;
@@ -174,7 +250,7 @@ int tfs_ram_get(struct tfs_cache *c, const uint8_t *id, size_t len,
     fresh->load_start_ns = tfs_now_ns();
     b = ram_insert(c, fresh, created);
     if (b != fresh)
-        ram_free_block(fresh);
+        ram_free_block(c, fresh);
     *out = b;
     return 0;
 }
@@ -201,7 +277,7 @@ void tfs_ram_publish(struct tfs_cache *c, struct tfs_block *b, int err,
                 c->ram_bytes += b->len;
             }
         }
-        pthread_cond_broadcast(&c->ram_cond);
+        pthread_cond_broadcast(&b->cond);
     }
     pthread_mutex_unlock(&c->ram_lock);
     if (err == 0)
@@ -230,8 +306,8 @@ int tfs_ram_wait(struct tfs_cache *c, struct tfs_block *b,
     pthread_mutex_lock(&c->ram_lock);
     while (b->state == TFS_BLK_LOADING && rc == 0) {
         if (timeout_ns == 0)
-            pthread_cond_wait(&c->ram_cond, &c->ram_lock);
-        else if (pthread_cond_timedwait(&c->ram_cond, &c->ram_lock,
+            pthread_cond_wait(&b->cond, &c->ram_lock);
+        else if (pthread_cond_timedwait(&b->cond, &c->ram_lock,
                                         &until) == ETIMEDOUT)
             rc = -ETIMEDOUT;
     }
@@ -257,7 +333,7 @@ void tfs_ram_put(struct tfs_cache *c, struct tfs_block *b)
     trim = b->refs == 0 && c->ram_bytes > c->cfg.mem_cache;
     pthread_mutex_unlock(&c->ram_lock);
     if (free_it)
-        ram_free_block(b);
+        ram_free_block(c, b);
     else if (trim)
         tfs_ram_trim(c);
 }
@@ -286,7 +362,7 @@ void tfs_ram_trim(struct tfs_cache *c)
     pthread_mutex_unlock(&c->ram_lock);
     while (dead != NULL) {
         b = dead->hnext;
-        ram_free_block(dead);
+        ram_free_block(c, dead);
         dead = b;
     }
 }

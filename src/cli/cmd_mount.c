@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,6 +368,19 @@ static int mount_serve(const struct mount_args *a, const char *uri,
     return status;
 }
 
+/*
+ * The daemon allocates and frees block buffers (up to block_size) all
+ * the time.  Served from fresh mmap()s, every one of them would fault in
+ * page by page; keeping them on the heap reuses pages already mapped.
+ * This is the daemon's process, so tuning malloc here is ours to do (the
+ * library never does it inside an application).
+ */
+static void mount_tune_malloc(void)
+{
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
 int cmd_mount(int argc, char **argv)
 {
     struct mount_args a = {.n = 0};
@@ -383,8 +397,10 @@ int cmd_mount(int argc, char **argv)
         mount_args_cleanup(&a);
         return rc;
     }
-    if (rc == 0)
+    if (rc == 0) {
+        mount_tune_malloc();
         rc = mount_serve(&a, argv[optind], mnt, ready_fd);
+    }
     tfs_free(mnt);
     mount_args_cleanup(&a);
     if (mount_log_file != NULL)

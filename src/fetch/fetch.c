@@ -102,15 +102,16 @@ uint64_t tfs_fetch_hedge_after_ns(struct tfs_cache *c)
 
 /* ---- jobs ---- */
 
-static void fetch_job_free(struct fetch_job *j)
+static void fetch_job_free(struct tfs_cache *c, struct fetch_job *j)
 {
-    tfs_free(j->dst);
+    tfs_blockbuf_put(c, j->dst, j->len);
     tfs_free(j->key);
     tfs_free(j->version);
     tfs_free(j);
 }
 
-static struct fetch_job *fetch_job_new(const struct tfs_block_ref *r,
+static struct fetch_job *fetch_job_new(struct tfs_cache *c,
+                                       const struct tfs_block_ref *r,
                                        struct tfs_block *b)
 {
     struct fetch_job *j = tfs_calloc(1, sizeof(*j));
@@ -119,9 +120,10 @@ static struct fetch_job *fetch_job_new(const struct tfs_block_ref *r,
         return NULL;
     j->key = tfs_strdup(r->key);
     j->version = tfs_strdup(r->version);
-    j->dst = tfs_malloc(r->len ? r->len : 1);
+    j->len = r->len;
+    j->dst = tfs_blockbuf_get(c, r->len);
     if (j->key == NULL || j->version == NULL || j->dst == NULL) {
-        fetch_job_free(j);
+        fetch_job_free(c, j);
         return NULL;
     }
     j->b = b;
@@ -176,7 +178,7 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
         failed = true;
     }
     pthread_mutex_unlock(&c->ram_lock);
-    tfs_free(j->dst);
+    tfs_blockbuf_put(c, j->dst, j->len);
     j->dst = NULL;
     if (failed)
         tfs_ram_publish(c, b, rc, TFS_SRC_NONE);
@@ -252,7 +254,7 @@ static void *fetch_worker(void *arg)
         pthread_mutex_unlock(&f->lock);
         fetch_run(c, j);
         tfs_ram_put(c, j->b);
-        fetch_job_free(j);
+        fetch_job_free(c, j);
         pthread_mutex_lock(&f->lock);
         f->prefetch_active -= is_prefetch;
         if (is_prefetch)
@@ -282,7 +284,7 @@ static int fetch_queue_job(struct tfs_cache *c, struct fetch_job *j,
 int tfs_fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
                      struct tfs_block *b, bool prio_demand, bool fill)
 {
-    struct fetch_job *j = fetch_job_new(r, b);
+    struct fetch_job *j = fetch_job_new(c, r, b);
     int rc;
 
     if (j == NULL)
@@ -298,7 +300,7 @@ int tfs_fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
         b->reads--;
         pthread_mutex_unlock(&c->ram_lock);
         tfs_ram_put(c, b);
-        fetch_job_free(j);
+        fetch_job_free(c, j);
     }
     return rc;
 }
@@ -316,7 +318,7 @@ bool tfs_fetch_hedge(struct tfs_cache *c, const struct tfs_block_ref *r,
     pthread_mutex_unlock(&c->ram_lock);
     if (!go)
         return false;
-    j = fetch_job_new(r, b);
+    j = fetch_job_new(c, r, b);
     if (j == NULL)
         return false;
     j->hedge = true;
@@ -327,7 +329,7 @@ bool tfs_fetch_hedge(struct tfs_cache *c, const struct tfs_block_ref *r,
     if (fetch_queue_job(c, j, true) < 0) {
         fetch_complete(c, j, -ESHUTDOWN);
         tfs_ram_put(c, b);
-        fetch_job_free(j);
+        fetch_job_free(c, j);
         return false;
     }
     TFS_COUNT(&c->ctr, hedged_gets, 1);
@@ -371,7 +373,7 @@ static void fetch_cancel(struct tfs_cache *c, struct fetch_queue *q)
     while ((j = fetch_dequeue(q)) != NULL) {
         fetch_complete(c, j, -ESHUTDOWN);
         tfs_ram_put(c, j->b);
-        fetch_job_free(j);
+        fetch_job_free(c, j);
     }
 }
 

@@ -491,7 +491,8 @@ static int posix_read_dir(struct posix_priv *p, int dfd, const char *dir,
         posix_dirents_free(v, n);
         return rc;
     }
-    qsort(v, n, sizeof(*v), posix_dirent_cmp);
+    if (n > 1)
+        qsort(v, n, sizeof(*v), posix_dirent_cmp);
     *out = v;
     *n_out = n;
     return 0;
