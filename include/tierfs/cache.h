@@ -132,6 +132,16 @@ TFS_API int tfs_file_open_stat(struct tfs_cache *c, const char *key,
  */
 TFS_API int tfs_file_read(struct tfs_file *f, void *buf, size_t len,
                           uint64_t off, size_t *nread);
+/*
+ * Zero-copy variant for a range inside one block: *data points into the
+ * cached block (*n bytes, fewer only at the end of the file), which stays
+ * pinned until tfs_cache_unpin(c, *pin) -- valid even after f is closed.
+ * -E2BIG when the range crosses a block boundary (use tfs_file_read).
+ * Otherwise as tfs_file_read.
+ */
+TFS_API int tfs_file_read_pin(struct tfs_file *f, size_t len, uint64_t off,
+                              const void **data, size_t *n, void **pin);
+TFS_API void tfs_cache_unpin(struct tfs_cache *c, void *pin);
 TFS_API uint64_t tfs_file_size(const struct tfs_file *f);
 TFS_API const struct tfs_stat *tfs_file_stat(const struct tfs_file *f);
 TFS_API void tfs_file_close(struct tfs_file *f);

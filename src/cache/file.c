@@ -122,62 +122,118 @@ static void file_prefetch(struct tfs_file *f, uint64_t from, uint64_t to)
     }
 }
 
-/* Copy [off, off+len) of block index b into dst; counts the bytes. */
-static int file_copy_block(struct tfs_file *f, uint64_t b, uint64_t off,
-                           size_t len, unsigned char *dst,
-                           uint64_t *stall_ns)
+/*
+ * Block b, pinned and READY, with [off, off+len) counted as read by a
+ * reader (hit/miss accounting); the wait is added to *stall_ns.
+ */
+static int file_get_block(struct tfs_file *f, uint64_t b, size_t len,
+                          struct tfs_block **out, uint64_t *stall_ns)
 {
     struct tfs_cache *c = f->c;
     struct tfs_block_ref r;
-    struct tfs_block *blk;
     uint64_t waited;
     int rc;
 
     tfs_block_ref_init(c, &r, f->key, &f->st, b);
-    rc = tfs_cache_block(c, &r, TFS_WANT_DEMAND, &blk, &waited);
+    rc = tfs_cache_block(c, &r, TFS_WANT_DEMAND, out, &waited);
     *stall_ns += waited;
+    if (rc == 0)
+        tfs_cache_account(c, *out, len);
+    return rc;
+}
+
+/* Readahead for a read of [off, off+len); the clamped end in *end. */
+static bool file_begin(struct tfs_file *f, size_t len, uint64_t off,
+                       uint64_t *end)
+{
+    uint64_t ra_from;
+    uint64_t ra_to;
+
+    if (off >= f->st.size || len == 0)
+        return false;
+    *end = off + TFS_MIN((uint64_t)len, f->st.size - off);
+    file_readahead(f, off, *end, &ra_from, &ra_to);
+    if (ra_to > ra_from)
+        file_prefetch(f, ra_from, ra_to);
+    return true;
+}
+
+static int file_finish(struct tfs_file *f, int rc, uint64_t n,
+                       uint64_t t0, uint64_t stall)
+{
+    struct tfs_cache *c = f->c;
+
+    TFS_COUNT(&c->ctr, stall_ns, stall);
+    TFS_COUNT(&c->ctr, read_calls, 1);
     if (rc < 0)
         return rc;
-    memcpy(dst, blk->data + (off - r.off), len);
-    tfs_cache_account(c, blk, len);
-    tfs_ram_put(c, blk);
+    TFS_COUNT(&c->ctr, read_bytes, n);
+    tfs_hist_add(&c->read_latency, tfs_now_ns() - t0);
     return 0;
 }
 
 int tfs_file_read(struct tfs_file *f, void *buf, size_t len, uint64_t off,
                   size_t *nread)
 {
-    struct tfs_cache *c = f->c;
-    uint64_t bs = c->cfg.block_size;
+    uint64_t bs = f->c->cfg.block_size;
     uint64_t t0 = tfs_now_ns();
     uint64_t stall = 0;
     uint64_t end;
-    uint64_t ra_from;
-    uint64_t ra_to;
     uint64_t pos;
     int rc = 0;
 
-    if (off >= f->st.size || len == 0) {
-        *nread = 0;
+    *nread = 0;
+    if (!file_begin(f, len, off, &end))
         return 0;
-    }
-    end = off + TFS_MIN((uint64_t)len, f->st.size - off);
-    file_readahead(f, off, end, &ra_from, &ra_to);
-    if (ra_to > ra_from)
-        file_prefetch(f, ra_from, ra_to);
     for (pos = off; pos < end && rc == 0;) {
         uint64_t b = pos / bs;
-        size_t n = (size_t)TFS_MIN(end, (b + 1) * bs) - (size_t)pos;
-        rc = file_copy_block(f, b, pos, n, (unsigned char *)buf + (pos - off),
-                             &stall);
+        size_t n = (size_t)(TFS_MIN(end, (b + 1) * bs) - pos);
+        struct tfs_block *blk;
+
+        rc = file_get_block(f, b, n, &blk, &stall);
+        if (rc < 0)
+            break;
+        memcpy((unsigned char *)buf + (pos - off), blk->data + (pos - b * bs),
+               n);
+        tfs_ram_put(f->c, blk);
         pos += n;
     }
-    TFS_COUNT(&c->ctr, stall_ns, stall);
-    TFS_COUNT(&c->ctr, read_calls, 1);
+    rc = file_finish(f, rc, end - off, t0, stall);
+    if (rc == 0)
+        *nread = (size_t)(end - off);
+    return rc;
+}
+
+int tfs_file_read_pin(struct tfs_file *f, size_t len, uint64_t off,
+                      const void **data, size_t *n, void **pin)
+{
+    uint64_t bs = f->c->cfg.block_size;
+    uint64_t t0 = tfs_now_ns();
+    uint64_t stall = 0;
+    struct tfs_block *blk = NULL;
+    uint64_t end;
+    int rc;
+
+    *n = 0;
+    *pin = NULL;
+    *data = NULL;
+    if (len > 0 && off < f->st.size &&
+        off / bs != (off + TFS_MIN((uint64_t)len, f->st.size - off) - 1) / bs)
+        return -E2BIG;
+    if (!file_begin(f, len, off, &end))
+        return 0;
+    rc = file_get_block(f, off / bs, (size_t)(end - off), &blk, &stall);
+    rc = file_finish(f, rc, end - off, t0, stall);
     if (rc < 0)
         return rc;
-    TFS_COUNT(&c->ctr, read_bytes, end - off);
-    tfs_hist_add(&c->read_latency, tfs_now_ns() - t0);
-    *nread = (size_t)(end - off);
+    *data = blk->data + (off - (off / bs) * bs);
+    *n = (size_t)(end - off);
+    *pin = blk;
     return 0;
+}
+
+void tfs_cache_unpin(struct tfs_cache *c, void *pin)
+{
+    if (pin != NULL)
+        tfs_ram_put(c, pin);
 }

@@ -824,14 +824,54 @@ static int fs_do_read(struct tfs_fs *fs, struct fs_handle *h, size_t size,
     return 0;
 }
 
+/*
+ * A read inside one cached block is answered straight from the block,
+ * pinned while the reply is written (no copy in user space); anything
+ * else goes through a per-thread buffer.
+ */
+static int fs_read_pinned(struct tfs_fs *fs, fuse_req_t req,
+                          struct fs_handle *h, size_t size, uint64_t off)
+{
+    struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
+    const void *data;
+    void *pin;
+    size_t n;
+    int rc;
+
+    if (h->kind != FS_H_FILE)
+        return -E2BIG;
+    rc = tfs_file_read_pin(h->file, size, off, &data, &n, &pin);
+    if (rc == -E2BIG)
+        return rc;
+    if (rc < 0) {
+        TFS_WARN("read '%s' [%" PRIu64 ", +%zu): %s%s%s%s", h->in->key, off,
+                 size, tfs_strerror(rc), tfs_errdetail()[0] ? " (" : "",
+                 tfs_errdetail(), tfs_errdetail()[0] ? ")" : "");
+        atomic_fetch_add(&fs->n.errors, 1);
+        return rc;
+    }
+    fs_count_read(fs, size, n);
+    bv.buf[0].size = n;
+    bv.buf[0].mem = (void *)data;
+    /* Once replied, the file may be released (and h freed) at once. */
+    fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+    tfs_cache_unpin(fs->cache, pin);
+    return 0;
+}
+
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
+    struct tfs_fs *fs = fs_of(req);
     const char *data = NULL;
     size_t n = 0;
-    int rc = fs_do_read(fs_of(req), fs_handle_of(fi), size, (uint64_t)off,
-                        &data, &n);
+    int rc = fs_read_pinned(fs, req, fs_handle_of(fi), size, (uint64_t)off);
 
+    if (rc == 0)
+        return;
+    if (rc == -E2BIG)
+        rc = fs_do_read(fs, fs_handle_of(fi), size, (uint64_t)off, &data,
+                        &n);
     if (rc < 0)
         fuse_reply_err(req, fs_errno(rc));
     else
