@@ -684,6 +684,46 @@ TEST(cache_dir_settings_adopted)
     remove_dirs();
 }
 
+TEST(pinned_reads)
+{
+    size_t len = (2u << 20) + 1000;
+    unsigned char *data = pattern(len, 12);
+    const char *kv[] = {"block_size", "1M", "mem_cache", "0", NULL};
+    struct tfs_file *f = NULL;
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    const void *p;
+    void *pin;
+    size_t n;
+
+    setup_dirs();
+    write_remote("obj", data, len);
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    CHECK_OK(tfs_file_open(c, "obj", &f));
+    CHECK_OK(tfs_file_read_pin(f, 4096, 100, &p, &n, &pin));
+    CHECK_EQ(n, 4096);
+    CHECK(memcmp(p, data + 100, n) == 0);
+    tfs_file_close(f);                  /* the pin outlives the file */
+    CHECK(memcmp(p, data + 100, n) == 0);
+    tfs_cache_unpin(c, pin);
+    CHECK_OK(tfs_file_open(c, "obj", &f));
+    CHECK_RC(tfs_file_read_pin(f, 4096, (1u << 20) - 100, &p, &n, &pin),
+             -E2BIG);
+    CHECK_OK(tfs_file_read_pin(f, 1u << 20, 2u << 20, &p, &n, &pin));
+    CHECK_EQ(n, 1000);                  /* the tail of the file */
+    CHECK(memcmp(p, data + (2u << 20), n) == 0);
+    tfs_cache_unpin(c, pin);
+    CHECK_OK(tfs_file_read_pin(f, 10, len, &p, &n, &pin));
+    CHECK_EQ(n, 0);
+    CHECK(pin == NULL);
+    tfs_file_close(f);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
 /* One process of the sharing test: random whole-file reads, verified. */
 static int mp_child(int seed, const unsigned char *data, size_t fsize,
                     int files)
@@ -763,5 +803,6 @@ TESTS(T(read_through_and_ram_hits), T(disk_tier_survives_reopen),
       T(single_flight), T(capacity_bound), T(scan_resistance),
       T(immutable_snapshot), T(meta_ttl_and_negative_entries),
       T(prefetch_hint), T(sequential_readahead), T(hedged_reads),
-      T(multi_process_sharing), T(cache_dir_settings_adopted));
+      T(multi_process_sharing), T(cache_dir_settings_adopted),
+      T(pinned_reads));
 TEST_MAIN()
