@@ -11,13 +11,17 @@
  *   store.h   the store layer: posix, s3 and the wrappers
  *   fault.h   the fault-injecting wrapper (tests, demos)
  *   retry.h   the retry/timeout wrapper
+ *   cache.h   the RAM + disk block cache and its fetch engine
+ *   fs.h      the FUSE mount
  */
 #ifndef TIERFS_TIERFS_H
 #define TIERFS_TIERFS_H
 
 #include "tierfs/api.h"
+#include "tierfs/cache.h"
 #include "tierfs/err.h"
 #include "tierfs/fault.h"
+#include "tierfs/fs.h"
 #include "tierfs/log.h"
 #include "tierfs/mem.h"
 #include "tierfs/retry.h"
