@@ -300,6 +300,16 @@ uint64_t tfs_fetch_hedge_after_ns(struct tfs_cache *c);
 int tfs_cache_block(struct tfs_cache *c, const struct tfs_block_ref *r,
                     enum tfs_want want, struct tfs_block **out,
                     uint64_t *waited_ns);
+/*
+ * Whether prefetching is worth it: a prefetched block waits in the RAM
+ * tier for its reader, so with almost no RAM tier it would be evicted
+ * before use and fetched twice.
+ */
+static inline bool tfs_cache_can_prefetch(const struct tfs_cache *c)
+{
+    return c->cfg.mem_cache >= 4 * c->cfg.block_size;
+}
+
 /* Start loading block r in the background unless present. */
 void tfs_cache_block_prefetch(struct tfs_cache *c,
                               const struct tfs_block_ref *r);

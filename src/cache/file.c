@@ -43,7 +43,7 @@ int tfs_file_open_stat(struct tfs_cache *c, const char *key,
     f->n_blocks = (st->size + bs - 1) / bs;
     pthread_mutex_init(&f->lock, NULL);
     /* A small object is one block: start loading it now. */
-    if (f->n_blocks == 1) {
+    if (f->n_blocks == 1 && tfs_cache_can_prefetch(c)) {
         struct tfs_block_ref r;
         tfs_block_ref_init(c, &r, f->key, &f->st, 0);
         tfs_cache_block_prefetch(c, &r);
@@ -153,7 +153,7 @@ static bool file_begin(struct tfs_file *f, size_t len, uint64_t off,
         return false;
     *end = off + TFS_MIN((uint64_t)len, f->st.size - off);
     file_readahead(f, off, *end, &ra_from, &ra_to);
-    if (ra_to > ra_from)
+    if (ra_to > ra_from && tfs_cache_can_prefetch(f->c))
         file_prefetch(f, ra_from, ra_to);
     return true;
 }

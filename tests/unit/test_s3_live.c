@@ -514,7 +514,7 @@ static const char *const odd_keys[] = {
     "tilde~bang!quote'paren()star*",
     "eq=amp&q?hash#",
     "semi;colon:comma,at@dollar$",
-    "ctrl\x01" "char",
+    "ctrl\001char",
     "tab\there",
     "back\\slash",
     "dir with space/inner +plus",
