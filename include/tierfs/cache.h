@@ -59,6 +59,7 @@ TFS_API int tfs_cache_create(struct tfs_cache **out);
  *   hedge          1: a second GET when the first passes the observed
  *                  p95 latency (default 1)
  *   hedge_min_ms   never hedge earlier than this (default 20)
+ *   trace          write an access trace to this file (trace.h)
  */
 TFS_API int tfs_cache_set(struct tfs_cache *c, const char *name,
                           const char *value);

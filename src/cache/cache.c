@@ -124,6 +124,14 @@ static int cache_set_misc(struct tfs_cache *c, const char *name,
     if (strcmp(name, "hedge") == 0)
         return tfs_parse_bool(value, &c->cfg.hedge) < 0
                    ? cache_bad(name, value, "0 or 1") : 0;
+    if (strcmp(name, "trace") == 0) {
+        char *path = tfs_strdup(value);
+        if (path == NULL)
+            return -ENOMEM;
+        tfs_free(c->cfg.trace_path);
+        c->cfg.trace_path = path;
+        return 0;
+    }
     if (strcmp(name, "cache_dir") == 0) {
         char *dir = tfs_strdup(value);
         if (dir == NULL)
@@ -183,7 +191,10 @@ int tfs_cache_open(struct tfs_cache *c, struct tfs_store *st)
     memcpy(c->ns, &h.high64, 8);
     memcpy(c->ns + 8, &h.low64, 8);
     c->open_ns = tfs_now_ns();
-    rc = tfs_ram_init(c);
+    rc = c->cfg.trace_path ? tfs_trace_open(&c->trace, c->cfg.trace_path)
+                           : 0;
+    if (rc == 0)
+        rc = tfs_ram_init(c);
     if (rc == 0)
         rc = tfs_disk_open(c);
     if (rc == 0)
@@ -194,6 +205,8 @@ int tfs_cache_open(struct tfs_cache *c, struct tfs_store *st)
         tfs_meta_close(c);
         tfs_disk_close(c);
         tfs_ram_cleanup(c);
+        tfs_trace_close(c->trace);
+        c->trace = NULL;
         return rc;
     }
     c->opened = true;
@@ -209,7 +222,9 @@ void tfs_cache_close(struct tfs_cache *c)
         tfs_disk_close(c);
         tfs_meta_close(c);
         tfs_ram_cleanup(c);
+        tfs_trace_close(c->trace);
     }
+    tfs_free(c->cfg.trace_path);
     tfs_free(c->cfg.cache_dir);
     tfs_free(c);
 }
@@ -364,7 +379,7 @@ void tfs_cache_block_prefetch(struct tfs_cache *c,
     tfs_cache_block(c, r, TFS_WANT_PREFETCH, &b, NULL);
 }
 
-void tfs_cache_account(struct tfs_cache *c, struct tfs_block *b, size_t n)
+int tfs_cache_account(struct tfs_cache *c, struct tfs_block *b, size_t n)
 {
     size_t from_src;
     int src;
@@ -387,6 +402,9 @@ void tfs_cache_account(struct tfs_cache *c, struct tfs_block *b, size_t n)
     else
         from_src = 0;
     TFS_COUNT(&c->ctr, hit_bytes_ram, n - from_src);
+    if (from_src == 0)
+        return TFS_TRACE_RAM;
+    return src == TFS_SRC_STORE ? TFS_TRACE_STORE : TFS_TRACE_DISK;
 }
 
 /* ---- warmup support ---- */

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "tierfs/cache.h"
+#include "tierfs/trace.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
 
@@ -168,6 +169,7 @@ struct tfs_cache_cfg {
     bool     immutable;
     bool     hedge;
     uint64_t hedge_min_ns;
+    char    *trace_path;                /* owned, or NULL */
     bool     set_block_size;            /* given by the user, not adopted */
     bool     set_cache_size;
 };
@@ -192,6 +194,8 @@ struct tfs_cache {
     struct tfs_disk     *disk;          /* NULL without a cache dir */
     struct tfs_fetch    *fetch;
     struct tfs_meta     *meta;
+
+    struct tfs_trace    *trace;         /* NULL unless tracing */
 
     struct tfs_counters  ctr;
     struct tfs_hist      get_latency;
@@ -313,8 +317,11 @@ static inline bool tfs_cache_can_prefetch(const struct tfs_cache *c)
 /* Start loading block r in the background unless present. */
 void tfs_cache_block_prefetch(struct tfs_cache *c,
                               const struct tfs_block_ref *r);
-/* Count a demand use of a READY block's bytes (hit/miss accounting). */
-void tfs_cache_account(struct tfs_cache *c, struct tfs_block *b, size_t n);
+/*
+ * Count a demand use of a READY block's bytes (hit/miss accounting);
+ * returns where they came from (TFS_TRACE_RAM, _DISK, _STORE).
+ */
+int tfs_cache_account(struct tfs_cache *c, struct tfs_block *b, size_t n);
 
 /* ---- meta.c ---- */
 

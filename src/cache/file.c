@@ -26,6 +26,7 @@ struct tfs_file {
     uint64_t          next_off;         /* lock: end of the last read */
     uint64_t          window;           /* lock: readahead bytes */
     uint64_t          ra_end;           /* lock: prefetched up to here */
+    uint32_t          trace_id;         /* when c->trace */
 };
 
 int tfs_file_open_stat(struct tfs_cache *c, const char *key,
@@ -40,6 +41,8 @@ int tfs_file_open_stat(struct tfs_cache *c, const char *key,
     }
     f->c = c;
     f->st = *st;
+    if (c->trace != NULL)
+        f->trace_id = tfs_trace_file_open(c->trace, key, st->size);
     f->n_blocks = (st->size + bs - 1) / bs;
     pthread_mutex_init(&f->lock, NULL);
     /* A small object is one block: start loading it now. */
@@ -67,6 +70,8 @@ void tfs_file_close(struct tfs_file *f)
 {
     if (f == NULL)
         return;
+    if (f->c->trace != NULL)
+        tfs_trace_file_close(f->c->trace, f->trace_id);
     pthread_mutex_destroy(&f->lock);
     tfs_free(f->key);
     tfs_free(f);
@@ -127,7 +132,8 @@ static void file_prefetch(struct tfs_file *f, uint64_t from, uint64_t to)
  * reader (hit/miss accounting); the wait is added to *stall_ns.
  */
 static int file_get_block(struct tfs_file *f, uint64_t b, size_t len,
-                          struct tfs_block **out, uint64_t *stall_ns)
+                          struct tfs_block **out, uint64_t *stall_ns,
+                          int *src)
 {
     struct tfs_cache *c = f->c;
     struct tfs_block_ref r;
@@ -137,8 +143,10 @@ static int file_get_block(struct tfs_file *f, uint64_t b, size_t len,
     tfs_block_ref_init(c, &r, f->key, &f->st, b);
     rc = tfs_cache_block(c, &r, TFS_WANT_DEMAND, out, &waited);
     *stall_ns += waited;
-    if (rc == 0)
-        tfs_cache_account(c, *out, len);
+    if (rc == 0) {
+        int s = tfs_cache_account(c, *out, len);
+        *src = *src < 0 || *src == s ? s : TFS_TRACE_MIXED;
+    }
     return rc;
 }
 
@@ -158,17 +166,22 @@ static bool file_begin(struct tfs_file *f, size_t len, uint64_t off,
     return true;
 }
 
-static int file_finish(struct tfs_file *f, int rc, uint64_t n,
-                       uint64_t t0, uint64_t stall)
+static int file_finish(struct tfs_file *f, int rc, uint64_t off,
+                       uint64_t n, uint64_t t0, uint64_t stall, int src)
 {
     struct tfs_cache *c = f->c;
+    uint64_t ns = tfs_now_ns() - t0;
 
     TFS_COUNT(&c->ctr, stall_ns, stall);
     TFS_COUNT(&c->ctr, read_calls, 1);
     if (rc < 0)
         return rc;
     TFS_COUNT(&c->ctr, read_bytes, n);
-    tfs_hist_add(&c->read_latency, tfs_now_ns() - t0);
+    tfs_hist_add(&c->read_latency, ns);
+    if (c->trace != NULL)
+        tfs_trace_read(c->trace, f->trace_id, off, (uint32_t)n,
+                       (uint32_t)TFS_MIN(ns / 1000, (uint64_t)UINT32_MAX),
+                       src < 0 ? TFS_TRACE_RAM : src);
     return 0;
 }
 
@@ -180,6 +193,7 @@ int tfs_file_read(struct tfs_file *f, void *buf, size_t len, uint64_t off,
     uint64_t stall = 0;
     uint64_t end;
     uint64_t pos;
+    int src = -1;
     int rc = 0;
 
     *nread = 0;
@@ -190,7 +204,7 @@ int tfs_file_read(struct tfs_file *f, void *buf, size_t len, uint64_t off,
         size_t n = (size_t)(TFS_MIN(end, (b + 1) * bs) - pos);
         struct tfs_block *blk;
 
-        rc = file_get_block(f, b, n, &blk, &stall);
+        rc = file_get_block(f, b, n, &blk, &stall, &src);
         if (rc < 0)
             break;
         memcpy((unsigned char *)buf + (pos - off), blk->data + (pos - b * bs),
@@ -198,7 +212,7 @@ int tfs_file_read(struct tfs_file *f, void *buf, size_t len, uint64_t off,
         tfs_ram_put(f->c, blk);
         pos += n;
     }
-    rc = file_finish(f, rc, end - off, t0, stall);
+    rc = file_finish(f, rc, off, end - off, t0, stall, src);
     if (rc == 0)
         *nread = (size_t)(end - off);
     return rc;
@@ -212,6 +226,7 @@ int tfs_file_read_pin(struct tfs_file *f, size_t len, uint64_t off,
     uint64_t stall = 0;
     struct tfs_block *blk = NULL;
     uint64_t end;
+    int src = -1;
     int rc;
 
     *n = 0;
@@ -222,8 +237,9 @@ int tfs_file_read_pin(struct tfs_file *f, size_t len, uint64_t off,
         return -E2BIG;
     if (!file_begin(f, len, off, &end))
         return 0;
-    rc = file_get_block(f, off / bs, (size_t)(end - off), &blk, &stall);
-    rc = file_finish(f, rc, end - off, t0, stall);
+    rc = file_get_block(f, off / bs, (size_t)(end - off), &blk, &stall,
+                        &src);
+    rc = file_finish(f, rc, off, end - off, t0, stall, src);
     if (rc < 0)
         return rc;
     *data = blk->data + (off - (off / bs) * bs);
