@@ -41,7 +41,7 @@ static const struct {
     {"eviction", "eviction"},       {"meta-ttl", "meta_ttl"},
     {"max-inflight", "max_inflight"}, {"max-readahead", "max_readahead"},
     {"free-space", "free_space"},   {"metrics", "metrics"},
-    {"threads", "max_threads"},
+    {"threads", "max_threads"},     {"trace", "trace"},
 };
 
 struct mount_args {
@@ -75,6 +75,7 @@ static void mount_help(FILE *f)
         "  --metrics ADDR:PORT   Prometheus endpoint, e.g. "
         "127.0.0.1:9567\n"
         "  --threads N           most FUSE request threads (default 64)\n"
+        "  --trace FILE          record an access trace (tierfs profile)\n"
         "  --set NAME=VALUE      any cache option (see docs/fuse.md)\n"
         "  -o OPTS               FUSE mount options (allow_other, ...)\n"
         "  --log FILE            daemon log (default: syslog)\n"
@@ -101,8 +102,10 @@ static int mount_add(struct mount_args *a, const char *name,
 {
     if (a->n == MOUNT_MAX_SETTINGS)
         return cli_usage_error("mount", "too many options");
-    a->values[a->n] = strcmp(name, "cache_dir") == 0 ? mount_abs(value)
-                                                     : tfs_strdup(value);
+    a->values[a->n] = strcmp(name, "cache_dir") == 0 ||
+                              strcmp(name, "trace") == 0
+                          ? mount_abs(value)
+                          : tfs_strdup(value);
     if (a->values[a->n] == NULL)
         return CLI_FAIL;
     a->names[a->n++] = name;

@@ -37,6 +37,7 @@ static const struct cli_cmd cli_cmds[] = {
     {"umount", cmd_umount, "unmount a tierfs mount"},
     {"stats", cmd_stats, "show the cache counters of a mount"},
     {"warmup", cmd_warmup, "fill the cache ahead of a job, with progress"},
+    {"profile", cmd_profile, "profile an access trace or a dataset"},
     {"version", cmd_version, "print version information"},
 };
 
