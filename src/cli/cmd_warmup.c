@@ -182,10 +182,9 @@ static bool warm_on_tierfs(const char *path)
 
 /* ---- the work ---- */
 
-static int warm_one_mount(struct warm *w, struct warm_item *it,
-                          uint64_t *bytes)
+static int warm_one_mount(struct warm *w, struct warm_item *it, char *buf,
+                          size_t bufsz, uint64_t *bytes)
 {
-    static _Thread_local char buf[1 << 20];
     char val[32];
     ssize_t n;
     int fd;
@@ -203,7 +202,7 @@ static int warm_one_mount(struct warm *w, struct warm_item *it,
     if (fd < 0)
         return tfs_err(-errno, "%s", it->name);
     *bytes = 0;
-    while ((n = read(fd, buf, sizeof(buf))) > 0)
+    while ((n = read(fd, buf, bufsz)) > 0)
         *bytes += (uint64_t)n;
     close(fd);
     return n < 0 ? tfs_err(-EIO, "%s: read failed", it->name) : 0;
@@ -212,15 +211,21 @@ static int warm_one_mount(struct warm *w, struct warm_item *it,
 static void *warm_worker(void *arg)
 {
     struct warm *w = arg;
+    size_t bufsz = 1u << 20;
+    char *buf = w->via_mount ? tfs_malloc(bufsz) : NULL;
     size_t i;
 
+    /* A thread-local buffer would be in every thread of the process (the
+       static TLS of the executable), the mount daemon's included. */
+    if (w->via_mount && buf == NULL)
+        return NULL;
     while ((i = atomic_fetch_add(&w->next, 1)) < w->n) {
         struct warm_item *it = &w->items[i];
         uint64_t bytes = 0;
         int rc;
 
         if (w->via_mount)
-            rc = warm_one_mount(w, it, &bytes);
+            rc = warm_one_mount(w, it, buf, bufsz, &bytes);
         else if (w->check)
             rc = tfs_cache_cached_bytes(w->cache, it->name, &bytes);
         else
@@ -237,6 +242,7 @@ static void *warm_worker(void *arg)
         atomic_fetch_add(&w->bytes, w->check ? it->size : bytes);
         atomic_fetch_add(&w->done, 1);
     }
+    tfs_free(buf);
     return NULL;
 }
 

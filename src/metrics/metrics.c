@@ -36,6 +36,11 @@ static uint64_t hist_mid(unsigned b)
     return lo + (hi - lo) / 2;
 }
 
+uint64_t tfs_hist_bucket_mid(unsigned b)
+{
+    return hist_mid(b);
+}
+
 void tfs_hist_add(struct tfs_hist *h, uint64_t ns)
 {
     atomic_fetch_add_explicit(&h->b[hist_bucket(ns)], 1,

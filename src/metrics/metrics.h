@@ -25,6 +25,8 @@ struct tfs_hist {
 };
 
 void tfs_hist_add(struct tfs_hist *h, uint64_t ns);
+/* The middle of bucket b, in nanoseconds (for plotting a CDF). */
+uint64_t tfs_hist_bucket_mid(unsigned b);
 /* The q-quantile (0..1) in nanoseconds, 0 when empty. */
 uint64_t tfs_hist_quantile(const struct tfs_hist *h, double q);
 

@@ -1,0 +1,473 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The workloads of `tierfs bench`:
+ *
+ *   prepare  write a synthetic dataset (files x size) to the target
+ *   seq      read every file front to back in --bs requests (1 MiB)
+ *   rand     --bs (4 KiB) reads at random offsets of random files
+ *   mix      both, a --rand-ratio share of random ops (fio-like)
+ *   meta     stat, open+close and readdir ops/s with N threads
+ *   small    open + read whole + close per file: latency and files/s
+ *   train    a DLIO / MLPerf Storage style emulation: read threads feed
+ *            N emulated accelerators that each take a batch and compute
+ *            for a fixed time; accelerator utilisation per epoch
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/bench.h"
+
+struct run {
+    const struct bench_opts *o;
+    struct bench_io         *io;
+    struct bench_result     *r;
+    const struct bench_file *files;
+    size_t                   n_files;
+    size_t                  *order;     /* file order for list workloads */
+    atomic_size_t            next;
+    atomic_uint_fast64_t     bytes;
+    atomic_uint_fast64_t     ops;
+    atomic_uint_fast64_t     errors;
+    uint64_t                 deadline_ns;
+    atomic_bool              done;
+};
+
+static uint64_t xorshift(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void shuffle(size_t *v, size_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15u + 1;
+
+    for (size_t i = 0; i < n; i++)
+        v[i] = i;
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)(xorshift(&s) % i);
+        size_t t = v[i - 1];
+        v[i - 1] = v[j];
+        v[j] = t;
+    }
+}
+
+/* Run fn(arg) on n threads while sampling throughput each second. */
+static int run_threads(struct run *x, void *(*fn)(void *), void *arg,
+                       unsigned n)
+{
+    pthread_t th[256];
+    uint64_t t0 = tfs_now_ns();
+    uint64_t last = 0;
+    unsigned started;
+
+    n = TFS_MAX(1u, TFS_MIN(n, 256u));
+    for (started = 0; started < n; started++)
+        if (pthread_create(&th[started], NULL, fn, arg) != 0)
+            break;
+    if (started == 0)
+        return -EAGAIN;
+    /* A sampler: one timeline point per second until the workers end. */
+    while (!atomic_load(&x->done)) {
+        uint64_t next = t0 + (uint64_t)(x->r->timeline_n + 1) * 1000000000u;
+        while (tfs_now_ns() < next && !atomic_load(&x->done))
+            tfs_sleep_ns(10000000u);
+        if (x->r->timeline_n < BENCH_TIMELINE &&
+            tfs_now_ns() >= next) {
+            uint64_t b = atomic_load(&x->bytes);
+            x->r->timeline[x->r->timeline_n++] = b - last;
+            last = b;
+        }
+        if (atomic_load(&x->next) >= x->n_files && x->deadline_ns == 0 &&
+            x->n_files > 0)
+            break;
+        if (x->deadline_ns != 0 && tfs_now_ns() >= x->deadline_ns)
+            break;
+    }
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    x->r->seconds = (double)(tfs_now_ns() - t0) / 1e9;
+    x->r->bytes = atomic_load(&x->bytes);
+    x->r->ops = atomic_load(&x->ops);
+    x->r->errors = atomic_load(&x->errors);
+    return 0;
+}
+
+/* Count one finished operation. */
+static void run_op(struct run *x, int rc, uint64_t bytes, uint64_t t0)
+{
+    tfs_hist_add(&x->r->lat, tfs_now_ns() - t0);
+    atomic_fetch_add(&x->ops, 1);
+    atomic_fetch_add(&x->bytes, bytes);
+    if (rc < 0)
+        atomic_fetch_add(&x->errors, 1);
+}
+
+/* ---- prepare ---- */
+
+static void *prepare_main(void *arg)
+{
+    struct run *x = arg;
+    size_t len = (size_t)x->o->file_size;
+    unsigned char *buf = tfs_malloc(len ? len : 1);
+    uint64_t s = tfs_rand_u64() | 1;
+    size_t i;
+
+    while (buf != NULL && (i = atomic_fetch_add(&x->next, 1)) < x->n_files) {
+        char name[64];
+        uint64_t t0 = tfs_now_ns();
+        for (size_t k = 0; k + 8 <= len; k += 8) {
+            uint64_t v = xorshift(&s);
+            memcpy(buf + k, &v, 8);
+        }
+        snprintf(name, sizeof(name), "bench/d%03zu/f%07zu.bin", i % 100, i);
+        run_op(x, bench_io_write(x->io, name, buf, len), len, t0);
+    }
+    tfs_free(buf);
+    atomic_store(&x->done, true);
+    return NULL;
+}
+
+/* ---- seq and small: whole files from a shared list ---- */
+
+static void *files_main(void *arg)
+{
+    struct run *x = arg;
+    size_t bs = (size_t)x->o->bs;
+    void *buf = tfs_malloc(bs);
+    size_t i;
+
+    while (buf != NULL && (i = atomic_fetch_add(&x->next, 1)) < x->n_files) {
+        uint64_t t0 = tfs_now_ns();
+        uint64_t got = 0;
+        int rc = bench_io_read_file(x->io, x->files[x->order[i]].name, buf,
+                                    bs, &got);
+        run_op(x, rc, got, t0);
+    }
+    tfs_free(buf);
+    atomic_store(&x->done, true);
+    return NULL;
+}
+
+/* ---- rand and mix: positional reads until the deadline ---- */
+
+static void *rand_main(void *arg)
+{
+    struct run *x = arg;
+    size_t bs = (size_t)x->o->bs;
+    size_t big = 1u << 20;
+    void *buf = tfs_malloc(TFS_MAX(bs, big));
+    uint64_t s = tfs_rand_u64() | 1;
+    size_t seq_file = (size_t)(xorshift(&s) % x->n_files);
+    uint64_t seq_off = 0;
+
+    while (buf != NULL && tfs_now_ns() < x->deadline_ns) {
+        bool random = (double)(xorshift(&s) >> 11) * 0x1.0p-53 <
+                      x->o->rand_ratio;
+        size_t f = random ? (size_t)(xorshift(&s) % x->n_files) : seq_file;
+        uint64_t size = x->files[f].size;
+        uint64_t off = random && size > bs
+                           ? (xorshift(&s) % (size / bs)) * bs : seq_off;
+        size_t n = 0;
+        uint64_t t0 = tfs_now_ns();
+        int rc = bench_io_pread(x->io, f, buf, random ? bs : big, off, &n);
+
+        run_op(x, rc, n, t0);
+        if (!random) {
+            seq_off += big;
+            if (seq_off >= size || n == 0) {
+                seq_file = (seq_file + 1) % x->n_files;
+                seq_off = 0;
+            }
+        }
+    }
+    tfs_free(buf);
+    atomic_store(&x->done, true);
+    return NULL;
+}
+
+/* ---- meta ---- */
+
+enum { META_STAT, META_OPEN, META_READDIR };
+
+struct meta_run {
+    struct run  *x;
+    int          what;
+    const char *const *dirs;
+    size_t       n_dirs;
+};
+
+static void *meta_main(void *arg)
+{
+    struct meta_run *m = arg;
+    struct run *x = m->x;
+    size_t n = m->what == META_READDIR ? m->n_dirs : x->n_files;
+    size_t i;
+
+    while ((i = atomic_fetch_add(&x->next, 1)) < n) {
+        uint64_t t0 = tfs_now_ns();
+        uint64_t size;
+        size_t entries;
+        int rc;
+        if (m->what == META_STAT)
+            rc = bench_io_stat(x->io, x->files[i].name, &size);
+        else if (m->what == META_OPEN)
+            rc = bench_io_open_close(x->io, x->files[i].name);
+        else
+            rc = bench_io_readdir(x->io, m->dirs[i], &entries);
+        if (m->what == META_STAT)
+            run_op(x, rc, 0, t0);
+        else if (rc < 0)
+            atomic_fetch_add(&x->errors, 1);
+    }
+    atomic_store(&x->done, true);
+    return NULL;
+}
+
+static int bench_meta(struct run *x)
+{
+    const char *const *dirs;
+    size_t n_dirs;
+    struct meta_run m = {.x = x};
+    double *out[] = {&x->r->stat_ops_s, &x->r->open_ops_s,
+                     &x->r->readdir_ops_s};
+    uint64_t errors = 0;
+    int rc = bench_io_dirs(x->io, &dirs, &n_dirs);
+
+    m.dirs = dirs;
+    m.n_dirs = n_dirs;
+    for (int what = META_STAT; rc == 0 && what <= META_READDIR; what++) {
+        size_t n = what == META_READDIR ? n_dirs : x->n_files;
+        unsigned timeline_n = x->r->timeline_n;
+        m.what = what;
+        atomic_store(&x->next, 0);
+        atomic_store(&x->done, false);
+        x->n_files = what == META_READDIR ? n_dirs : x->n_files;
+        rc = run_threads(x, meta_main, &m, x->o->threads);
+        x->r->timeline_n = timeline_n;
+        *out[what] = x->r->seconds > 0 ? (double)n / x->r->seconds : 0;
+        errors += x->r->errors;
+        atomic_store(&x->errors, 0);
+    }
+    x->r->errors = errors;
+    return rc;
+}
+
+/* ---- train: the DLIO-style emulation ---- */
+
+struct train {
+    struct run     *x;
+    pthread_mutex_t lock;
+    pthread_cond_t  cond;
+    size_t          queued;             /* samples loaded, not consumed */
+    size_t          cap;                /* bound of the queue */
+    size_t          produced;
+    size_t          consumed;
+    double          compute_s;          /* steps after each one's first */
+    double          wait_s;
+};
+
+static void *train_reader(void *arg)
+{
+    struct train *t = arg;
+    struct run *x = t->x;
+    size_t bs = 1u << 20;
+    void *buf = tfs_malloc(bs);
+    size_t i;
+
+    while (buf != NULL && (i = atomic_fetch_add(&x->next, 1)) < x->n_files) {
+        uint64_t t0 = tfs_now_ns();
+        uint64_t got = 0;
+        int rc = bench_io_read_file(x->io, x->files[x->order[i]].name, buf,
+                                    bs, &got);
+        run_op(x, rc, got, t0);
+        pthread_mutex_lock(&t->lock);
+        while (t->queued >= t->cap)
+            pthread_cond_wait(&t->cond, &t->lock);
+        t->queued++;
+        t->produced++;
+        pthread_cond_broadcast(&t->cond);
+        pthread_mutex_unlock(&t->lock);
+    }
+    tfs_free(buf);
+    return NULL;
+}
+
+/* Take up to n samples; returns how many (0: the epoch is over). */
+static size_t train_take(struct train *t, size_t n, size_t total)
+{
+    size_t got;
+
+    pthread_mutex_lock(&t->lock);
+    while (t->queued < n && t->produced < total)
+        pthread_cond_wait(&t->cond, &t->lock);
+    got = TFS_MIN(n, t->queued);
+    t->queued -= got;
+    t->consumed += got;
+    pthread_cond_broadcast(&t->cond);
+    pthread_mutex_unlock(&t->lock);
+    return got;
+}
+
+static void *train_accel(void *arg)
+{
+    struct train *t = arg;
+    const struct bench_opts *o = t->x->o;
+    double compute = 0;
+    double wait = 0;
+    bool first = true;
+
+    for (;;) {
+        uint64_t w0 = tfs_now_ns();
+        size_t got = train_take(t, o->batch, t->x->n_files);
+        uint64_t w1 = tfs_now_ns();
+        if (got == 0)
+            break;
+        tfs_sleep_ns((uint64_t)(o->compute_ms * 1e6));
+        if (!first) {               /* the first step warms up: excluded */
+            wait += (double)(w1 - w0) / 1e9;
+            compute += (double)(tfs_now_ns() - w1) / 1e9;
+        }
+        first = false;
+    }
+    pthread_mutex_lock(&t->lock);
+    t->compute_s += compute;
+    t->wait_s += wait;
+    pthread_mutex_unlock(&t->lock);
+    return NULL;
+}
+
+/* A number from a stats JSON. */
+static double json_num(const char *json, const char *name)
+{
+    char pat[80];
+    const char *p;
+
+    snprintf(pat, sizeof(pat), "\"%s\": ", name);
+    p = json ? strstr(json, pat) : NULL;
+    return p ? strtod(p + strlen(pat), NULL) : 0;
+}
+
+static double train_hit(const char *a, const char *b)
+{
+    double read = json_num(b, "read_bytes") - json_num(a, "read_bytes");
+    double hit = json_num(b, "hit_bytes_ram") + json_num(b, "hit_bytes_disk") -
+                 json_num(a, "hit_bytes_ram") - json_num(a, "hit_bytes_disk");
+
+    return a == NULL || b == NULL || read <= 0 ? -1.0 : hit / read;
+}
+
+static int train_epoch(struct run *x, unsigned e)
+{
+    const struct bench_opts *o = x->o;
+    struct train t = {.x = x, .cap = (size_t)o->accelerators * o->batch * 2};
+    pthread_t acc[64];
+    char *before = NULL;
+    char *after = NULL;
+    uint64_t t0 = tfs_now_ns();
+    unsigned n_acc = TFS_MAX(1u, TFS_MIN(o->accelerators, 64u));
+    int rc;
+
+    pthread_mutex_init(&t.lock, NULL);
+    pthread_cond_init(&t.cond, NULL);
+    shuffle(x->order, x->n_files, o->seed + e);
+    atomic_store(&x->next, 0);
+    atomic_store(&x->done, false);
+    bench_io_stats(x->io, &before);
+    for (unsigned i = 0; i < n_acc; i++)
+        pthread_create(&acc[i], NULL, train_accel, &t);
+    rc = run_threads(x, train_reader, &t, o->threads);
+    for (unsigned i = 0; i < n_acc; i++)
+        pthread_join(acc[i], NULL);
+    bench_io_stats(x->io, &after);
+    x->r->au[e] = t.compute_s + t.wait_s > 0
+                      ? t.compute_s / (t.compute_s + t.wait_s) : 0;
+    x->r->stall[e] = 1.0 - x->r->au[e];
+    x->r->samples_s[e] = (double)x->n_files /
+                         ((double)(tfs_now_ns() - t0) / 1e9);
+    x->r->hit[e] = train_hit(before, after);
+    tfs_free(before);
+    tfs_free(after);
+    pthread_cond_destroy(&t.cond);
+    pthread_mutex_destroy(&t.lock);
+    return rc;
+}
+
+static int bench_train(struct run *x)
+{
+    uint64_t t0 = tfs_now_ns();
+    uint64_t bytes = 0;
+    uint64_t ops = 0;
+    int rc = 0;
+
+    x->r->epochs = TFS_MIN(x->o->epochs, (unsigned)BENCH_MAX_EPOCHS);
+    for (unsigned e = 0; e < x->r->epochs && rc == 0; e++) {
+        rc = train_epoch(x, e);
+        bytes += x->r->bytes;
+        ops += x->r->ops;
+        atomic_store(&x->bytes, 0);
+        atomic_store(&x->ops, 0);
+    }
+    x->r->bytes = bytes;
+    x->r->ops = ops;
+    x->r->seconds = (double)(tfs_now_ns() - t0) / 1e9;
+    return rc;
+}
+
+/* ---- dispatch ---- */
+
+static int bench_files(struct run *x, bool shuffled)
+{
+    if (shuffled)
+        shuffle(x->order, x->n_files, x->o->seed);
+    else
+        for (size_t i = 0; i < x->n_files; i++)
+            x->order[i] = i;
+    return run_threads(x, files_main, x, x->o->threads);
+}
+
+int bench_run(const char *workload, const struct bench_opts *o,
+              struct bench_io *io, struct bench_result *r)
+{
+    struct run x = {.o = o, .io = io, .r = r};
+    int rc = 0;
+
+    r->workload = workload;
+    if (strcmp(workload, "prepare") == 0) {
+        x.n_files = (size_t)o->files;
+        return run_threads(&x, prepare_main, &x, o->threads);
+    }
+    rc = bench_io_list(io, &x.files, &x.n_files);
+    if (rc == 0 && x.n_files == 0)
+        rc = tfs_err(-ENOENT, "no files under %s (run `tierfs bench "
+                     "prepare` first)", o->target);
+    x.order = rc == 0 ? tfs_malloc(x.n_files * sizeof(size_t)) : NULL;
+    if (rc == 0 && x.order == NULL)
+        rc = -ENOMEM;
+    if (rc < 0)
+        return rc;
+    if (strcmp(workload, "seq") == 0 || strcmp(workload, "small") == 0) {
+        rc = bench_files(&x, strcmp(workload, "small") == 0);
+    } else if (strcmp(workload, "rand") == 0 ||
+               strcmp(workload, "mix") == 0) {
+        x.deadline_ns = tfs_now_ns() + (uint64_t)(o->duration_s * 1e9);
+        rc = bench_io_open_all(io);
+        if (rc == 0)
+            rc = run_threads(&x, rand_main, &x, o->threads);
+    } else if (strcmp(workload, "meta") == 0) {
+        rc = bench_meta(&x);
+    } else if (strcmp(workload, "train") == 0) {
+        rc = bench_train(&x);
+    } else {
+        rc = tfs_err(-EINVAL, "unknown workload '%s'", workload);
+    }
+    tfs_free(x.order);
+    return rc;
+}
