@@ -38,6 +38,7 @@ static const struct cli_cmd cli_cmds[] = {
     {"stats", cmd_stats, "show the cache counters of a mount"},
     {"warmup", cmd_warmup, "fill the cache ahead of a job, with progress"},
     {"profile", cmd_profile, "profile an access trace or a dataset"},
+    {"bench", cmd_bench, "measure: seq, rand, mix, meta, small, train"},
     {"version", cmd_version, "print version information"},
 };
 
