@@ -77,3 +77,9 @@ set_tests_properties(fuse.posix PROPERTIES LABELS fuse TIMEOUT 600)
 tfs_s3_test(fuse.s3 env TFS_BIN=$<TARGET_FILE:tierfs>
   TFS_FUSE_REMOTE=s3://tierfs-test/fuse $<TARGET_FILE:fuse_mount>)
 set_tests_properties(fuse.s3 PROPERTIES LABELS "fuse;s3")
+
+# tierfs bench and tierfs profile on tiny configurations (directory, store
+# + cache, mount with a trace): documented JSON fields, sane values.
+add_test(NAME cli.bench COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/bench.sh
+  $<TARGET_FILE:tierfs>)
+set_tests_properties(cli.bench PROPERTIES LABELS "cli;fuse" TIMEOUT 600)

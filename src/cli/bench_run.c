@@ -167,10 +167,11 @@ static void *rand_main(void *arg)
     uint64_t s = tfs_rand_u64() | 1;
     size_t seq_file = (size_t)(xorshift(&s) % x->n_files);
     uint64_t seq_off = 0;
+    double ratio = strcmp(x->r->workload, "rand") == 0 ? 1.0
+                                                       : x->o->rand_ratio;
 
     while (buf != NULL && tfs_now_ns() < x->deadline_ns) {
-        bool random = (double)(xorshift(&s) >> 11) * 0x1.0p-53 <
-                      x->o->rand_ratio;
+        bool random = (double)(xorshift(&s) >> 11) * 0x1.0p-53 < ratio;
         size_t f = random ? (size_t)(xorshift(&s) % x->n_files) : seq_file;
         uint64_t size = x->files[f].size;
         uint64_t off = random && size > bs

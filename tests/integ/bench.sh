@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# tierfs bench and tierfs profile on tiny configurations: every workload
+# runs against a directory, a store URI through a cache, and a tierfs
+# mount with a trace; its JSON must have the documented fields with sane
+# values (no timing thresholds), the plots must be well-formed SVG, and
+# the profile of the recorded trace must describe what was read.
+#
+#   bench.sh TIERFS
+set -u
+tierfs=$1
+work=$(mktemp -d /tmp/tfs-bench-test-XXXXXX)
+mnt=$work/mnt
+pass=0
+fail=0
+cleanup() {
+    "$tierfs" umount "$mnt" >/dev/null 2>&1
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+ok() { pass=$((pass + 1)); echo "ok - $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
+
+# check NAME JSON PYTHON-EXPR: the expression over j (the parsed JSON)
+check() {
+    if /usr/bin/python3 -c '
+import json, sys
+j = json.loads(sys.argv[1])
+sys.exit(0 if eval("(" + sys.argv[2] + ")") else 1)' "$2" "$3" 2>/dev/null; then
+        ok "$1"
+    else
+        bad "$1"; echo "    $3"; echo "    $2" | cut -c1-400
+    fi
+}
+
+common='all(k in j for k in ("workload","target","kind","threads","seconds",
+    "ops","bytes","errors","ops_per_s","mb_per_s","lat_p50_us","lat_p95_us",
+    "lat_p99_us","lat_p999_us")) and j["errors"] == 0 and j["ops"] > 0 and
+    0 <= j["lat_p50_us"] <= j["lat_p99_us"] <= j["lat_p999_us"]'
+
+run_all() {  # label target [extra args]
+    local label=$1 target=$2
+    shift 2
+    local j
+    j=$("$tierfs" bench seq -j 4 --json "$@" "$target")
+    check "$label seq" "$j" "$common and j['bytes'] == 64 * 65536"
+    j=$("$tierfs" bench rand -j 2 --duration 0.5 --json "$@" "$target")
+    check "$label rand" "$j" "$common and j['bytes'] == j['ops'] * 4096"
+    j=$("$tierfs" bench mix -j 2 --duration 0.5 --rand-ratio 0.5 --json "$@" "$target")
+    check "$label mix" "$j" "$common"
+    j=$("$tierfs" bench meta -j 2 --json "$@" "$target")
+    check "$label meta" "$j" "$common and j['stat_ops_per_s'] > 0 and j['open_ops_per_s'] > 0 and j['readdir_ops_per_s'] > 0 and j['ops'] == 64"
+    j=$("$tierfs" bench small -j 2 --json "$@" "$target")
+    check "$label small" "$j" "$common and j['ops'] == 64"
+    j=$("$tierfs" bench train -j 2 --epochs 2 --batch 8 --compute-ms 2 --accelerators 2 --json "$@" "$target")
+    check "$label train" "$j" "$common and len(j['epochs']) == 2 and all(0 <= e['au'] <= 1 and abs(e['au'] + e['stall_share'] - 1) < 1e-6 and e['samples_per_s'] > 0 for e in j['epochs'])"
+}
+
+mkdir -p "$work/ds" "$mnt"
+j=$("$tierfs" bench prepare --files 64 --size 64K -j 4 --json "$work/ds")
+check "prepare" "$j" "$common and j['ops'] == 64 and j['bytes'] == 64 * 65536"
+[ "$(find "$work/ds" -type f | wc -l)" = 64 ] && ok "prepare wrote 64 files" || bad "prepare wrote 64 files"
+
+run_all directory "$work/ds"
+run_all "store+cache" "file://$work/ds" --mem-cache 64M
+
+"$tierfs" mount "$work/ds" "$mnt" --trace "$work/trace" --mem-cache 64M
+run_all mount "$mnt"
+"$tierfs" umount "$mnt"                 # a fresh mount: no page cache
+sleep 0.5
+"$tierfs" mount "$work/ds" "$mnt" --mem-cache 64M
+j=$("$tierfs" bench train -j 2 --epochs 2 --batch 8 --compute-ms 1 --drop --json --plot "$work" "$mnt")
+check "train on a mount reports hit rates" "$j" "all(0 <= e['hit_rate'] <= 1 for e in j['epochs']) and j['epochs'][1]['hit_rate'] > 0.5"
+"$tierfs" umount "$mnt"
+sleep 0.5
+for f in train-epochs train-latency-cdf; do
+    if /usr/bin/python3 -c 'import sys, xml.dom.minidom as m; d = m.parse(sys.argv[1]); sys.exit(0 if d.getElementsByTagName("polyline") else 1)' "$work/$f.svg"; then
+        ok "plot $f.svg"
+    else
+        bad "plot $f.svg"
+    fi
+done
+
+j=$("$tierfs" profile --json "$work/trace")
+check "profile of the mount's trace" "$j" "j['files'] == 64 and j['size_median'] == 65536 and j['reads'] > 0 and 0 <= j['sequential_ratio'] <= 1 and 0 <= j['reread_ratio'] <= 1 and j['read_bytes'] >= 64 * 65536 and j['working_set_bytes'] == 64 * 65536 and len(j['mrc']) > 1 and all(0 <= p['hit_lru'] <= 1 and 0 <= p['hit_tinylfu'] <= 1 for p in j['mrc'])"
+"$tierfs" profile "$work/trace" | grep -q "miss-ratio curve" && ok "profile text report" || bad "profile text report"
+j=$("$tierfs" profile --json "$work/ds")
+check "profile of a directory" "$j" "j['files'] == 64 and j['bytes'] == 64 * 65536"
+"$tierfs" bench nonsense "$work/ds" >/dev/null 2>&1
+[ $? = 2 ] && ok "unknown workload is a usage error" || bad "unknown workload is a usage error"
+"$tierfs" bench seq /nonexistent/dir >/dev/null 2>&1
+[ $? = 1 ] && ok "missing target fails" || bad "missing target fails"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
