@@ -1,0 +1,398 @@
+# SPDX-License-Identifier: MIT
+"""bench/compare: tierfs vs the raw store, s3fs and rclone, one run.
+
+Every figure in docs/performance.md is measured here, side by side, on the
+same objects in the same Ceph RGW (bluestore on a sparse file, started on
+127.0.0.1 for the run):
+
+- cold sequential read of a 1 GiB object (dd bs=1M): the tierfs mount,
+  s3fs with use_cache, rclone --vfs-cache-mode full, and the server's own
+  ceiling: 8 parallel ranged GETs with curl;
+- warm sequential read of the same object, kernel page cache dropped
+  before the read (so each tool's own cache is measured);
+- small files: N x 64 KiB, warm, open+read+close latency (1 thread) and
+  files/s (8 threads), page cache dropped per file;
+- metadata: stat of every small file, warm, ops/s;
+- training emulation (`tierfs bench train`): accelerator utilisation per
+  epoch through each mount and straight on the store.
+"""
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+TIERFS = os.environ.get("TIERFS", os.path.join(TOP, "build", "tierfs"))
+READBENCH = os.path.join(TOP, "build", "readbench")
+S3SERVER = os.path.join(TOP, "scripts", "s3-server")
+QUICK = "--quick" in sys.argv
+BIG_MIB = 256 if QUICK else 1024
+N_SMALL = 2000 if QUICK else 10000
+MIB = 1 << 20
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, shell=True, check=True, text=True,
+                          capture_output=True, **kw).stdout
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+class Server:
+    """The local RGW for this run (own dir and ports)."""
+
+    def __init__(self, work):
+        self.env = dict(os.environ, S3_DIR=os.path.join(work, "s3"),
+                        S3_PORT="7498", MON_PORT="16798",
+                        OSD_STORE="bluestore", OSD_BYTES=str(16 << 30))
+
+    def __enter__(self):
+        subprocess.run([S3SERVER, "start"], env=self.env, check=True,
+                       stdout=subprocess.DEVNULL)
+        for line in open(os.path.join(self.env["S3_DIR"], "env")):
+            k, v = line.replace("export ", "").strip().split("=", 1)
+            os.environ[k] = v.strip("'\"")
+        self.ep = os.environ["AWS_ENDPOINT_URL"]
+        self.bucket = os.environ["TFS_TEST_S3_BUCKET"]
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run([S3SERVER, "stop"], env=self.env, check=False,
+                       stdout=subprocess.DEVNULL)
+
+
+def umount(path):
+    subprocess.run(["fusermount3", "-u", path], check=False,
+                   capture_output=True)
+    subprocess.run(["fusermount", "-u", path], check=False,
+                   capture_output=True)
+
+
+def mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+def wait_mounted(path, timeout=30):
+    t = time.monotonic() + timeout
+    while not mounted(path):
+        if time.monotonic() > t:
+            raise RuntimeError(f"{path} did not mount")
+        time.sleep(0.1)
+
+
+class Mounts:
+    """tierfs, s3fs (use_cache) and rclone (vfs full) over one prefix."""
+
+    def __init__(self, work, srv, prefix):
+        self.work, self.srv, self.prefix = work, srv, prefix
+        self.dirs = {k: os.path.join(work, "mnt-" + k)
+                     for k in ("tierfs", "s3fs", "rclone")}
+        self.procs = []
+
+    def __enter__(self):
+        w, srv = self.work, self.srv
+        for d in self.dirs.values():
+            os.makedirs(d, exist_ok=True)
+        sh(f"{TIERFS} mount s3://{srv.bucket}/{self.prefix} "
+           f"{self.dirs['tierfs']} --cache-dir {w}/cache-tierfs "
+           f"--cache-size 8G --mem-cache 1G --immutable")
+        pw = os.path.join(w, "passwd-s3fs")
+        with open(pw, "w") as f:
+            f.write(f"{os.environ['AWS_ACCESS_KEY_ID']}:"
+                    f"{os.environ['AWS_SECRET_ACCESS_KEY']}")
+        os.chmod(pw, 0o600)
+        os.makedirs(f"{w}/cache-s3fs", exist_ok=True)
+        sh(f"s3fs {srv.bucket}:/{self.prefix} {self.dirs['s3fs']} -o "
+           f"url={srv.ep},use_path_request_style,passwd_file={pw},"
+           f"endpoint=us-east-1,use_cache={w}/cache-s3fs")
+        conf = os.path.join(w, "rclone.conf")
+        with open(conf, "w") as f:
+            f.write("[ceph]\ntype = s3\nprovider = Ceph\n"
+                    f"access_key_id = {os.environ['AWS_ACCESS_KEY_ID']}\n"
+                    "secret_access_key = "
+                    f"{os.environ['AWS_SECRET_ACCESS_KEY']}\n"
+                    f"endpoint = {srv.ep}\nregion = us-east-1\n"
+                    "force_path_style = true\n")
+        env = dict(os.environ)
+        env.pop("AWS_CA_BUNDLE", None)
+        self.procs.append(subprocess.Popen(
+            ["rclone", "mount", "--config", conf,
+             f"ceph:{srv.bucket}/{self.prefix}", self.dirs["rclone"],
+             "--vfs-cache-mode", "full", "--cache-dir", f"{w}/cache-rclone"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for d in self.dirs.values():
+            wait_mounted(d)
+        return self
+
+    def __exit__(self, *exc):
+        for d in self.dirs.values():
+            umount(d)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def dd_mbps(path, drop=False):
+    if drop:
+        sh(f"dd if={path} iflag=nocache count=0 status=none")
+    t = time.monotonic()
+    sh(f"dd if={path} of=/dev/null bs=1M status=none")
+    return os.path.getsize(path) / (time.monotonic() - t) / 1e6
+
+
+def curl_ceiling(srv, key, size, streams=8):
+    """8 parallel ranged GETs of the object with curl: the server's
+    ceiling for one object."""
+    part = (size + streams - 1) // streams
+    cmds = []
+    for i in range(streams):
+        lo, hi = i * part, min(size, (i + 1) * part) - 1
+        cmds.append(
+            "curl -sS --fail --aws-sigv4 aws:amz:us-east-1:s3 --user "
+            f"\"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" -H "
+            f"'x-amz-content-sha256: UNSIGNED-PAYLOAD' -H 'Range: "
+            f"bytes={lo}-{hi}' -o /dev/null {srv.ep}/{srv.bucket}/{key}")
+    t = time.monotonic()
+    procs = [subprocess.Popen(c, shell=True) for c in cmds]
+    for p in procs:
+        if p.wait() != 0:
+            raise RuntimeError("curl failed")
+    return size / (time.monotonic() - t) / 1e6
+
+
+def readbench(listfile, threads, drop=True):
+    out = sh(f"{READBENCH} -t {threads} --shuffle 3 "
+             f"{'--drop' if drop else ''} {listfile}")
+    return json.loads(out)[-1]
+
+
+def stat_rate(paths):
+    t = time.monotonic()
+    for p in paths:
+        os.stat(p)
+    return len(paths) / (time.monotonic() - t)
+
+
+def bench_train(target, epochs, extra=""):
+    out = sh(f"{TIERFS} bench train -j 8 --epochs {epochs} --batch 32 "
+             f"--compute-ms 20 --drop --json {extra} {target}")
+    return json.loads(out)
+
+
+# ---- plots (SVG, no dependencies) ----
+
+def svg_bars(path, title, unit, groups, series, values):
+    """values[s][g]: grouped bars, one color per series."""
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"]
+    w, h, left, bottom, top = 760, 380, 70, 60, 40
+    vmax = max(max(v) for v in values) or 1
+    gw = (w - left - 20) / len(groups)
+    bw = gw * 0.8 / len(series)
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' "
+           f"height='{h}' font-family='sans-serif'><rect width='100%' "
+           f"height='100%' fill='white'/><text x='{w / 2}' y='24' "
+           f"font-size='15' text-anchor='middle'>{title}</text>"]
+    for i in range(6):
+        y = h - bottom - (h - top - bottom) * i / 5
+        out.append(f"<line x1='{left}' y1='{y}' x2='{w - 20}' y2='{y}' "
+                   f"stroke='#eee'/><text x='{left - 6}' y='{y + 4}' "
+                   f"font-size='11' text-anchor='end'>"
+                   f"{vmax * i / 5:.3g}</text>")
+    for g, name in enumerate(groups):
+        x0 = left + g * gw + gw * 0.1
+        out.append(f"<text x='{left + g * gw + gw / 2}' y='{h - bottom + 18}'"
+                   f" font-size='12' text-anchor='middle'>{name}</text>")
+        for s in range(len(series)):
+            v = values[s][g]
+            bh = (h - top - bottom) * v / vmax
+            out.append(f"<rect x='{x0 + s * bw}' y='{h - bottom - bh}' "
+                       f"width='{bw * 0.9}' height='{bh}' "
+                       f"fill='{colors[s % 5]}'/>")
+    for s, name in enumerate(series):
+        out.append(f"<rect x='{w - 190}' y='{top + 6 + 16 * s}' width='10' "
+                   f"height='10' fill='{colors[s % 5]}'/><text "
+                   f"x='{w - 175}' y='{top + 15 + 16 * s}' font-size='12'>"
+                   f"{name}</text>")
+    out.append(f"<text x='16' y='{(top + h - bottom) / 2}' font-size='12' "
+               f"transform='rotate(-90 16 {(top + h - bottom) / 2})' "
+               f"text-anchor='middle'>{unit}</text></svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out))
+
+
+# ---- the run ----
+
+def main():
+    work = tempfile.mkdtemp(prefix="tfs-compare-",
+                            dir=os.environ.get("BENCH_DIR", "/var/tmp"))
+    docs = os.path.join(TOP, "docs")
+    plots = os.path.join(docs, "perf")
+    os.makedirs(plots, exist_ok=True)
+    res = {}
+    try:
+        with Server(work) as srv:
+            log("uploading the data")
+            big = os.path.join(work, "big.bin")
+            sh(f"head -c {BIG_MIB * MIB} /dev/urandom > {big}")
+            sh(f"{TIERFS} put -q {big} s3://{srv.bucket}/cmp/big.bin")
+            sh(f"{TIERFS} bench prepare --files {N_SMALL} --size 64K -j 8 "
+               f"s3://{srv.bucket}/cmp")
+            res["ceiling"] = curl_ceiling(srv, "cmp/big.bin", BIG_MIB * MIB)
+            with Mounts(work, srv, "cmp") as m:
+                run_mounts(m, res, work)
+            log("training emulation straight on the store")
+            res["train_raw"] = bench_train(f"s3://{srv.bucket}/cmp/bench",
+                                           2)
+        write_report(res, plots, docs)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_mounts(m, res, work):
+    big = {k: os.path.join(d, "big.bin") for k, d in m.dirs.items()}
+    log("cold and warm sequential reads")
+    res["cold"] = {k: dd_mbps(p, drop=True) for k, p in big.items()}
+    res["warm"] = {k: statistics.median(dd_mbps(p, drop=True)
+                                        for _ in range(3))
+                   for k, p in big.items()}
+    names = sorted(os.path.relpath(os.path.join(r, f), m.dirs["tierfs"])
+                   for r, _, fs in os.walk(m.dirs["tierfs"]) for f in fs
+                   if f.startswith("f"))
+    res["small"], res["meta"] = {}, {}
+    for k, d in m.dirs.items():
+        lst = os.path.join(work, f"list-{k}")
+        with open(lst, "w") as f:
+            f.write("\n".join(os.path.join(d, n) for n in names) + "\n")
+        log(f"small files through {k}")
+        readbench(lst, 8)                      # cold pass fills the cache
+        one = readbench(lst, 1)
+        many = readbench(lst, 8)
+        res["small"][k] = {"p50_us": one["p50_us"], "p99_us": one["p99_us"],
+                           "files_per_s": many["files_per_s"]}
+        paths = [os.path.join(d, n) for n in names]
+        stat_rate(paths)                       # warm the metadata
+        res["meta"][k] = statistics.median(stat_rate(paths)
+                                           for _ in range(3))
+    res["train"] = {}
+    for k, d in m.dirs.items():
+        log(f"training emulation through {k}")
+        res["train"][k] = bench_train(os.path.join(d, "bench"), 2)
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if b else "-"
+
+
+def write_report(res, plots, docs):
+    tools = ["tierfs", "s3fs", "rclone"]
+    t = res
+    lines = [
+        "# Performance: tierfs vs the raw store, s3fs and rclone",
+        "",
+        f"Generated by `bench/compare{' --quick' if QUICK else ''}` on "
+        f"{datetime.date.today()} on {platform.node()} "
+        f"({os.cpu_count()} CPUs, {platform.machine()}, "
+        f"{platform.release()}): every figure below was measured in that "
+        "one run, on the same objects, in a Ceph RGW (Debian 16.2, "
+        "bluestore on a sparse file) on 127.0.0.1.  Peers: s3fs 1.90 with "
+        "`use_cache`, rclone 1.60 with `--vfs-cache-mode full`; tierfs with "
+        "`--cache-dir` (8G), `--mem-cache 1G`, `--immutable`.  The machine "
+        "is a shared 2-core VM: expect noise of 10-20%.",
+        "",
+        f"## Sequential read of a {BIG_MIB} MiB object (dd bs=1M, MB/s)",
+        "",
+        "| | tierfs | s3fs | rclone | tierfs/s3fs | tierfs/rclone |",
+        "|---|---|---|---|---|---|",
+        f"| cold (first read) | {t['cold']['tierfs']:.0f} | "
+        f"{t['cold']['s3fs']:.0f} | {t['cold']['rclone']:.0f} | "
+        f"{ratio(t['cold']['tierfs'], t['cold']['s3fs'])} | "
+        f"{ratio(t['cold']['tierfs'], t['cold']['rclone'])} |",
+        f"| warm (page cache dropped) | {t['warm']['tierfs']:.0f} | "
+        f"{t['warm']['s3fs']:.0f} | {t['warm']['rclone']:.0f} | "
+        f"{ratio(t['warm']['tierfs'], t['warm']['s3fs'])} | "
+        f"{ratio(t['warm']['tierfs'], t['warm']['rclone'])} |",
+        "",
+        f"Server ceiling (8 parallel ranged curl GETs): "
+        f"{t['ceiling']:.0f} MB/s; tierfs cold is "
+        f"{ratio(t['cold']['tierfs'], t['ceiling'])} of it.",
+        "",
+        f"## Small files ({N_SMALL} x 64 KiB, warm, page cache dropped "
+        "per file)",
+        "",
+        "| | p50 us (1 thread) | p99 us (1 thread) | files/s (8 threads) |",
+        "|---|---|---|---|",
+    ]
+    for k in tools:
+        s = t["small"][k]
+        lines.append(f"| {k} | {s['p50_us']:.0f} | {s['p99_us']:.0f} | "
+                     f"{s['files_per_s']:.0f} |")
+    lines += [
+        "",
+        f"tierfs/s3fs files/s: "
+        f"{ratio(t['small']['tierfs']['files_per_s'], t['small']['s3fs']['files_per_s'])}"
+        f"; tierfs/rclone: "
+        f"{ratio(t['small']['tierfs']['files_per_s'], t['small']['rclone']['files_per_s'])}"
+        "; p99 s3fs/tierfs: "
+        f"{ratio(t['small']['s3fs']['p99_us'], t['small']['tierfs']['p99_us'])}.",
+        "",
+        f"## Metadata: stat of {N_SMALL} files, warm (ops/s)",
+        "",
+        "| tierfs | s3fs | rclone | tierfs/s3fs | tierfs/rclone |",
+        "|---|---|---|---|---|",
+        f"| {t['meta']['tierfs']:.0f} | {t['meta']['s3fs']:.0f} | "
+        f"{t['meta']['rclone']:.0f} | "
+        f"{ratio(t['meta']['tierfs'], t['meta']['s3fs'])} | "
+        f"{ratio(t['meta']['tierfs'], t['meta']['rclone'])} |",
+        "",
+        "## Training emulation (`tierfs bench train`: 8 read threads, 1 "
+        "accelerator, batches of 32 samples of 64 KiB, 20 ms compute per "
+        "step, page cache dropped per sample)",
+        "",
+        "| | AU epoch 1 | AU epoch 2 | stall epoch 2 | samples/s epoch 2 |",
+        "|---|---|---|---|---|",
+    ]
+    rows = [("raw store (no cache)", t["train_raw"])] + \
+        [(k, t["train"][k]) for k in tools]
+    for name, j in rows:
+        e = j["epochs"]
+        lines.append(f"| {name} | {e[0]['au']:.0%} | {e[1]['au']:.0%} | "
+                     f"{e[1]['stall_share']:.0%} | "
+                     f"{e[1]['samples_per_s']:.0f} |")
+    svg_bars(os.path.join(plots, "seq-read.svg"),
+             "sequential read, MB/s", "MB/s", ["cold", "warm"], tools,
+             [[t["cold"][k], t["warm"][k]] for k in tools])
+    svg_bars(os.path.join(plots, "small-files.svg"),
+             "small files, files/s (8 threads, warm)", "files/s",
+             ["files/s"], tools,
+             [[t["small"][k]["files_per_s"]] for k in tools])
+    svg_bars(os.path.join(plots, "train-au.svg"),
+             "accelerator utilisation per epoch, %", "%",
+             ["epoch 1", "epoch 2"], ["raw store"] + tools,
+             [[100 * j["epochs"][0]["au"], 100 * j["epochs"][1]["au"]]
+              for _, j in rows])
+    lines += ["", "![sequential reads](perf/seq-read.svg)",
+              "![small files](perf/small-files.svg)",
+              "![training AU](perf/train-au.svg)", "",
+              "Raw figures: `docs/perf/compare.json`.", ""]
+    with open(os.path.join(plots, "compare.json"), "w") as f:
+        json.dump(res, f, indent=1)
+    with open(os.path.join(docs, "performance.md"), "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
