@@ -83,3 +83,27 @@ set_tests_properties(fuse.s3 PROPERTIES LABELS "fuse;s3")
 add_test(NAME cli.bench COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/bench.sh
   $<TARGET_FILE:tierfs>)
 set_tests_properties(cli.bench PROPERTIES LABELS "cli;fuse" TIMEOUT 600)
+
+
+# ---- write-back in the mount (issue 4, part 1): tests/integ/fuse_wb.c ----
+# Writes through the mounted binary, checked in the store itself: the
+# semantics (read-your-writes, renames, deletes, sync), backpressure, 20
+# kill -9 crash runs, upload failures.  Over a directory and over the S3
+# server.  A mount that fails is a failure, and so is a machine without
+# /dev/fuse.
+add_executable(fuse_wb ${PROJECT_SOURCE_DIR}/tests/integ/fuse_wb.c)
+target_include_directories(fuse_wb PRIVATE ${PROJECT_SOURCE_DIR}/src
+  ${PROJECT_SOURCE_DIR}/tests/unit)
+target_compile_definitions(fuse_wb PRIVATE _GNU_SOURCE)
+target_link_libraries(fuse_wb PRIVATE tierfs_static)
+tfs_warnings(fuse_wb)
+target_compile_options(fuse_wb PRIVATE -Wno-missing-prototypes)
+add_dependencies(fuse_wb tierfs)
+add_test(NAME fuse.wb.posix COMMAND env TFS_BIN=$<TARGET_FILE:tierfs>
+  TFS_FUSE_REMOTE=posix $<TARGET_FILE:fuse_wb>)
+set_tests_properties(fuse.wb.posix PROPERTIES LABELS "fuse;wb" TIMEOUT 600)
+tfs_s3_test(fuse.wb.s3 env TFS_BIN=$<TARGET_FILE:tierfs>
+  TFS_FUSE_REMOTE=s3://tierfs-test/wb $<TARGET_FILE:fuse_wb>)
+set_tests_properties(fuse.wb.s3 PROPERTIES LABELS "fuse;wb;s3")
+# ---- end write-back ----
+

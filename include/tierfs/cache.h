@@ -155,6 +155,16 @@ TFS_API int tfs_cache_prefetch(struct tfs_cache *c, const char *const *keys,
                                size_t n);
 
 /*
+ * Prefetch hint for part of an open file: the blocks covering [off,
+ * off+len) are queued as tfs_cache_prefetch queues whole objects (behind
+ * demand reads; nothing without a RAM tier).  Returns at once.  For
+ * readers that know which part of a large object they will need (one
+ * worker's share of a dataset shard).
+ */
+TFS_API int tfs_file_prefetch(struct tfs_file *f, uint64_t off,
+                              uint64_t len);
+
+/*
  * Load every block of key into the cache (disk tier when there is one)
  * and wait.  *bytes (may be NULL) receives the object size.  For warmup.
  */
@@ -167,6 +177,20 @@ TFS_API int tfs_cache_cached_bytes(struct tfs_cache *c, const char *key,
 
 /* Drop every cached stat and listing (not data). */
 TFS_API void tfs_cache_forget_meta(struct tfs_cache *c);
+
+/*
+ * The caller changed key in the store itself (a write-back upload, a
+ * move, a delete): st is the object's new stat after a put, or NULL when
+ * it was removed or its new stat is unknown.  The metadata cache forgets
+ * what it knew of key and of its ancestors ("a", "a/b" for "a/b/c") and
+ * their listings, and records st when given, so lookups and listings see
+ * the change at once rather than after meta_ttl.  Cached data needs
+ * nothing: blocks are keyed by version, so the old version's blocks are
+ * never served for the new content.  No effect on an immutable cache's
+ * snapshot.  Thread-safe.
+ */
+TFS_API void tfs_cache_note_put(struct tfs_cache *c, const char *key,
+                                const struct tfs_stat *st);
 
 /* ---- statistics ---- */
 

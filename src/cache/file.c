@@ -253,3 +253,10 @@ void tfs_cache_unpin(struct tfs_cache *c, void *pin)
     if (pin != NULL)
         tfs_ram_put(c, pin);
 }
+
+int tfs_file_prefetch(struct tfs_file *f, uint64_t off, uint64_t len)
+{
+    if (off < f->st.size && len > 0 && tfs_cache_can_prefetch(f->c))
+        file_prefetch(f, off, off + TFS_MIN(len, f->st.size - off));
+    return 0;
+}

@@ -830,6 +830,71 @@ void tfs_cache_forget_meta(struct tfs_cache *c)
     pthread_mutex_unlock(&m->lock);
 }
 
+/* Drop the stat entry of key, under m->lock. */
+static void meta_drop_stat(struct tfs_meta *m, const char *key)
+{
+    uint64_t h = meta_hash(key);
+    struct meta_ent **pp = &m->stats[h % META_BUCKETS];
+
+    for (; *pp != NULL; pp = &(*pp)->next) {
+        struct meta_ent *e = *pp;
+        if (e->hash == h && strcmp(e->key, key) == 0) {
+            *pp = e->next;
+            meta_ent_free(e);
+            m->n_stats--;
+            return;
+        }
+    }
+}
+
+/* Take the listing of dir out of the table, under m->lock. */
+static struct tfs_dir *meta_take_dir(struct tfs_meta *m, const char *dir)
+{
+    uint64_t h = meta_hash(dir);
+    struct tfs_dir **pp = &m->dirs[h % META_BUCKETS];
+
+    for (; *pp != NULL; pp = &(*pp)->next) {
+        struct tfs_dir *d = *pp;
+        if (d->hash == h && strcmp(d->path, dir) == 0) {
+            *pp = d->next;
+            return d;
+        }
+    }
+    return NULL;
+}
+
+void tfs_cache_note_put(struct tfs_cache *c, const char *key,
+                        const struct tfs_stat *st)
+{
+    struct tfs_meta *m = c->meta;
+    struct tfs_dir *old[64];
+    size_t n_old = 0;
+    char buf[1100];
+    size_t len = strlen(key);
+
+    if (len + 2 > sizeof(buf))
+        return;
+    pthread_mutex_lock(&m->lock);
+    old[n_old++] = meta_take_dir(m, "");
+    for (size_t i = 0; i < len; i++) {
+        if (key[i] != '/')
+            continue;
+        memcpy(buf, key, i);
+        buf[i] = '\0';
+        meta_drop_stat(m, buf);         /* "a", then "a/b" */
+        buf[i] = '/';
+        buf[i + 1] = '\0';
+        if (n_old < TFS_ARRAY_LEN(old))
+            old[n_old++] = meta_take_dir(m, buf);  /* "a/", "a/b/" */
+    }
+    meta_drop_stat(m, key);
+    if (st != NULL)
+        meta_put(m, key, META_FILE, st, c->cfg.meta_ttl_ns);
+    pthread_mutex_unlock(&m->lock);
+    for (size_t i = 0; i < n_old; i++)
+        tfs_dir_put(old[i]);
+}
+
 /* ---- open and close ---- */
 
 int tfs_meta_open(struct tfs_cache *c)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tierfs mount URI MOUNTPOINT [options]: serve a store read-only through
- * FUSE with the cache in front (fs.h, docs/fuse.md).
+ * tierfs mount URI MOUNTPOINT [options]: serve a store through FUSE with
+ * the cache in front, writable with write-back unless --read-only (fs.h,
+ * docs/fuse.md, docs/writeback.md).
  *
  * Without -f it daemonises, but the child does the whole setup (store,
  * cache, metrics, mount) while the parent waits on a pipe: every setup
@@ -42,6 +43,9 @@ static const struct {
     {"max-inflight", "max_inflight"}, {"max-readahead", "max_readahead"},
     {"free-space", "free_space"},   {"metrics", "metrics"},
     {"threads", "max_threads"},     {"trace", "trace"},
+    {"staging-dir", "staging_dir"}, {"staging-max", "staging_max"},
+    {"upload-bw", "upload_bw"},     {"upload-jobs", "upload_jobs"},
+    {"upload-delay", "upload_delay"},
 };
 
 struct mount_args {
@@ -57,9 +61,12 @@ static void mount_help(FILE *f)
 {
     fprintf(f,
         "usage: tierfs mount [options] URI MOUNTPOINT\n\n"
-        "Serve the objects under URI read-only at MOUNTPOINT (an empty\n"
-        "directory), through a RAM + disk cache.  Runs in the background\n"
-        "unless -f; 'tierfs umount MOUNTPOINT' or SIGTERM unmounts.\n\n"
+        "Serve the objects under URI at MOUNTPOINT (an empty directory),\n"
+        "through a RAM + disk cache.  Writes go to a staging area on local\n"
+        "disk (close() returns once they are durable there) and upload in\n"
+        "the background; 'tierfs sync MOUNTPOINT' waits for them.  Runs in\n"
+        "the background unless -f; 'tierfs umount MOUNTPOINT' or SIGTERM\n"
+        "unmounts.\n\n"
         "  --cache-dir DIR       disk tier (default: RAM only)\n"
         "  --cache-size SIZE     bytes of the disk tier (default 10G)\n"
         "  --mem-cache SIZE      bytes of the RAM tier (default 1G)\n"
@@ -76,6 +83,17 @@ static void mount_help(FILE *f)
         "127.0.0.1:9567\n"
         "  --threads N           most FUSE request threads (default 64)\n"
         "  --trace FILE          record an access trace (tierfs profile)\n"
+        "  --read-only           no writes (EROFS); no staging dir\n"
+        "  --staging-dir DIR     staged writes and their journal (default\n"
+        "                        CACHE_DIR/staging/ID, or\n"
+        "                        /var/tmp/tierfs-UID/staging/ID)\n"
+        "  --staging-max SIZE    staged bytes before writers wait for\n"
+        "                        uploads (default 100G)\n"
+        "  --upload-bw SIZE      upload bandwidth cap per second (default\n"
+        "                        none)\n"
+        "  --upload-jobs N       uploads at once (default 4)\n"
+        "  --upload-delay S      seconds after a close before uploading, so\n"
+        "                        write-then-rename uploads once (default 1)\n"
         "  --set NAME=VALUE      any cache option (see docs/fuse.md)\n"
         "  -o OPTS               FUSE mount options (allow_other, ...)\n"
         "  --log FILE            daemon log (default: syslog)\n"
@@ -103,7 +121,8 @@ static int mount_add(struct mount_args *a, const char *name,
     if (a->n == MOUNT_MAX_SETTINGS)
         return cli_usage_error("mount", "too many options");
     a->values[a->n] = strcmp(name, "cache_dir") == 0 ||
-                              strcmp(name, "trace") == 0
+                              strcmp(name, "trace") == 0 ||
+                              strcmp(name, "staging_dir") == 0
                           ? mount_abs(value)
                           : tfs_strdup(value);
     if (a->values[a->n] == NULL)
@@ -133,6 +152,7 @@ static void mount_args_cleanup(struct mount_args *a)
 
 enum {
     MOUNT_OPT_IMMUTABLE = 1000,
+    MOUNT_OPT_READ_ONLY,
     MOUNT_OPT_SET,
     MOUNT_OPT_LOG,
     MOUNT_OPT_MAP,                      /* + index into mount_map */
@@ -146,6 +166,8 @@ static int mount_opt(struct mount_args *a, int c)
     switch (c) {
     case MOUNT_OPT_IMMUTABLE:
         return mount_add(a, "immutable", "1");
+    case MOUNT_OPT_READ_ONLY:
+        return mount_add(a, "read_only", "1");
     case MOUNT_OPT_SET:
         return mount_add_set(a, optarg);
     case MOUNT_OPT_LOG:
@@ -171,15 +193,16 @@ static int mount_opt(struct mount_args *a, int c)
 
 static int mount_parse(int argc, char **argv, struct mount_args *a)
 {
-    struct option longopts[TFS_ARRAY_LEN(mount_map) + 8] = {
+    struct option longopts[TFS_ARRAY_LEN(mount_map) + 9] = {
         {"immutable", no_argument, NULL, MOUNT_OPT_IMMUTABLE},
+        {"read-only", no_argument, NULL, MOUNT_OPT_READ_ONLY},
         {"set", required_argument, NULL, MOUNT_OPT_SET},
         {"log", required_argument, NULL, MOUNT_OPT_LOG},
         {"foreground", no_argument, NULL, 'f'},
         {"debug", no_argument, NULL, 'd'},
         {"help", no_argument, NULL, 'h'},
     };
-    size_t n = 6;
+    size_t n = 7;
     int rc = 0;
     int c;
 

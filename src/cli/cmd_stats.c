@@ -199,7 +199,11 @@ static int stats_read(const char *mnt, struct tfs_buf *b)
 static bool stats_is_gauge(const char *name)
 {
     static const char *gauges[] = {"cache_", "uptime_", "fuse.read_max",
-                                   "fuse.inodes", "fuse.handles"};
+                                   "fuse.inodes", "fuse.handles",
+                                   "writeback.pending", "writeback.staged",
+                                   "writeback.dirty", "writeback.inflight",
+                                   "writeback.staging", "writeback.upload_rate",
+                                   "writeback.seal_us", "writeback.journal"};
     size_t len = strlen(name);
 
     for (size_t i = 0; i < TFS_ARRAY_LEN(gauges); i++) {
@@ -215,7 +219,7 @@ static bool stats_is_gauge(const char *name)
 static const char *stats_fmt(char *buf, size_t size, const char *name,
                              double v, bool rate)
 {
-    const char *suffix = rate ? "/s" : "";
+    const char *suffix = rate || strstr(name, "rate_bytes") ? "/s" : "";
 
     if (strstr(name, "bytes") != NULL || strstr(name, "capacity") != NULL ||
         strcmp(name, "fuse.read_max") == 0) {

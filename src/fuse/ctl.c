@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The mount's statistics texts: the control file .tierfs-stats (the
- * cache's JSON object plus the mount's own members) and the body of the
+ * cache's JSON object plus the mount's own members, the write-back's
+ * among them) and the body of the
  * Prometheus /metrics endpoint (the cache's exposition plus the mount's
  * counters).  Both read counters only; nothing here blocks on the store.
  */
@@ -64,6 +65,7 @@ static int ctl_json_extra(struct tfs_fs *fs, struct tfs_buf *b)
         "\"fuse\": {\"lookups\": %" PRIuFAST64 ", \"opens\": %" PRIuFAST64
         ", \"reads\": %" PRIuFAST64 ", \"read_bytes\": %" PRIuFAST64
         ", \"read_max\": %" PRIuFAST64 ", \"errors\": %" PRIuFAST64
+        ", \"writes\": %" PRIuFAST64 ", \"write_bytes\": %" PRIuFAST64
         ", \"inodes\": %zu, \"handles\": %zu},\n"
         "\"store\": {\"stats\": %" PRIu64 ", \"reads\": %" PRIu64
         ", \"lists\": %" PRIu64 ", \"errors\": %" PRIu64
@@ -71,8 +73,13 @@ static int ctl_json_extra(struct tfs_fs *fs, struct tfs_buf *b)
         atomic_load(&fs->n.lookups), atomic_load(&fs->n.opens),
         atomic_load(&fs->n.reads), atomic_load(&fs->n.read_bytes),
         atomic_load(&fs->n.read_max), atomic_load(&fs->n.errors),
+        atomic_load(&fs->n.writes), atomic_load(&fs->n.write_bytes),
         fs_itable_count(&fs->inodes), ctl_handle_count(fs), ss.stats, ss.reads,
         ss.lists, ss.errors, ss.read_bytes);
+    if (rc == 0 && fs->wb != NULL)
+        rc = tfs_buf_puts(b, ",\n");
+    if (rc == 0 && fs->wb != NULL)
+        rc = wb_stats_json(fs->wb, b);
     if (rc == 0 && tfs_store_find(fs->st, "fault") != NULL) {
         tfs_fault_get_stats(fs->st, &fst);
         rc = tfs_buf_printf(b, ",\n\"fault\": {\"calls\": %" PRIu64
@@ -151,5 +158,7 @@ int fs_metrics_fill(void *arg, struct tfs_buf *out)
         rc = ctl_prom_line(out, "fuse_inodes", "gauge",
                           "inodes the kernel holds",
                           fs_itable_count(&fs->inodes));
+    if (rc == 0 && fs->wb != NULL)
+        rc = wb_stats_prometheus(fs->wb, out);
     return rc;
 }

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The FUSE mount (fs.h): a read-only libfuse low-level file system over
- * the cache.  In order:
+ * The FUSE mount (fs.h): a libfuse low-level file system over the cache,
+ * read-write with write-back (src/wb/) unless mounted read-only.  In
+ * order:
  *
  *   options and life cycle     tfs_fs_create/set, open handles
  *   helpers                    keys, errors, entries
@@ -9,13 +10,16 @@
  *   handlers                   one helper returning rc, one reply each
  *   session                    open (mount), run (loop, signals), close
  *
- * The text of the control file and of /metrics is made in ctl.c.
+ * The text of the control file and of /metrics is made in ctl.c; the
+ * handlers that change things (create, write, rename, ...) are in
+ * write.c.  With write-back, lookups, listings and opens go through the
+ * view (wb_lookup, wb_opendir): the store overlaid with what was written
+ * here and not uploaded yet.
  *
  * Handlers are thin (libfuse passthrough_ll): fs_<op> calls fs_do_<op>,
  * which returns 0 or an error, and replies once.  Errors are logged once,
  * where they are handled, with the op, the key and the detail.
  */
-#define FUSE_USE_VERSION 314       /* FUSE_MAKE_VERSION(3, 14): Debian 12 */
 
 #include <dirent.h>
 #include <errno.h>
@@ -31,8 +35,6 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <fuse_lowlevel.h>
-
 #include "common/util.h"
 #include "fuse/fuse_int.h"
 #include "metrics/http.h"
@@ -43,6 +45,7 @@
 #define FS_DEFAULT_THREADS 64
 #define FS_DEFAULT_KERNEL_RA (4u << 20) /* 4 requests of 1 MiB in flight */
 #define FS_XATTR_CACHED "user.tierfs.cached"
+#define FS_XATTR_SYNC "user.tierfs.sync"
 
 /* The mounted file system tfs_fs_run serves, for the signal handler. */
 static struct tfs_fs *_Atomic fs_running;
@@ -71,6 +74,11 @@ int tfs_fs_create(struct tfs_fs **out)
     fs->kernel_ra = FS_DEFAULT_KERNEL_RA;
     fs->cache_size = 10ull << 30;
     fs->mem_cache = 1ull << 30;
+    fs->wcfg.staging_max = 100ull << 30;
+    fs->wcfg.staging_wait_ms = 300000;
+    fs->wcfg.upload_jobs = 4;
+    fs->wcfg.upload_delay_ms = 1000;
+    fs->wcfg.retry_max_ms = 30000;
     *out = fs;
     return 0;
 }
@@ -87,12 +95,64 @@ static void fs_note_cache_opt(struct tfs_fs *fs, const char *name,
         fs->ttl_s = d;
     else if (strcmp(name, "immutable") == 0 && tfs_parse_bool(value, &b) == 0)
         fs->immutable = b;
-    else if (strcmp(name, "cache_dir") == 0)
-        fs->has_cache_dir = value[0] != '\0';
+    else if (strcmp(name, "cache_dir") == 0 && value[0] != '\0') {
+        fs->has_cache_dir = true;
+        tfs_free(fs->cache_dir);
+        fs->cache_dir = tfs_strdup(value);
+    }
     else if (strcmp(name, "cache_size") == 0 && tfs_parse_size(value, &v) == 0)
         fs->cache_size = v;
     else if (strcmp(name, "mem_cache") == 0 && tfs_parse_size(value, &v) == 0)
         fs->mem_cache = v;
+}
+
+/* A duration in seconds (fractions allowed) as milliseconds. */
+static int fs_parse_ms(const char *name, const char *value, uint64_t *ms)
+{
+    double d;
+
+    if (tfs_parse_double(value, &d) < 0 || d < 0 || d > 1e7)
+        return tfs_err(TFS_EOPTION, "%s: '%s' is not a number of seconds",
+                       name, value);
+    *ms = (uint64_t)(d * 1000.0 + 0.5);
+    return 0;
+}
+
+/* The write-back options (fs.h); 1 when name is none of them. */
+static int fs_set_wb(struct tfs_fs *fs, const char *name, const char *value)
+{
+    uint64_t v;
+
+    if (strcmp(name, "read_only") == 0)
+        return tfs_parse_bool(value, &fs->read_only) < 0
+                   ? tfs_err(TFS_EOPTION, "read_only: '%s' is not 0 or 1",
+                             value) : 0;
+    if (strcmp(name, "staging_dir") == 0) {
+        tfs_free((char *)fs->wcfg.staging_dir);
+        fs->wcfg.staging_dir = value[0] ? tfs_strdup(value) : NULL;
+        return value[0] && fs->wcfg.staging_dir == NULL ? -ENOMEM : 0;
+    }
+    if (strcmp(name, "staging_max") == 0 || strcmp(name, "upload_bw") == 0) {
+        if (tfs_parse_size(value, &v) < 0)
+            return tfs_err(TFS_EOPTION, "%s: '%s' is not a size", name,
+                           value);
+        *(name[0] == 's' ? &fs->wcfg.staging_max : &fs->wcfg.upload_bw) = v;
+        return 0;
+    }
+    if (strcmp(name, "upload_jobs") == 0) {
+        if (tfs_parse_u64(value, &v) < 0 || v < 1 || v > 256)
+            return tfs_err(TFS_EOPTION, "upload_jobs: '%s' is not in "
+                           "1..256", value);
+        fs->wcfg.upload_jobs = (unsigned)v;
+        return 0;
+    }
+    if (strcmp(name, "upload_delay") == 0)
+        return fs_parse_ms(name, value, &fs->wcfg.upload_delay_ms);
+    if (strcmp(name, "staging_wait") == 0)
+        return fs_parse_ms(name, value, &fs->wcfg.staging_wait_ms);
+    if (strcmp(name, "upload_retry_max") == 0)
+        return fs_parse_ms(name, value, &fs->wcfg.retry_max_ms);
+    return 1;
 }
 
 int tfs_fs_set(struct tfs_fs *fs, const char *name, const char *value)
@@ -102,6 +162,9 @@ int tfs_fs_set(struct tfs_fs *fs, const char *name, const char *value)
 
     if (fs->opened)
         return -EBUSY;
+    rc = fs_set_wb(fs, name, value);
+    if (rc <= 0)
+        return rc;
     if (strcmp(name, "metrics") == 0) {
         tfs_free(fs->metrics);
         fs->metrics = value[0] ? tfs_strdup(value) : NULL;
@@ -136,9 +199,8 @@ int tfs_fs_set(struct tfs_fs *fs, const char *name, const char *value)
     return rc;
 }
 
-static struct fs_handle *fs_handle_new(struct tfs_fs *fs,
-                                       enum fs_handle_kind kind,
-                                       struct fs_inode *in)
+struct fs_handle *fs_handle_new(struct tfs_fs *fs, enum fs_handle_kind kind,
+                                struct fs_inode *in)
 {
     struct fs_handle *h = tfs_calloc(1, sizeof(*h));
 
@@ -157,8 +219,7 @@ static struct fs_handle *fs_handle_new(struct tfs_fs *fs,
     return h;
 }
 
-/* Release what h holds and free it. */
-static void fs_handle_free(struct tfs_fs *fs, struct fs_handle *h)
+void fs_handle_free(struct tfs_fs *fs, struct fs_handle *h, bool seal)
 {
     pthread_mutex_lock(&fs->hlock);
     if (h->prev != NULL)
@@ -172,16 +233,21 @@ static void fs_handle_free(struct tfs_fs *fs, struct fs_handle *h)
     tfs_file_close(h->file);
     if (h->dir != NULL)
         tfs_dir_put(h->dir);
+    wb_list_free(h->wlist);
+    if (h->node != NULL) {
+        wb_node_close(fs->wb, h->node, h->writer, seal);
+        wb_node_put(h->node);
+    }
     tfs_buf_cleanup(&h->ctl);
     tfs_free(h);
 }
 
-static struct fs_handle *fs_handle_of(const struct fuse_file_info *fi)
+struct fs_handle *fs_handle_of(const struct fuse_file_info *fi)
 {
     return (struct fs_handle *)(uintptr_t)fi->fh;
 }
 
-static struct tfs_fs *fs_of(fuse_req_t req)
+struct tfs_fs *fs_of(fuse_req_t req)
 {
     return fuse_req_userdata(req);
 }
@@ -194,7 +260,7 @@ static struct tfs_fs *fs_of(fuse_req_t req)
  * errno programs expect from read(2); the rest map as tfs_errno does
  * (ESTALE for a changed object, ENOENT, EACCES, ...).
  */
-static int fs_errno(int rc)
+int fs_errno(int rc)
 {
     if (tfs_err_is_retryable(rc) || rc == TFS_ENETWORK)
         return EIO;
@@ -202,8 +268,7 @@ static int fs_errno(int rc)
 }
 
 /* Log a failed request once, with op, key and detail; returns rc. */
-static int fs_fail(struct tfs_fs *fs, const char *op, const char *key,
-                   int rc)
+int fs_fail(struct tfs_fs *fs, const char *op, const char *key, int rc)
 {
     const char *detail = tfs_errdetail();
 
@@ -218,17 +283,18 @@ static int fs_fail(struct tfs_fs *fs, const char *op, const char *key,
 }
 
 /* buf = dir's key + name (+ "/" for a directory later): FS_KEY_MAX + 2. */
-static int fs_child_key(const struct fs_inode *dir, const char *name,
-                        char *buf)
+int fs_child_key(struct tfs_fs *fs, const struct fs_inode *dir,
+                 const char *name, char *buf)
 {
-    size_t dl = strlen(dir->key);
     size_t nl = strlen(name);
+    size_t dl;
 
     if (nl == 0 || strchr(name, '/') != NULL)
         return -EINVAL;
+    fs_inode_key(&fs->inodes, dir, buf);
+    dl = strlen(buf);
     if (dl + nl + 1 > FS_KEY_MAX)
         return -ENAMETOOLONG;
-    memcpy(buf, dir->key, dl);
     memcpy(buf + dl, name, nl + 1);
     return 0;
 }
@@ -242,24 +308,29 @@ static void fs_key_add_slash(char *key)
     key[len + 1] = '\0';
 }
 
-static void fs_entry_init(const struct tfs_fs *fs, struct fuse_entry_param *e)
+double fs_attr_timeout(const struct tfs_fs *fs)
+{
+    return fs->immutable ? FS_IMMUTABLE_TTL_S : fs->ttl_s;
+}
+
+void fs_entry_init(const struct tfs_fs *fs, struct fuse_entry_param *e)
 {
     memset(e, 0, sizeof(*e));
-    e->attr_timeout = fs->immutable ? FS_IMMUTABLE_TTL_S : fs->ttl_s;
+    e->attr_timeout = fs_attr_timeout(fs);
     e->entry_timeout = e->attr_timeout;
 }
 
-/* Count a lookup of key (a directory when is_dir) and fill e. */
-static int fs_entry_make(struct tfs_fs *fs, char *key, bool is_dir,
-                         const struct tfs_stat *st,
-                         struct fuse_entry_param *e)
+int fs_entry_make(struct tfs_fs *fs, char *key, bool is_dir,
+                  const struct tfs_stat *st, struct wb_node *node,
+                  struct fuse_entry_param *e)
 {
     struct fs_inode *in;
     int rc;
 
     if (is_dir)
         fs_key_add_slash(key);
-    rc = fs_inode_lookup(&fs->inodes, key, is_dir, is_dir ? NULL : st, &in);
+    rc = fs_inode_lookup(&fs->inodes, key, is_dir, is_dir ? NULL : st,
+                         is_dir ? NULL : node, &in);
     if (rc < 0)
         return rc;
     e->ino = in->ino;
@@ -267,8 +338,7 @@ static int fs_entry_make(struct tfs_fs *fs, char *key, bool is_dir,
     return 0;
 }
 
-static struct fs_inode *fs_dir_inode(struct tfs_fs *fs, fuse_ino_t ino,
-                                     int *rc)
+struct fs_inode *fs_dir_inode(struct tfs_fs *fs, fuse_ino_t ino, int *rc)
 {
     struct fs_inode *in = fs_inode_get(&fs->inodes, ino);
 
@@ -380,12 +450,34 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
     fs_want(conn, FUSE_CAP_ASYNC_READ, true);
     fs_want(conn, FUSE_CAP_PARALLEL_DIROPS, true);
     fs_want(conn, FUSE_CAP_AUTO_INVAL_DATA, false);
+    /* Writes go through to the staged file at once (the kernel's own
+       write-back cache would delay them past close); O_TRUNC arrives
+       with the open, so a truncating open copies nothing. */
+    fs_want(conn, FUSE_CAP_WRITEBACK_CACHE, false);
+    fs_want(conn, FUSE_CAP_ATOMIC_O_TRUNC,
+            ((struct tfs_fs *)userdata)->wb != NULL);
     TFS_INFO("fuse: protocol %u.%u, max_write %u, max_read %u, "
              "max_readahead %u", conn->proto_major, conn->proto_minor,
              conn->max_write, conn->max_read, conn->max_readahead);
 }
 
 /* ---- handlers ---- */
+
+/* A lookup through the write-back view: staged files first. */
+static int fs_view_lookup(struct tfs_fs *fs, char *key,
+                          struct fuse_entry_param *e)
+{
+    struct wb_obj o;
+    int rc = wb_lookup(fs->wb, key, &o);
+
+    if (rc == -ENOENT)
+        return 0;                       /* negative entry: ino 0 */
+    if (rc < 0)
+        return fs_fail(fs, "lookup", key, rc);
+    rc = fs_entry_make(fs, key, o.is_dir, &o.st, o.node, e);
+    wb_obj_cleanup(&o);
+    return rc;
+}
 
 static int fs_do_lookup(struct tfs_fs *fs, fuse_ino_t parent,
                         const char *name, struct fuse_entry_param *e)
@@ -406,7 +498,9 @@ static int fs_do_lookup(struct tfs_fs *fs, fuse_ino_t parent,
         fs_attr_fill(&fs->inodes, fs->inodes.ctl, &e->attr);
         return 0;
     }
-    rc = fs_child_key(dir, name, key);
+    rc = fs_child_key(fs, dir, name, key);
+    if (rc == 0 && fs->wb != NULL)
+        return fs_view_lookup(fs, key, e);
     if (rc == 0)
         rc = tfs_cache_lookup(fs->cache, key, &is_dir, &st);
     if (rc == -EISDIR) {                /* the posix store's stat of a */
@@ -419,7 +513,7 @@ static int fs_do_lookup(struct tfs_fs *fs, fuse_ino_t parent,
         return 0;                       /* negative entry: ino 0 */
     if (rc < 0)
         return fs_fail(fs, "lookup", rc == -ENAMETOOLONG ? name : key, rc);
-    return fs_entry_make(fs, key, is_dir, &st, e);
+    return fs_entry_make(fs, key, is_dir, &st, NULL, e);
 }
 
 static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -476,28 +570,36 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino,
         fuse_reply_err(req, fs_errno(rc));
     else
         fuse_reply_attr(req, &attr, ino == FS_CTL_INO ? 0 :
-                        fs->immutable ? FS_IMMUTABLE_TTL_S : fs->ttl_s);
+                        fs_attr_timeout(fs));
 }
 
 static int fs_do_opendir(struct tfs_fs *fs, fuse_ino_t ino,
                          struct fuse_file_info *fi)
 {
+    char key[FS_KEY_MAX + 2];
     struct tfs_dir *d = NULL;
+    struct wb_list *l = NULL;
     struct fs_handle *h;
     int rc;
     struct fs_inode *in = fs_dir_inode(fs, ino, &rc);
 
     if (in == NULL)
         return rc;
-    rc = tfs_cache_opendir(fs->cache, in->key, &d);
+    fs_inode_key(&fs->inodes, in, key);
+    if (fs->wb != NULL)
+        rc = wb_opendir(fs->wb, key, &l);
+    else
+        rc = tfs_cache_opendir(fs->cache, key, &d);
     if (rc < 0 && rc != -ENOENT)        /* ENOENT: empty, list . and .. */
-        return fs_fail(fs, "opendir", in->key, rc);
+        return fs_fail(fs, "opendir", key, rc);
     h = fs_handle_new(fs, FS_H_DIR, in);
     if (h == NULL) {
         tfs_dir_put(d);
+        wb_list_free(l);
         return -ENOMEM;
     }
     h->dir = d;
+    h->wlist = l;
     fi->fh = (uintptr_t)h;
     fi->cache_readdir = fs->immutable;
     fi->keep_cache = fs->immutable;
@@ -512,7 +614,7 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino,
     if (rc < 0)
         fuse_reply_err(req, fs_errno(rc));
     else if (fuse_reply_open(req, fi) == -ENOENT)
-        fs_handle_free(fs_of(req), fs_handle_of(fi));
+        fs_handle_free(fs_of(req), fs_handle_of(fi), false);
 }
 
 /* st_ino of the parent of directory key "a/b/" (or the root). */
@@ -539,39 +641,62 @@ static uint64_t fs_parent_ino(const char *key)
  * entry (the shadowed control file, names the kernel cannot take), 0 to
  * add it, -ENOENT past the end, or an error.
  */
+/* Entry i of h's listing (the cache's or the view's), or false. */
+static bool fs_listing_entry(const struct fs_handle *h, size_t i,
+                             struct wb_dirent *out)
+{
+    const struct tfs_dirent *de;
+
+    if (h->wlist != NULL) {
+        if (i >= wb_list_count(h->wlist))
+            return false;
+        *out = *wb_list_entry(h->wlist, i);
+        return true;
+    }
+    if (h->dir == NULL || i >= tfs_dir_count(h->dir))
+        return false;
+    de = tfs_dir_entry(h->dir, i);
+    *out = (struct wb_dirent){.name = de->name, .is_dir = de->is_dir,
+                              .st = de->st};
+    return true;
+}
+
 static int fs_dir_entry(struct tfs_fs *fs, struct fs_handle *h, size_t i,
                         const char **name, struct stat *st,
                         struct fuse_entry_param *e)
 {
-    const struct tfs_dirent *de;
+    struct wb_dirent de;
     char key[FS_KEY_MAX + 2];
+    struct wb_attr a;
 
     memset(st, 0, sizeof(*st));
     st->st_mode = S_IFDIR;
     if (i < 2) {
+        fs_inode_key(&fs->inodes, h->in, key);
         *name = i == 0 ? "." : "..";
-        st->st_ino = i == 0 ? fs_key_ino(h->in->key, NULL)
-                            : fs_parent_ino(h->in->key);
+        st->st_ino = i == 0 ? fs_key_ino(key, NULL) : fs_parent_ino(key);
         if (e != NULL)
             e->attr = *st;              /* ino 0: no lookup counted */
         return 0;
     }
-    if (h->dir == NULL || i - 2 >= tfs_dir_count(h->dir))
+    if (!fs_listing_entry(h, i - 2, &de))
         return -ENOENT;
-    de = tfs_dir_entry(h->dir, i - 2);
-    *name = de->name;
-    if ((h->in->ino == FS_ROOT_INO && strcmp(de->name, FS_CTL_NAME) == 0) ||
-        fs_child_key(h->in, de->name, key) < 0)
+    *name = de.name;
+    if ((h->in->ino == FS_ROOT_INO && strcmp(de.name, FS_CTL_NAME) == 0) ||
+        fs_child_key(fs, h->in, de.name, key) < 0)
         return 1;
-    if (de->is_dir)
+    if (de.is_dir)
         fs_key_add_slash(key);
-    st->st_ino = fs_key_ino(key, de->is_dir ? NULL : de->st.version);
-    st->st_mode = de->is_dir ? S_IFDIR : S_IFREG;
+    if (de.node != NULL)
+        wb_node_attr(de.node, &a);
+    st->st_ino = de.node ? fs_node_ino(a.nid)
+                         : fs_key_ino(key, de.is_dir ? NULL : de.st.version);
+    st->st_mode = de.is_dir ? S_IFDIR : S_IFREG;
     if (e == NULL)
         return 0;
-    if (de->is_dir)
+    if (de.is_dir)
         key[strlen(key) - 1] = '\0';
-    return fs_entry_make(fs, key, de->is_dir, &de->st, e);
+    return fs_entry_make(fs, key, de.is_dir, &de.st, de.node, e);
 }
 
 /*
@@ -643,7 +768,7 @@ static void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 static void fs_releasedir(fuse_req_t req, fuse_ino_t ino,
                           struct fuse_file_info *fi)
 {
-    fs_handle_free(fs_of(req), fs_handle_of(fi));
+    fs_handle_free(fs_of(req), fs_handle_of(fi), false);
     fuse_reply_err(req, 0);
 }
 
@@ -657,7 +782,7 @@ static int fs_ctl_open(struct tfs_fs *fs, struct fuse_file_info *fi)
         return -ENOMEM;
     rc = fs_ctl_render(fs, &h->ctl);
     if (rc < 0) {
-        fs_handle_free(fs, h);
+        fs_handle_free(fs, h, false);
         return fs_fail(fs, "open", FS_CTL_NAME, rc);
     }
     fi->fh = (uintptr_t)h;
@@ -672,7 +797,8 @@ static int fs_ctl_open(struct tfs_fs *fs, struct fuse_file_info *fi)
  * open on the new inode.  When the store cannot be asked, the inode's own
  * version is used, so cached data stays readable through an outage.
  */
-static int fs_check_current(struct tfs_fs *fs, const struct fs_inode *in)
+static int fs_check_current(struct tfs_fs *fs, const struct fs_inode *in,
+                            const char *key)
 {
     struct tfs_stat st;
     bool is_dir = false;
@@ -680,17 +806,101 @@ static int fs_check_current(struct tfs_fs *fs, const struct fs_inode *in)
 
     if (fs->immutable)
         return 0;
-    rc = tfs_cache_lookup(fs->cache, in->key, &is_dir, &st);
+    rc = tfs_cache_lookup(fs->cache, key, &is_dir, &st);
     if (rc == -EISDIR || rc == -ENOENT || (rc == 0 && is_dir) ||
         (rc == 0 && strcmp(st.version, in->st.version) != 0)) {
-        TFS_DEBUG("open '%s': version %s is stale", in->key,
-                  in->st.version);
+        TFS_DEBUG("open '%s': version %s is stale", key, in->st.version);
         return -ESTALE;
     }
     if (rc < 0)
         TFS_INFO("open '%s': cannot revalidate, reading version %s: %s",
-                 in->key, in->st.version, tfs_strerror(rc));
+                 key, in->st.version, tfs_strerror(rc));
     return 0;
+}
+
+/* Open the store's version st of the object whose bytes are at read_key
+   (a pending move's source, or key itself) through the cache. */
+static int fs_open_version(struct tfs_fs *fs, struct fs_inode *in,
+                           const char *read_key, const struct tfs_stat *st,
+                           struct fuse_file_info *fi)
+{
+    struct fs_handle *h = fs_handle_new(fs, FS_H_FILE, in);
+    int rc;
+
+    if (h == NULL)
+        return -ENOMEM;
+    rc = tfs_file_open_stat(fs->cache, read_key, st, &h->file);
+    if (rc < 0) {
+        fs_handle_free(fs, h, false);
+        return fs_fail(fs, "open", read_key, rc);
+    }
+    fi->keep_cache = 1;
+    fi->noflush = 1;
+    fi->fh = (uintptr_t)h;
+    return 0;
+}
+
+/* Read-only open of a staged file's inode: its local bytes, or the
+   version it was uploaded as. */
+static int fs_open_node(struct tfs_fs *fs, struct fs_inode *in,
+                        struct wb_node *node, const struct wb_obj *o,
+                        struct fuse_file_info *fi)
+{
+    struct fs_handle *h;
+    struct tfs_stat st;
+    int rc = wb_node_open_read(node, &st);
+
+    if (rc == -ENODATA) {               /* uploaded: read the store's */
+        if (o == NULL || o->node != NULL || o->is_dir ||
+            strcmp(o->st.version, st.version) != 0)
+            return -ESTALE;
+        return fs_open_version(fs, in, o->read_key, &st, fi);
+    }
+    if (rc < 0)
+        return rc;
+    h = fs_handle_new(fs, FS_H_NODE, in);
+    if (h == NULL) {
+        wb_node_close(fs->wb, node, false, false);
+        return -ENOMEM;
+    }
+    h->node = wb_node_get(node);
+    fi->noflush = 1;
+    fi->fh = (uintptr_t)h;
+    return 0;
+}
+
+/*
+ * Read-only open through the write-back view.  A store version's inode
+ * must still be what the view holds (else ESTALE: the kernel looks the
+ * name up again); when the store cannot be asked it reads its version.
+ */
+static int fs_view_open(struct tfs_fs *fs, struct fs_inode *in,
+                        struct fuse_file_info *fi)
+{
+    char key[FS_KEY_MAX + 2];
+    struct wb_node *node = fs_inode_node(&fs->inodes, in);
+    struct wb_obj o;
+    int lrc;
+    int rc;
+
+    fs_inode_key(&fs->inodes, in, key);
+    lrc = wb_lookup(fs->wb, key, &o);
+    if (node != NULL) {
+        rc = fs_open_node(fs, in, node, lrc == 0 ? &o : NULL, fi);
+        wb_node_put(node);
+    } else if (lrc == 0 && o.node == NULL && !o.is_dir &&
+               strcmp(o.st.version, in->st.version) == 0) {
+        rc = fs_open_version(fs, in, o.read_key, &in->st, fi);
+    } else if (lrc < 0 && lrc != -ENOENT && tfs_err_is_retryable(lrc)) {
+        TFS_INFO("open '%s': cannot revalidate, reading version %s: %s",
+                 key, in->st.version, tfs_strerror(lrc));
+        rc = fs_open_version(fs, in, key, &in->st, fi);
+    } else {
+        rc = -ESTALE;
+    }
+    if (lrc == 0)
+        wb_obj_cleanup(&o);
+    return rc;
 }
 
 /*
@@ -702,28 +912,33 @@ static int fs_do_open(struct tfs_fs *fs, fuse_ino_t ino,
                       struct fuse_file_info *fi)
 {
     struct fs_inode *in = fs_inode_get(&fs->inodes, ino);
+    char key[FS_KEY_MAX + 2];
     struct fs_handle *h;
     int rc;
 
     atomic_fetch_add(&fs->n.opens, 1);
     if (in == NULL)
         return -ESTALE;
-    if ((fi->flags & O_ACCMODE) != O_RDONLY)
-        return -EROFS;
     if (in->is_dir)
         return -EISDIR;
     if (ino == FS_CTL_INO)
-        return fs_ctl_open(fs, fi);
-    rc = fs_check_current(fs, in);
+        return (fi->flags & O_ACCMODE) == O_RDONLY ? fs_ctl_open(fs, fi)
+                                                   : -EACCES;
+    if ((fi->flags & O_ACCMODE) != O_RDONLY)
+        return fs->wb ? fs_open_write(fs, in, fi) : -EROFS;
+    if (fs->wb != NULL)
+        return fs_view_open(fs, in, fi);
+    fs_inode_key(&fs->inodes, in, key);
+    rc = fs_check_current(fs, in, key);
     if (rc < 0)
         return rc;
     h = fs_handle_new(fs, FS_H_FILE, in);
     if (h == NULL)
         return -ENOMEM;
-    rc = tfs_file_open_stat(fs->cache, in->key, &in->st, &h->file);
+    rc = tfs_file_open_stat(fs->cache, key, &in->st, &h->file);
     if (rc < 0) {
-        fs_handle_free(fs, h);
-        return fs_fail(fs, "open", in->key, rc);
+        fs_handle_free(fs, h, false);
+        return fs_fail(fs, "open", key, rc);
     }
     fi->keep_cache = 1;
     fi->noflush = 1;
@@ -740,7 +955,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino,
     if (rc < 0)
         fuse_reply_err(req, fs_errno(rc));
     else if (fuse_reply_open(req, fi) == -ENOENT)
-        fs_handle_free(fs, fs_handle_of(fi));      /* interrupted */
+        fs_handle_free(fs, fs_handle_of(fi), false);   /* interrupted */
 }
 
 static pthread_key_t fs_rbuf_key;
@@ -812,9 +1027,20 @@ static int fs_do_read(struct tfs_fs *fs, struct fs_handle *h, size_t size,
         memcpy(buf, h->ctl.p + off, *n);
         return 0;
     }
-    rc = tfs_file_read(h->file, buf, size, off, n);
+    if (h->kind == FS_H_NODE)
+        rc = wb_node_read(h->node, buf, size, off, n);
+    else if (atomic_load(&h->moved))
+        rc = fs_read_moved(fs, h, buf, size, off, n);
+    else
+        rc = tfs_file_read(h->file, buf, size, off, n);
+    if (rc == -ENOENT && h->kind == FS_H_FILE && fs->wb != NULL) {
+        atomic_store(&h->moved, true);
+        rc = fs_read_moved(fs, h, buf, size, off, n);
+    }
     if (rc < 0) {
-        TFS_WARN("read '%s' [%" PRIu64 ", +%zu): %s%s%s%s", h->in->key, off,
+        char key[FS_KEY_MAX + 2];
+        fs_inode_key(&fs->inodes, h->in, key);
+        TFS_WARN("read '%s' [%" PRIu64 ", +%zu): %s%s%s%s", key, off,
                  size, tfs_strerror(rc), tfs_errdetail()[0] ? " (" : "",
                  tfs_errdetail(), tfs_errdetail()[0] ? ")" : "");
         atomic_fetch_add(&fs->n.errors, 1);
@@ -838,13 +1064,15 @@ static int fs_read_pinned(struct tfs_fs *fs, fuse_req_t req,
     size_t n;
     int rc;
 
-    if (h->kind != FS_H_FILE)
+    if (h->kind != FS_H_FILE || atomic_load(&h->moved))
         return -E2BIG;
     rc = tfs_file_read_pin(h->file, size, off, &data, &n, &pin);
-    if (rc == -E2BIG)
-        return rc;
+    if (rc == -E2BIG || (rc == -ENOENT && fs->wb != NULL))
+        return -E2BIG;                  /* the buffered path handles it */
     if (rc < 0) {
-        TFS_WARN("read '%s' [%" PRIu64 ", +%zu): %s%s%s%s", h->in->key, off,
+        char key[FS_KEY_MAX + 2];
+        fs_inode_key(&fs->inodes, h->in, key);
+        TFS_WARN("read '%s' [%" PRIu64 ", +%zu): %s%s%s%s", key, off,
                  size, tfs_strerror(rc), tfs_errdetail()[0] ? " (" : "",
                  tfs_errdetail(), tfs_errdetail()[0] ? ")" : "");
         atomic_fetch_add(&fs->n.errors, 1);
@@ -878,27 +1106,39 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_buf(req, data, n);
 }
 
+/* The last close of a handle; a writer's seals what it wrote (mmap). */
 static void fs_release(fuse_req_t req, fuse_ino_t ino,
                        struct fuse_file_info *fi)
 {
-    fs_handle_free(fs_of(req), fs_handle_of(fi));
+    fs_handle_free(fs_of(req), fs_handle_of(fi), true);
     fuse_reply_err(req, 0);
 }
 
-/* Sizes in 4 KiB blocks of the cache's bound; nothing free (read-only). */
+/*
+ * Sizes in 4 KiB blocks.  Read-only: the cache's bound, nothing free.
+ * Writable: the staging bound, and what of it is free (what a writer can
+ * put down before it waits for uploads).
+ */
 static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 {
     struct tfs_fs *fs = fs_of(req);
     uint64_t cap = fs->has_cache_dir ? fs->cache_size : fs->mem_cache;
+    uint64_t used = 0;
     struct statvfs sv = {
         .f_bsize = 4096,
         .f_frsize = 4096,
-        .f_blocks = cap / 4096,
         .f_files = fs_itable_count(&fs->inodes),
         .f_namemax = 255,
         .f_flag = ST_RDONLY | ST_NOSUID | ST_NODEV,
     };
 
+    if (fs->wb != NULL) {
+        wb_usage(fs->wb, &used, &cap);
+        sv.f_bfree = sv.f_bavail = (cap - TFS_MIN(used, cap)) / 4096;
+        sv.f_ffree = sv.f_favail = 1u << 30;
+        sv.f_flag &= ~(unsigned long)ST_RDONLY;
+    }
+    sv.f_blocks = cap / 4096;
     fuse_reply_statfs(req, &sv);
 }
 
@@ -912,16 +1152,21 @@ static int fs_do_getxattr(struct tfs_fs *fs, fuse_ino_t ino,
                           size_t *len)
 {
     struct fs_inode *in = fs_inode_get(&fs->inodes, ino);
+    char key[FS_KEY_MAX + 2];
     uint64_t bytes = 0;
     int rc;
 
     if (in == NULL)
         return -ESTALE;
+    if (fs->wb != NULL && strncmp(name, FS_XATTR_SYNC,
+                                  strlen(FS_XATTR_SYNC)) == 0)
+        return fs_sync_xattr(fs, in, name, val, size, len);
     if (in->is_dir || ino == FS_CTL_INO || strcmp(name, FS_XATTR_CACHED))
         return -ENODATA;
-    rc = tfs_cache_cached_bytes(fs->cache, in->key, &bytes);
+    fs_inode_key(&fs->inodes, in, key);
+    rc = tfs_cache_cached_bytes(fs->cache, key, &bytes);
     if (rc < 0)
-        return fs_fail(fs, "getxattr", in->key, rc);
+        return fs_fail(fs, "getxattr", key, rc);
     *len = (size_t)snprintf(val, size, "%" PRIu64, bytes);
     return 0;
 }
@@ -929,7 +1174,7 @@ static int fs_do_getxattr(struct tfs_fs *fs, fuse_ino_t ino,
 static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
                         size_t size)
 {
-    char val[32];
+    char val[1024];
     size_t len = 0;
     int rc = fs_do_getxattr(fs_of(req), ino, name, val, sizeof(val), &len);
 
@@ -975,6 +1220,18 @@ static const struct fuse_lowlevel_ops fs_ops = {
     .statfs = fs_statfs,
     .getxattr = fs_getxattr,
     .listxattr = fs_listxattr,
+    /* write.c: answered EROFS when mounted read-only */
+    .create = fs_create,
+    .mknod = fs_mknod,
+    .mkdir = fs_mkdir,
+    .unlink = fs_unlink,
+    .rmdir = fs_rmdir,
+    .rename = fs_rename,
+    .write = fs_write,
+    .setattr = fs_setattr,
+    .flush = fs_flush,
+    .fsync = fs_fsync,
+    .fsyncdir = fs_fsyncdir,
 };
 
 /* ---- session ---- */
@@ -1034,7 +1291,9 @@ static int fs_mount(struct tfs_fs *fs, const char *mountpoint)
     int rc;
 
     tfs_buf_init(&o, 0);
-    rc = tfs_buf_puts(&o, "ro,default_permissions,fsname=tierfs,"
+    rc = tfs_buf_puts(&o, fs->wb ? "rw," : "ro,");
+    if (rc == 0)
+        rc = tfs_buf_puts(&o, "default_permissions,fsname=tierfs,"
                           "subtype=tierfs");
     if (rc == 0 && fs->fuse_opts.len > 0)
         rc = tfs_buf_printf(&o, ",%s", tfs_buf_str(&fs->fuse_opts));
@@ -1075,6 +1334,8 @@ int tfs_fs_open(struct tfs_fs *fs, struct tfs_store *st,
     }
     if (rc == 0)
         rc = tfs_cache_open(fs->cache, st);
+    if (rc == 0)
+        rc = fs_wb_open(fs);
     if (rc == 0 && fs->metrics != NULL)
         rc = tfs_http_start(fs->metrics, fs_metrics_fill, fs, &fs->http);
     if (rc == 0 && fs->http != NULL)
@@ -1149,12 +1410,16 @@ void tfs_fs_close(struct tfs_fs *fs)
         fuse_session_destroy(fs->se);
     }
     tfs_http_stop(fs->http);
-    while (fs->handles != NULL)         /* the kernel let go unreleased */
-        fs_handle_free(fs, fs->handles);
+    wb_stop(fs->wb);                    /* no more uploads */
+    while (fs->handles != NULL)         /* the kernel let go unreleased: */
+        fs_handle_free(fs, fs->handles, false);     /* nothing sealed */
+    fs_itable_cleanup(&fs->inodes);     /* puts the inodes' nodes */
+    wb_close(fs->wb);
     tfs_cache_close(fs->cache);
-    fs_itable_cleanup(&fs->inodes);
     pthread_mutex_destroy(&fs->hlock);
     tfs_buf_cleanup(&fs->fuse_opts);
+    tfs_free(fs->cache_dir);
+    tfs_free((char *)fs->wcfg.staging_dir);
     free(fs->mountpoint);               /* realpath's malloc */
     tfs_free(fs->metrics);
     tfs_free(fs);

@@ -8,12 +8,19 @@
  * control file are never freed.  A handler may use an inode it got from
  * fs_inode_get() without a reference for the length of the request: the
  * kernel does not forget an inode while a request on it is in flight.
- * The immutable fields (ino, key, is_dir, st) are read without the lock;
- * the others only under it.  A file inode is one version of its object
- * (inode.c), which is what lets the kernel keep its pages across opens.
+ * The immutable fields (ino, is_dir, st, st_ino) are read without the
+ * lock; the others (the key: renames change it) only under it.  A file
+ * inode is one version of its object (inode.c), which is what lets the
+ * kernel keep its pages across opens, or, with write-back, one staged
+ * file (a wb_node, src/wb/wb.h) once it was written through the mount.
+ *
+ * FUSE_USE_VERSION is pinned here, once for the module, to the oldest
+ * libfuse supported (Debian 12 ships 3.14).
  */
 #ifndef TFS_FUSE_INT_H
 #define TFS_FUSE_INT_H
+
+#define FUSE_USE_VERSION 314       /* FUSE_MAKE_VERSION(3, 14): Debian 12 */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,9 +28,12 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include <fuse_lowlevel.h>
+
 #include "common/util.h"
 #include "tierfs/cache.h"
 #include "tierfs/fs.h"
+#include "wb/wb.h"
 
 #define FS_ROOT_INO 1                   /* FUSE_ROOT_ID */
 #define FS_CTL_INO 2                    /* the control file */
@@ -34,12 +44,15 @@
 
 struct fs_inode {
     uint64_t         ino;               /* node id; immutable */
-    char            *key;               /* "", "a/b/" or "a/b/c"; owned,
-                                           immutable */
+    char            *key;               /* "", "a/b/" or "a/b/c"; owned;
+                                           t->lock (renames change it) */
     bool             is_dir;            /* immutable */
     bool             keyed;             /* in the key map; t->lock */
     struct tfs_stat  st;                /* files: the version this inode
                                            stands for; immutable */
+    struct wb_node *_Atomic wf;         /* its staged file (a reference),
+                                           set once, never cleared */
+    uint64_t         st_ino;            /* reported st_ino; immutable */
     uint64_t         nlookup;           /* protected by t->lock */
     struct fs_inode *next_ino;          /* hash chain; t->lock */
     struct fs_inode *next_key;          /* hash chain; t->lock */
@@ -57,6 +70,7 @@ struct fs_itable {
     uid_t             uid;              /* owner of every inode */
     gid_t             gid;
     int64_t           dir_mtime_ns;     /* directories' mtime: mount time */
+    bool              writable;         /* modes 0644/0755, else 0444/0555 */
 };
 
 /* ---- inode.c ---- */
@@ -69,12 +83,33 @@ size_t fs_itable_count(struct fs_itable *t);
 struct fs_inode *fs_inode_get(struct fs_itable *t, uint64_t ino);
 
 /*
- * Find or create the inode of key, for a file of version st (st may be
- * NULL for a directory), and count one kernel lookup on it.  A file
- * inode of another version is replaced (inode.c).  -ENOMEM.
+ * Find or create the inode of key, for a file of version st or the
+ * staged file node (both NULL for a directory), and count one kernel
+ * lookup on it.  A file inode of another version or node is replaced
+ * (inode.c).  -ENOMEM.
  */
 int fs_inode_lookup(struct fs_itable *t, const char *key, bool is_dir,
-                    const struct tfs_stat *st, struct fs_inode **out);
+                    const struct tfs_stat *st, struct wb_node *node,
+                    struct fs_inode **out);
+
+/* in's key, copied into buf (FS_KEY_MAX + 2 bytes). */
+void fs_inode_key(struct fs_itable *t, const struct fs_inode *in,
+                  char *buf);
+/* in's staged file (a new reference), or NULL. */
+struct wb_node *fs_inode_node(struct fs_itable *t, struct fs_inode *in);
+/* From now on in stands for the staged file node (no-op if it does). */
+void fs_inode_link(struct fs_itable *t, struct fs_inode *in,
+                   struct wb_node *node);
+/* key no longer names its inode (unlinked, removed): the next lookup
+   makes a new one.  The inode lives on for the kernel's references. */
+void fs_itable_unkey(struct fs_itable *t, const char *key);
+/*
+ * Follow a rename in the key map: the inode of from (and, for a
+ * directory, every inode under it) now has the key to; whatever had to
+ * is unkeyed.  Keys without a trailing '/'.
+ */
+void fs_itable_rename(struct fs_itable *t, const char *from, const char *to,
+                      bool is_dir);
 
 /* Drop n lookups of ino; frees it at 0 (never the root or control file). */
 void fs_inode_forget(struct fs_itable *t, uint64_t ino, uint64_t n);
@@ -84,6 +119,9 @@ void fs_inode_forget(struct fs_itable *t, uint64_t ino, uint64_t n);
  * a 64-bit hash, stable across forget and remount, 1 for the root.
  */
 uint64_t fs_key_ino(const char *key, const char *version);
+/* The st_ino of a staged file: a hash of its node id, stable across
+   renames. */
+uint64_t fs_node_ino(uint64_t nid);
 
 /* The attributes of in. */
 void fs_attr_fill(const struct fs_itable *t, const struct fs_inode *in,
@@ -99,12 +137,15 @@ struct fs_counters {
     atomic_uint_fast64_t read_bytes;    /* bytes replied */
     atomic_uint_fast64_t read_max;      /* largest request size seen */
     atomic_uint_fast64_t errors;        /* requests answered with an error */
+    atomic_uint_fast64_t writes;        /* write requests */
+    atomic_uint_fast64_t write_bytes;   /* bytes written */
 };
 
 enum fs_handle_kind {
     FS_H_FILE,
     FS_H_DIR,
     FS_H_CTL,
+    FS_H_NODE,                          /* a staged file (write-back) */
 };
 
 /* One open file or directory: fi->fh.  Listed so close can reap them. */
@@ -113,6 +154,12 @@ struct fs_handle {
     struct fs_inode    *in;             /* borrowed: the kernel keeps it */
     struct tfs_file    *file;           /* FS_H_FILE; owned */
     struct tfs_dir     *dir;            /* FS_H_DIR; owned, NULL: empty */
+    struct wb_list     *wlist;          /* FS_H_DIR with write-back */
+    struct wb_node     *node;           /* FS_H_NODE; a reference */
+    bool                writer;         /* FS_H_NODE: open for writing */
+    atomic_bool         moved;          /* FS_H_FILE: a pending move of its
+                                           object landed; read at the
+                                           inode's key (write.c) */
     struct tfs_buf      ctl;            /* FS_H_CTL: the text */
     struct fs_handle   *prev;           /* protected by fs->hlock */
     struct fs_handle   *next;           /* protected by fs->hlock */
@@ -128,6 +175,7 @@ struct tfs_fs {
     struct fuse_session *se;            /* owned after open */
     bool                 mounted;
     struct tfs_http     *http;          /* owned; NULL: no endpoint */
+    struct tfs_wb       *wb;            /* owned; NULL: read-only */
     struct fs_itable     inodes;
     struct fs_counters   n;
     pthread_mutex_t      hlock;
@@ -148,7 +196,70 @@ struct tfs_fs {
     bool                 has_cache_dir;
     uint64_t             cache_size;    /* bytes, for statfs */
     uint64_t             mem_cache;     /* bytes, for statfs */
+    bool                 read_only;     /* no write-back */
+    char                *cache_dir;     /* owned, for the staging default */
+    struct wb_cfg        wcfg;          /* staging_dir owned */
 };
+
+/* ---- fs.c: shared with write.c ---- */
+
+struct tfs_fs *fs_of(fuse_req_t req);
+struct fs_handle *fs_handle_of(const struct fuse_file_info *fi);
+struct fs_handle *fs_handle_new(struct tfs_fs *fs, enum fs_handle_kind kind,
+                                struct fs_inode *in);
+/* Release what h holds and free it; seal: a writer's release seals. */
+void fs_handle_free(struct tfs_fs *fs, struct fs_handle *h, bool seal);
+int fs_errno(int rc);
+int fs_fail(struct tfs_fs *fs, const char *op, const char *key, int rc);
+/* buf = dir's key + name: FS_KEY_MAX + 2 bytes. */
+int fs_child_key(struct tfs_fs *fs, const struct fs_inode *dir,
+                 const char *name, char *buf);
+void fs_entry_init(const struct tfs_fs *fs, struct fuse_entry_param *e);
+/* Count a lookup of key (a directory when is_dir) and fill e. */
+int fs_entry_make(struct tfs_fs *fs, char *key, bool is_dir,
+                  const struct tfs_stat *st, struct wb_node *node,
+                  struct fuse_entry_param *e);
+struct fs_inode *fs_dir_inode(struct tfs_fs *fs, fuse_ino_t ino, int *rc);
+double fs_attr_timeout(const struct tfs_fs *fs);
+
+/* ---- write.c: the write-back handlers ---- */
+
+void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+               mode_t mode, struct fuse_file_info *fi);
+void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+              mode_t mode, dev_t rdev);
+void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+              mode_t mode);
+void fs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+               fuse_ino_t newparent, const char *newname, unsigned flags);
+void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+              off_t off, struct fuse_file_info *fi);
+void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+                int to_set, struct fuse_file_info *fi);
+void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+              struct fuse_file_info *fi);
+void fs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+                 struct fuse_file_info *fi);
+/*
+ * Open ino for writing through the write-back (open with O_WRONLY or
+ * O_RDWR): fills fi for a FS_H_NODE handle.
+ */
+int fs_open_write(struct tfs_fs *fs, struct fs_inode *in,
+                  struct fuse_file_info *fi);
+/*
+ * Read h's object at its inode's key: for a handle opened on a renamed
+ * object whose move reached the store meanwhile (its source is gone).
+ */
+int fs_read_moved(struct tfs_fs *fs, struct fs_handle *h, char *buf,
+                  size_t size, uint64_t off, size_t *n);
+/* The sync xattr (docs/writeback.md): its text into val (size bytes). */
+int fs_sync_xattr(struct tfs_fs *fs, struct fs_inode *in, const char *name,
+                  char *val, size_t size, size_t *len);
+/* Start the write-back when the mount is writable (tfs_fs_open). */
+int fs_wb_open(struct tfs_fs *fs);
 
 /* ---- ctl.c ---- */
 

@@ -17,13 +17,22 @@
  * handles keep reading the old version, as after a rename over a local
  * file.
  *
+ * With write-back, a file written through the mount stands for its
+ * staged file (in->wf, a wb_node) instead: its size and mtime come from
+ * there, and a lookup finds it again as long as the name holds that
+ * node, or the store holds the version the node was uploaded as.
+ * Renames move keys between inodes (fs_itable_rename), so keys are read
+ * under the lock.
+ *
  * Attributes: files 0444 with the object's size and mtime, directories
- * 0555 with nlink 2 and the mount time; everything belongs to the user
- * that mounted.  st_ino is a hash of the key, stable across forget and
- * remount, and the same number readdir reports as d_ino.
+ * 0555 with nlink 2 and the mount time (0644 and 0755 when writable);
+ * everything belongs to the user that mounted.  st_ino is a hash of the
+ * key (and version), stable across forget and remount, and the same
+ * number readdir reports as d_ino; a staged file's is a hash of its node.
  */
 #include <assert.h>
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -55,10 +64,19 @@ uint64_t fs_key_ino(const char *key, const char *version)
     return h < FS_FIRST_INO ? h + FS_FIRST_INO : h;
 }
 
+uint64_t fs_node_ino(uint64_t nid)
+{
+    uint64_t h = XXH3_64bits_withSeed(&nid, sizeof(nid), 0x7466737769ull);
+
+    return h < FS_FIRST_INO ? h + FS_FIRST_INO : h;
+}
+
 static struct fs_inode *itable_new_inode(const char *key, bool is_dir,
-                                        const struct tfs_stat *st)
+                                        const struct tfs_stat *st,
+                                        struct wb_node *node)
 {
     struct fs_inode *in = tfs_calloc(1, sizeof(*in));
+    struct wb_attr a;
 
     if (in == NULL)
         return NULL;
@@ -69,8 +87,15 @@ static struct fs_inode *itable_new_inode(const char *key, bool is_dir,
     }
     in->is_dir = is_dir;
     in->keyed = true;
-    if (!is_dir)
+    if (!is_dir && st != NULL)
         in->st = *st;
+    if (node != NULL) {
+        atomic_init(&in->wf, wb_node_get(node));
+        wb_node_attr(node, &a);
+        in->st_ino = fs_node_ino(a.nid);
+    } else {
+        in->st_ino = fs_key_ino(key, is_dir ? NULL : in->st.version);
+    }
     return in;
 }
 
@@ -78,23 +103,30 @@ static void itable_free_inode(struct fs_inode *in)
 {
     if (in == NULL)
         return;
+    wb_node_put(atomic_load(&in->wf));
     tfs_free(in->key);
     tfs_free(in);
+}
+
+/* Link in into the key map.  t->lock held. */
+static void itable_key(struct fs_itable *t, struct fs_inode *in)
+{
+    size_t bk = itable_key_hash(in->key) & (t->nbuckets - 1);
+
+    in->next_key = t->by_key[bk];
+    t->by_key[bk] = in;
+    in->keyed = true;
 }
 
 /* Link in into both maps.  Called with t->lock held. */
 static void itable_link(struct fs_itable *t, struct fs_inode *in)
 {
-    size_t mask = t->nbuckets - 1;
-    size_t bi = itable_ino_hash(in->ino) & mask;
-    size_t bk = itable_key_hash(in->key) & mask;
+    size_t bi = itable_ino_hash(in->ino) & (t->nbuckets - 1);
 
     in->next_ino = t->by_ino[bi];
     t->by_ino[bi] = in;
-    if (in->keyed) {
-        in->next_key = t->by_key[bk];
-        t->by_key[bk] = in;
-    }
+    if (in->keyed)
+        itable_key(t, in);
     t->count++;
 }
 
@@ -168,8 +200,9 @@ int fs_itable_init(struct fs_itable *t)
     t->nbuckets = ITABLE_MIN_BUCKETS;
     t->by_ino = tfs_calloc(t->nbuckets, sizeof(*t->by_ino));
     t->by_key = tfs_calloc(t->nbuckets, sizeof(*t->by_key));
-    t->root = itable_new_inode("", true, NULL);
-    t->ctl = itable_new_inode(FS_CTL_NAME, false, &(struct tfs_stat){0});
+    t->root = itable_new_inode("", true, NULL, NULL);
+    t->ctl = itable_new_inode(FS_CTL_NAME, false, &(struct tfs_stat){0},
+                              NULL);
     if (t->by_ino == NULL || t->by_key == NULL || t->root == NULL ||
         t->ctl == NULL) {
         fs_itable_cleanup(t);
@@ -250,20 +283,37 @@ struct fs_inode *fs_inode_get(struct fs_itable *t, uint64_t ino)
     return in;
 }
 
+/* Whether file inode in stands for the staged file node, or (node
+   NULL) for version st of the object.  t->lock held. */
+static bool itable_same_file(const struct fs_inode *in,
+                             const struct tfs_stat *st,
+                             struct wb_node *node)
+{
+    struct wb_node *wf = atomic_load(&in->wf);
+
+    if (node != NULL)
+        return wf == node;
+    if (wf != NULL)
+        return wb_node_is_version(wf, st->version);
+    return strcmp(in->st.version, st->version) == 0;
+}
+
 /*
  * The inode of key if it is of the kind is_dir and, for a file, of the
- * version st.  One that is not is taken out of the key map: the name now
- * belongs to a new inode, and the old one lives on for the handles and
- * lookups the kernel still has.  t->lock held.
+ * version st (or the staged file node).  One that is not is taken out of
+ * the key map: the name now belongs to a new inode, and the old one
+ * lives on for the handles and lookups the kernel still has.  t->lock
+ * held.
  */
 static struct fs_inode *itable_find_match(struct fs_itable *t,
                                           const char *key, bool is_dir,
-                                          const struct tfs_stat *st)
+                                          const struct tfs_stat *st,
+                                          struct wb_node *node)
 {
     struct fs_inode *in = itable_find_key(t, key);
 
     if (in != NULL && (in->is_dir != is_dir ||
-                       (!is_dir && strcmp(in->st.version, st->version)))) {
+                       (!is_dir && !itable_same_file(in, st, node)))) {
         itable_unkey(t, in);
         in = NULL;
     }
@@ -271,21 +321,22 @@ static struct fs_inode *itable_find_match(struct fs_itable *t,
 }
 
 int fs_inode_lookup(struct fs_itable *t, const char *key, bool is_dir,
-                    const struct tfs_stat *st, struct fs_inode **out)
+                    const struct tfs_stat *st, struct wb_node *node,
+                    struct fs_inode **out)
 {
     struct fs_inode *fresh = NULL;
     struct fs_inode *in;
 
     pthread_mutex_lock(&t->lock);
-    in = itable_find_match(t, key, is_dir, st);
+    in = itable_find_match(t, key, is_dir, st, node);
     if (in == NULL) {
         /* Allocate outside the lock, then look again. */
         pthread_mutex_unlock(&t->lock);
-        fresh = itable_new_inode(key, is_dir, st);
+        fresh = itable_new_inode(key, is_dir, st, node);
         if (fresh == NULL)
             return -ENOMEM;
         pthread_mutex_lock(&t->lock);
-        in = itable_find_match(t, key, is_dir, st);
+        in = itable_find_match(t, key, is_dir, st, node);
     }
     if (in == NULL) {
         in = fresh;
@@ -325,19 +376,140 @@ void fs_inode_forget(struct fs_itable *t, uint64_t ino, uint64_t n)
     itable_free_inode(in);
 }
 
+void fs_inode_key(struct fs_itable *t, const struct fs_inode *in,
+                  char *buf)
+{
+    pthread_mutex_lock(&t->lock);
+    snprintf(buf, FS_KEY_MAX + 2, "%s", in->key);
+    pthread_mutex_unlock(&t->lock);
+}
+
+struct wb_node *fs_inode_node(struct fs_itable *t, struct fs_inode *in)
+{
+    struct wb_node *n = atomic_load(&in->wf);
+
+    return n ? wb_node_get(n) : NULL;   /* the inode keeps it alive */
+}
+
+void fs_inode_link(struct fs_itable *t, struct fs_inode *in,
+                   struct wb_node *node)
+{
+    struct wb_node *none = NULL;
+
+    if (in->is_dir || atomic_load(&in->wf) == node)
+        return;
+    wb_node_get(node);
+    if (!atomic_compare_exchange_strong(&in->wf, &none, node))
+        wb_node_put(node);              /* it had one already */
+}
+
+void fs_itable_unkey(struct fs_itable *t, const char *key)
+{
+    struct fs_inode *in;
+
+    pthread_mutex_lock(&t->lock);
+    in = itable_find_key(t, key);
+    if (in != NULL)
+        itable_unkey(t, in);
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* Give in the key to (unkeyed before); on allocation failure it stays
+   unkeyed, and the next lookup makes a new inode.  t->lock held. */
+static void itable_rekey(struct fs_itable *t, struct fs_inode *in,
+                         const char *to)
+{
+    char *key = tfs_strdup(to);
+
+    if (key == NULL)
+        return;
+    tfs_free(in->key);
+    in->key = key;
+    itable_key(t, in);
+}
+
+/* Unkey every inode whose key starts with prefix.  t->lock held. */
+static void itable_unkey_prefix(struct fs_itable *t, const char *prefix)
+{
+    size_t len = strlen(prefix);
+
+    for (size_t b = 0; b < t->nbuckets; b++) {
+        for (struct fs_inode *in = t->by_ino[b]; in != NULL;
+             in = in->next_ino) {
+            if (in->keyed && strncmp(in->key, prefix, len) == 0)
+                itable_unkey(t, in);
+        }
+    }
+}
+
+/* Move every inode under from/ to to/.  t->lock held. */
+static void itable_rename_dir(struct fs_itable *t, const char *from,
+                              const char *to)
+{
+    char fp[FS_KEY_MAX + 2];
+    char tp[FS_KEY_MAX + 2];
+    char key[2 * FS_KEY_MAX + 4];
+    size_t flen;
+
+    snprintf(fp, sizeof(fp), "%s/", from);
+    snprintf(tp, sizeof(tp), "%s/", to);
+    flen = strlen(fp);
+    itable_unkey_prefix(t, tp);
+    for (size_t b = 0; b < t->nbuckets; b++) {
+        for (struct fs_inode *in = t->by_ino[b]; in != NULL;
+             in = in->next_ino) {
+            if (!in->keyed || strncmp(in->key, fp, flen) != 0)
+                continue;
+            snprintf(key, sizeof(key), "%s%s", tp, in->key + flen);
+            itable_unkey(t, in);
+            if (strlen(key) <= FS_KEY_MAX + 1)
+                itable_rekey(t, in, key);
+        }
+    }
+}
+
+void fs_itable_rename(struct fs_itable *t, const char *from, const char *to,
+                      bool is_dir)
+{
+    struct fs_inode *in;
+
+    pthread_mutex_lock(&t->lock);
+    if (is_dir) {
+        itable_rename_dir(t, from, to);
+    } else {
+        in = itable_find_key(t, to);
+        if (in != NULL)
+            itable_unkey(t, in);
+        in = itable_find_key(t, from);
+        if (in != NULL) {
+            itable_unkey(t, in);
+            itable_rekey(t, in, to);
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
 void fs_attr_fill(const struct fs_itable *t, const struct fs_inode *in,
                   struct stat *out)
 {
     const struct tfs_stat *st = &in->st;
     int64_t mtime_ns = in->is_dir ? t->dir_mtime_ns : st->mtime_ns;
+    uint64_t size = st->size;
+    struct wb_node *wf = atomic_load(&in->wf);
+    struct wb_attr a;
 
+    if (wf != NULL) {                   /* set once, never cleared */
+        wb_node_attr(wf, &a);
+        mtime_ns = a.mtime_ns;
+        size = a.size;
+    }
     if (mtime_ns < 0)
         mtime_ns = 0;
 
     memset(out, 0, sizeof(*out));
     if (in == t->ctl)
         mtime_ns = tfs_wall_ns();
-    out->st_ino = fs_key_ino(in->key, in->is_dir ? NULL : st->version);
+    out->st_ino = in->st_ino;
     out->st_uid = t->uid;
     out->st_gid = t->gid;
     out->st_blksize = FS_MAX_READ;
@@ -346,12 +518,12 @@ void fs_attr_fill(const struct fs_itable *t, const struct fs_inode *in,
     out->st_atim = out->st_mtim;
     out->st_ctim = out->st_mtim;
     if (in->is_dir) {
-        out->st_mode = S_IFDIR | 0555;
+        out->st_mode = S_IFDIR | (t->writable ? 0755 : 0555);
         out->st_nlink = 2;
         return;
     }
-    out->st_mode = S_IFREG | 0444;
+    out->st_mode = S_IFREG | (t->writable && in != t->ctl ? 0644 : 0444);
     out->st_nlink = 1;
-    out->st_size = (off_t)st->size;
-    out->st_blocks = (blkcnt_t)((st->size + 511) / 512);
+    out->st_size = (off_t)size;
+    out->st_blocks = (blkcnt_t)((size + 511) / 512);
 }

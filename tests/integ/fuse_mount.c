@@ -517,13 +517,14 @@ static int stats_watch(const char *log)
     return rc == 0 && strstr(buf, "/s") != NULL ? 0 : -1;
 }
 
-/* Listing, attributes, EROFS, the control file, tierfs stats, SIGTERM. */
+/* Listing, attributes, EROFS (--read-only), the control file, tierfs
+   stats, SIGTERM. */
 TEST(basics)
 {
     char pre[64], key[128], uri[2048], cache[PATH_MAX], path[PATH_MAX + 64];
     char names[16][64];
     unsigned char *big = gen_data(100000, 1);
-    const char *args[] = {"--cache-dir", cache, NULL};
+    const char *args[] = {"--cache-dir", cache, "--read-only", NULL};
     struct dirent *de;
     struct stat sb;
     struct statvfs sv;

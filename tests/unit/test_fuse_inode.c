@@ -30,8 +30,8 @@ TEST(lookup_forget)
     CHECK_EQ(fs_itable_count(&t), 1);   /* the root */
     CHECK(fs_inode_get(&t, FS_ROOT_INO) == t.root);
     CHECK(fs_inode_get(&t, FS_CTL_INO) == t.ctl);
-    CHECK_OK(fs_inode_lookup(&t, "d/f", false, &st, &a));
-    CHECK_OK(fs_inode_lookup(&t, "d/f", false, &st, &b));
+    CHECK_OK(fs_inode_lookup(&t, "d/f", false, &st, NULL, &a));
+    CHECK_OK(fs_inode_lookup(&t, "d/f", false, &st, NULL, &b));
     CHECK(a == b);
     CHECK(a->ino >= FS_FIRST_INO);
     ino = a->ino;
@@ -44,7 +44,7 @@ TEST(lookup_forget)
     fs_inode_forget(&t, FS_ROOT_INO, 5);
     fs_inode_forget(&t, FS_CTL_INO, 5);
     CHECK(fs_inode_get(&t, FS_ROOT_INO) == t.root);
-    CHECK_OK(fs_inode_lookup(&t, "d/f", false, &st, &a));
+    CHECK_OK(fs_inode_lookup(&t, "d/f", false, &st, NULL, &a));
     CHECK(a->ino != ino);               /* node ids are never reused */
     fs_itable_cleanup(&t);
 }
@@ -58,12 +58,12 @@ TEST(new_version_new_inode)
     struct stat a1, a2;
 
     CHECK_OK(fs_itable_init(&t));
-    CHECK_OK(fs_inode_lookup(&t, "x", false, &v1, &old));
-    CHECK_OK(fs_inode_lookup(&t, "x", false, &v2, &cur));
+    CHECK_OK(fs_inode_lookup(&t, "x", false, &v1, NULL, &old));
+    CHECK_OK(fs_inode_lookup(&t, "x", false, &v2, NULL, &cur));
     CHECK(old != cur);
     CHECK_STR(old->st.version, "v1");   /* the old one lives on */
     CHECK(fs_inode_get(&t, old->ino) == old);
-    CHECK_OK(fs_inode_lookup(&t, "x", false, &v2, &again));
+    CHECK_OK(fs_inode_lookup(&t, "x", false, &v2, NULL, &again));
     CHECK(again == cur);
     fs_attr_fill(&t, old, &a1);
     fs_attr_fill(&t, cur, &a2);
@@ -71,7 +71,7 @@ TEST(new_version_new_inode)
     CHECK_EQ(a2.st_size, 10);
     CHECK_EQ(a2.st_mode, S_IFREG | 0444);
     /* The name became a directory. */
-    CHECK_OK(fs_inode_lookup(&t, "x/", true, NULL, &again));
+    CHECK_OK(fs_inode_lookup(&t, "x/", true, NULL, NULL, &again));
     CHECK(again->is_dir);
     fs_attr_fill(&t, again, &a1);
     CHECK_EQ(a1.st_mode, S_IFDIR | 0555);
@@ -92,14 +92,14 @@ TEST(grow)
     CHECK_OK(fs_itable_init(&t));
     for (int i = 0; i < 5000; i++) {
         snprintf(key, sizeof(key), "k/%d", i);
-        CHECK_OK(fs_inode_lookup(&t, key, false, &st, &in));
+        CHECK_OK(fs_inode_lookup(&t, key, false, &st, NULL, &in));
         if (i == 0)
             first = in->ino;
     }
     CHECK_EQ(fs_itable_count(&t), 5001);
     for (int i = 0; i < 5000; i++) {
         snprintf(key, sizeof(key), "k/%d", i);
-        CHECK_OK(fs_inode_lookup(&t, key, false, &st, &in));
+        CHECK_OK(fs_inode_lookup(&t, key, false, &st, NULL, &in));
         CHECK_EQ(in->ino, first + (uint64_t)i);
         CHECK_EQ(in->nlookup, 2);
         fs_inode_forget(&t, in->ino, 2);
@@ -149,7 +149,7 @@ TEST(alloc_failures)
                                        fail_calloc, free));
         rc = fs_itable_init(&t);
         if (rc == 0) {
-            rc = fs_inode_lookup(&t, "a", false, &st, &in);
+            rc = fs_inode_lookup(&t, "a", false, &st, NULL, &in);
             CHECK(rc == 0 || rc == -ENOMEM);
             fs_itable_cleanup(&t);
         } else {

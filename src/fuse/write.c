@@ -1,0 +1,509 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The mount's write side: the handlers that change things, over the
+ * write-back engine (src/wb/wb.h, docs/writeback.md).  In order:
+ *
+ *   start        the staging dir and its default, at tfs_fs_open
+ *   opens        create, open for writing, mknod
+ *   data         write, setattr (truncate, mtime), flush, fsync
+ *   namespace    mkdir, unlink, rmdir, rename
+ *   sync         the user.tierfs.sync extended attribute
+ *
+ * Durability: flush (every close(2)) and fsync seal the staged file:
+ * data and journal record are fdatasynced before the reply, so close()
+ * returns once the bytes are durable on local disk.  Namespace changes
+ * are journaled and synced before their reply.  Release seals too, for
+ * writes that arrive after the last close (mmap).
+ *
+ * On a read-only mount the kernel refuses writes itself (EROFS); a
+ * request that still arrives is answered EROFS.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "fuse/fuse_int.h"
+#include "tierfs/log.h"
+
+#define FS_SYNC_WAIT_MS 500             /* one sync poll waits this long */
+
+/* ---- start ---- */
+
+/*
+ * The default staging dir: CACHE_DIR/staging/ID, or
+ * /var/tmp/tierfs-UID/staging/ID without a cache dir, where ID hashes the
+ * store's identity, so a remount of the same store finds its journal and
+ * mounts of different stores never share one.
+ */
+static char *fs_staging_default(struct tfs_fs *fs)
+{
+    const char *ident = tfs_store_identity(fs->st);
+    uint64_t h = XXH3_64bits(ident, strlen(ident));
+    struct tfs_buf b;
+
+    tfs_buf_init(&b, 0);
+    if (fs->cache_dir != NULL)
+        tfs_buf_printf(&b, "%s/staging/%016" PRIx64, fs->cache_dir, h);
+    else
+        tfs_buf_printf(&b, "/var/tmp/tierfs-%u/staging/%016" PRIx64,
+                       (unsigned)getuid(), h);
+    return tfs_buf_steal(&b);
+}
+
+int fs_wb_open(struct tfs_fs *fs)
+{
+    char a[32];
+    char b[32];
+    int rc;
+
+    if (fs->read_only)
+        return 0;
+    if (fs->immutable) {
+        TFS_INFO("--immutable: the mount is read-only");
+        return 0;
+    }
+    if (fs->wcfg.staging_dir == NULL)
+        fs->wcfg.staging_dir = fs_staging_default(fs);
+    if (fs->wcfg.staging_dir == NULL)
+        return -ENOMEM;
+    rc = wb_open(&fs->wb, &fs->wcfg, fs->st, fs->cache);
+    if (rc < 0)
+        return rc;
+    fs->inodes.writable = true;
+    TFS_INFO("write-back: staging in %s (at most %s), %u upload jobs, "
+             "upload cap %s/s", fs->wcfg.staging_dir,
+             tfs_fmt_bytes(a, sizeof(a), (double)fs->wcfg.staging_max),
+             fs->wcfg.upload_jobs, fs->wcfg.upload_bw
+             ? tfs_fmt_bytes(b, sizeof(b), (double)fs->wcfg.upload_bw)
+             : "no");
+    return 0;
+}
+
+/* ---- opens ---- */
+
+/* A writing handle on node n (a reference the handle takes over). */
+static int fs_node_handle(struct tfs_fs *fs, struct fs_inode *in,
+                          struct wb_node *n, struct fuse_file_info *fi)
+{
+    struct fs_handle *h = fs_handle_new(fs, FS_H_NODE, in);
+
+    if (h == NULL) {
+        wb_node_close(fs->wb, n, true, false);
+        wb_node_put(n);
+        return -ENOMEM;
+    }
+    h->node = n;
+    h->writer = true;
+    fi->fh = (uintptr_t)h;
+    fi->keep_cache = 0;
+    fi->direct_io = 0;
+    return 0;
+}
+
+/* Open in's name for writing; trunc empties it. */
+static int fs_node_for(struct tfs_fs *fs, struct fs_inode *in, bool trunc,
+                       struct wb_node **out)
+{
+    char key[FS_KEY_MAX + 2];
+    struct wb_node *node = fs_inode_node(&fs->inodes, in);
+    struct wb_want w = {
+        .node = node,
+        .version = node ? NULL : in->st.version,
+        .trunc = trunc,
+    };
+    int rc;
+
+    fs_inode_key(&fs->inodes, in, key);
+    rc = wb_open_write(fs->wb, key, &w, out);
+    wb_node_put(node);
+    if (rc == 0)
+        fs_inode_link(&fs->inodes, in, *out);
+    else if (rc != -ESTALE && rc != -ENOENT)
+        fs_fail(fs, "open for writing", key, rc);
+    return rc;
+}
+
+int fs_open_write(struct tfs_fs *fs, struct fs_inode *in,
+                  struct fuse_file_info *fi)
+{
+    struct wb_node *n;
+    int rc = fs_node_for(fs, in, (fi->flags & O_TRUNC) != 0, &n);
+
+    return rc < 0 ? rc : fs_node_handle(fs, in, n, fi);
+}
+
+static int fs_do_create(struct tfs_fs *fs, fuse_ino_t parent,
+                        const char *name, struct fuse_file_info *fi,
+                        struct fuse_entry_param *e)
+{
+    char key[FS_KEY_MAX + 2];
+    struct wb_want w = {
+        .create = true,
+        .excl = (fi->flags & O_EXCL) != 0,
+        .trunc = (fi->flags & O_TRUNC) != 0,
+    };
+    struct wb_node *n;
+    int rc;
+    struct fs_inode *dir = fs_dir_inode(fs, parent, &rc);
+
+    fs_entry_init(fs, e);
+    if (dir == NULL)
+        return rc;
+    if (fs->wb == NULL)
+        return -EROFS;
+    rc = fs_child_key(fs, dir, name, key);
+    if (rc == 0)
+        rc = wb_open_write(fs->wb, key, &w, &n);
+    if (rc < 0)
+        return rc == -EEXIST || rc == -EISDIR ? rc
+                                              : fs_fail(fs, "create", key, rc);
+    rc = fs_entry_make(fs, key, false, &(struct tfs_stat){0}, n, e);
+    if (rc < 0) {
+        wb_node_close(fs->wb, n, true, false);
+        wb_node_put(n);
+        return rc;
+    }
+    rc = fs_node_handle(fs, fs_inode_get(&fs->inodes, e->ino), n, fi);
+    if (rc < 0)
+        fs_inode_forget(&fs->inodes, e->ino, 1);
+    return rc;
+}
+
+void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+               mode_t mode, struct fuse_file_info *fi)
+{
+    struct tfs_fs *fs = fs_of(req);
+    struct fuse_entry_param e;
+    int rc = fs_do_create(fs, parent, name, fi, &e);
+
+    if (rc < 0) {
+        fuse_reply_err(req, fs_errno(rc));
+    } else if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+        fs_handle_free(fs, fs_handle_of(fi), false);  /* interrupted */
+        fs_inode_forget(&fs->inodes, e.ino, 1);
+    }
+}
+
+/* mknod of a regular file: an empty file, sealed at once. */
+void fs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+              mode_t mode, dev_t rdev)
+{
+    struct tfs_fs *fs = fs_of(req);
+    struct fuse_file_info fi = {.flags = O_WRONLY | O_CREAT | O_EXCL};
+    struct fuse_entry_param e;
+    int rc = S_ISREG(mode) ? fs_do_create(fs, parent, name, &fi, &e)
+                           : -EPERM;
+
+    if (rc < 0) {
+        fuse_reply_err(req, fs_errno(rc));
+        return;
+    }
+    fs_handle_free(fs, fs_handle_of(&fi), true);
+    fuse_reply_entry(req, &e);
+}
+
+/* ---- data ---- */
+
+void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
+              off_t off, struct fuse_file_info *fi)
+{
+    struct tfs_fs *fs = fs_of(req);
+    struct fs_handle *h = fs_handle_of(fi);
+    int rc = h->kind == FS_H_NODE && h->writer
+                 ? wb_node_write(fs->wb, h->node, buf, size, (uint64_t)off)
+                 : -EBADF;
+
+    if (rc < 0) {
+        char key[FS_KEY_MAX + 2];
+        fs_inode_key(&fs->inodes, h->in, key);
+        fuse_reply_err(req, fs_errno(fs_fail(fs, "write", key, rc)));
+        return;
+    }
+    atomic_fetch_add(&fs->n.writes, 1);
+    atomic_fetch_add(&fs->n.write_bytes, size);
+    fuse_reply_write(req, size);
+}
+
+/* truncate(2) by path, or ftruncate of a handle not open for writing:
+   open, truncate, seal, close. */
+static int fs_truncate_path(struct tfs_fs *fs, struct fs_inode *in,
+                            uint64_t size)
+{
+    struct wb_node *n;
+    int rc = fs_node_for(fs, in, size == 0, &n);
+
+    if (rc < 0)
+        return rc;
+    if (size > 0)
+        rc = wb_node_truncate(fs->wb, n, size);
+    if (rc == 0)
+        rc = wb_node_seal(fs->wb, n);
+    wb_node_close(fs->wb, n, true, false);
+    wb_node_put(n);
+    return rc;
+}
+
+static int fs_do_setattr(struct tfs_fs *fs, struct fs_inode *in,
+                         const struct stat *attr, int to_set,
+                         struct fuse_file_info *fi)
+{
+    struct fs_handle *h = fi ? fs_handle_of(fi) : NULL;
+    struct wb_node *n;
+    int rc = 0;
+
+    if (in->is_dir || in == fs->inodes.ctl)
+        return 0;                       /* modes, times: not kept */
+    if (fs->wb == NULL)
+        return -EROFS;
+    if ((to_set & FUSE_SET_ATTR_SIZE) && h != NULL &&
+        h->kind == FS_H_NODE && h->writer)
+        rc = wb_node_truncate(fs->wb, h->node, (uint64_t)attr->st_size);
+    else if (to_set & FUSE_SET_ATTR_SIZE)
+        rc = fs_truncate_path(fs, in, (uint64_t)attr->st_size);
+    n = rc == 0 ? fs_inode_node(&fs->inodes, in) : NULL;
+    if (n != NULL && (to_set & FUSE_SET_ATTR_MTIME_NOW))
+        wb_node_set_mtime(n, tfs_wall_ns());
+    else if (n != NULL && (to_set & FUSE_SET_ATTR_MTIME))
+        wb_node_set_mtime(n, (int64_t)attr->st_mtim.tv_sec * 1000000000 +
+                                 attr->st_mtim.tv_nsec);
+    wb_node_put(n);
+    return rc;
+}
+
+/*
+ * Size (truncate) and mtime of a staged file are kept; mode, owner and
+ * atime changes are accepted and not kept (the store has no place for
+ * them).  A store object's mtime is the store's.
+ */
+void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+                int to_set, struct fuse_file_info *fi)
+{
+    struct tfs_fs *fs = fs_of(req);
+    struct fs_inode *in = fs_inode_get(&fs->inodes, ino);
+    char key[FS_KEY_MAX + 2];
+    struct stat st;
+    int rc = in ? fs_do_setattr(fs, in, attr, to_set, fi) : -ESTALE;
+
+    if (rc < 0 && in != NULL && rc != -EROFS && rc != -ESTALE) {
+        fs_inode_key(&fs->inodes, in, key);
+        rc = fs_fail(fs, "setattr", key, rc);
+    }
+    if (rc < 0) {
+        fuse_reply_err(req, fs_errno(rc));
+        return;
+    }
+    fs_attr_fill(&fs->inodes, in, &st);
+    fuse_reply_attr(req, &st, fs_attr_timeout(fs));
+}
+
+/* Seal a writing handle's staged file: durable locally when it returns. */
+static int fs_seal(struct tfs_fs *fs, struct fs_handle *h)
+{
+    char key[FS_KEY_MAX + 2];
+    int rc;
+
+    if (h->kind != FS_H_NODE || !h->writer)
+        return 0;
+    rc = wb_node_seal(fs->wb, h->node);
+    if (rc < 0) {
+        fs_inode_key(&fs->inodes, h->in, key);
+        rc = fs_fail(fs, "close", key, rc);
+    }
+    return rc;
+}
+
+/* Every close(2): the bytes written are durable on local disk when it
+   returns. */
+void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    fuse_reply_err(req, fs_errno(fs_seal(fs_of(req), fs_handle_of(fi))));
+}
+
+void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+              struct fuse_file_info *fi)
+{
+    fuse_reply_err(req, fs_errno(fs_seal(fs_of(req), fs_handle_of(fi))));
+}
+
+/* Namespace changes are durable when they return: nothing to do. */
+void fs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+                 struct fuse_file_info *fi)
+{
+    fuse_reply_err(req, 0);
+}
+
+/* ---- namespace ---- */
+
+/* The key of name in directory parent, for a change. */
+static int fs_change_key(struct tfs_fs *fs, fuse_ino_t parent,
+                         const char *name, char *key)
+{
+    int rc;
+    struct fs_inode *dir = fs_dir_inode(fs, parent, &rc);
+
+    if (dir == NULL)
+        return rc;
+    if (fs->wb == NULL)
+        return -EROFS;
+    if (parent == FS_ROOT_INO && strcmp(name, FS_CTL_NAME) == 0)
+        return -EPERM;
+    return fs_child_key(fs, dir, name, key);
+}
+
+/* Log what is not a plain answer to the caller's mistake. */
+static int fs_change_fail(struct tfs_fs *fs, const char *op,
+                          const char *key, int rc)
+{
+    if (rc == 0 || rc == -ENOENT || rc == -EEXIST || rc == -ENOTEMPTY ||
+        rc == -ENOTDIR || rc == -EISDIR || rc == -EINVAL || rc == -EPERM ||
+        rc == -EROFS)
+        return rc;
+    return fs_fail(fs, op, key, rc);
+}
+
+void fs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+              mode_t mode)
+{
+    struct tfs_fs *fs = fs_of(req);
+    char key[FS_KEY_MAX + 2];
+    struct fuse_entry_param e;
+    int rc = fs_change_key(fs, parent, name, key);
+
+    fs_entry_init(fs, &e);
+    if (rc == 0)
+        rc = fs_change_fail(fs, "mkdir", key, wb_mkdir(fs->wb, key));
+    if (rc == 0)
+        rc = fs_entry_make(fs, key, true, NULL, NULL, &e);
+    if (rc < 0)
+        fuse_reply_err(req, fs_errno(rc));
+    else
+        fuse_reply_entry(req, &e);
+}
+
+void fs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    struct tfs_fs *fs = fs_of(req);
+    char key[FS_KEY_MAX + 2];
+    int rc = fs_change_key(fs, parent, name, key);
+
+    if (rc == 0)
+        rc = fs_change_fail(fs, "unlink", key, wb_unlink(fs->wb, key));
+    if (rc == 0)
+        fs_itable_unkey(&fs->inodes, key);
+    fuse_reply_err(req, fs_errno(rc));
+}
+
+void fs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    struct tfs_fs *fs = fs_of(req);
+    char key[FS_KEY_MAX + 2];
+    int rc = fs_change_key(fs, parent, name, key);
+
+    if (rc == 0)
+        rc = fs_change_fail(fs, "rmdir", key, wb_rmdir(fs->wb, key));
+    if (rc == 0) {
+        size_t len = strlen(key);       /* room: fs_child_key checked */
+        key[len] = '/';
+        key[len + 1] = '\0';
+        fs_itable_unkey(&fs->inodes, key);
+    }
+    fuse_reply_err(req, fs_errno(rc));
+}
+
+void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+               fuse_ino_t newparent, const char *newname, unsigned flags)
+{
+    struct tfs_fs *fs = fs_of(req);
+    char from[FS_KEY_MAX + 2];
+    char to[FS_KEY_MAX + 2];
+    bool is_dir = false;
+    int rc = fs_change_key(fs, parent, name, from);
+
+    if (rc == 0)
+        rc = fs_change_key(fs, newparent, newname, to);
+    if (rc == 0 && (flags & ~(unsigned)RENAME_NOREPLACE) != 0)
+        rc = -EINVAL;                   /* RENAME_EXCHANGE, _WHITEOUT */
+    if (rc == 0)
+        rc = fs_change_fail(fs, "rename", from,
+                            wb_rename(fs->wb, from, to,
+                                      (flags & RENAME_NOREPLACE)
+                                          ? WB_NOREPLACE : 0, &is_dir));
+    if (rc == 0)
+        fs_itable_rename(&fs->inodes, from, to, is_dir);
+    fuse_reply_err(req, fs_errno(rc));
+}
+
+/* ---- reads of moved objects ---- */
+
+/*
+ * The handle's file reads a pending move's source, which the uploader
+ * has since moved to the inode's key: the same version is there now
+ * (posix rename keeps it; S3 keeps the ETag of a copied single-part
+ * object; otherwise the read fails ESTALE rather than mix versions).
+ */
+int fs_read_moved(struct tfs_fs *fs, struct fs_handle *h, char *buf,
+                  size_t size, uint64_t off, size_t *n)
+{
+    char key[FS_KEY_MAX + 2];
+    struct tfs_file *f = NULL;
+    int rc;
+
+    fs_inode_key(&fs->inodes, h->in, key);
+    rc = tfs_file_open_stat(fs->cache, key, &h->in->st, &f);
+    if (rc == 0) {
+        rc = tfs_file_read(f, buf, size, off, n);
+        tfs_file_close(f);
+    }
+    return rc == -ENOENT || rc == TFS_ECHANGED ? -ESTALE : rc;
+}
+
+/* ---- sync ---- */
+
+/*
+ * user.tierfs.sync on PATH: what remains to upload under it (the whole
+ * mount at the root, a directory's subtree, one file), as text:
+ *
+ *     seq=S pending=N bytes=B dirty=D errors=E error=LAST
+ *
+ * The plain name sets the barrier S (everything changed so far); the
+ * name user.tierfs.sync.S asks again about that barrier.  Each call
+ * waits up to FS_SYNC_WAIT_MS for pending to reach 0 and hurries the
+ * uploader, so `tierfs sync` polls without spinning and without tying a
+ * request thread for longer.
+ */
+int fs_sync_xattr(struct tfs_fs *fs, struct fs_inode *in, const char *name,
+                  char *val, size_t size, size_t *len)
+{
+    const char *suffix = name + strlen("user.tierfs.sync");
+    char key[FS_KEY_MAX + 2];
+    struct wb_sync s;
+    uint64_t seq;
+    int n;
+
+    if (suffix[0] != '\0' && suffix[0] != '.')
+        return -ENODATA;
+    if (suffix[0] == '.' && tfs_parse_u64(suffix + 1, &seq) < 0)
+        return -ENODATA;
+    if (size == 0) {
+        *len = 1023;                    /* an upper bound, no waiting */
+        return 0;
+    }
+    if (suffix[0] == '\0')
+        seq = wb_sync_seq(fs->wb);
+    if (in == fs->inodes.ctl)
+        key[0] = '\0';
+    else
+        fs_inode_key(&fs->inodes, in, key);
+    wb_sync_status(fs->wb, key, seq, FS_SYNC_WAIT_MS, &s);
+    n = snprintf(val, size, "seq=%" PRIu64 " pending=%" PRIu64 " bytes=%"
+                 PRIu64 " dirty=%" PRIu64 " errors=%" PRIu64 " error=%s",
+                 s.seq, s.pending, s.bytes, s.dirty, s.errors,
+                 s.last_error);
+    *len = (size_t)n < size ? (size_t)n : size - 1;
+    return 0;
+}

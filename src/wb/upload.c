@@ -1,0 +1,704 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The uploader: brings the store in line with the overlay.  In order:
+ *
+ *   scheduling  one thread walks the pending queue (FIFO) and submits
+ *               what may start to the upload pool (its own workers, so
+ *               uploads never take the cache's fetch workers)
+ *   operations  put a sealed data file (multipart with parallel parts is
+ *               the store's), move an object, remove one, check a hidden
+ *               directory; the bandwidth cap is charged per file
+ *   completion  the metadata cache learns the change first, then the
+ *               entry leaves the overlay (a journaled CLEAR); failures
+ *               back off exponentially and try again, forever
+ *   sync        waiting for a barrier under a prefix
+ *
+ * Ordering: one operation per key at a time (busy); nothing changes a
+ * key in the store while it is the source of a pending move (pins); a
+ * move waits for its source's operations.  Together with the journal's
+ * order this keeps the store's end state that of the view.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tierfs/log.h"
+#include "wb/wb_int.h"
+
+#define UP_BACKOFF_MIN_NS 100000000ull  /* 100 ms */
+#define UP_HURRY_NS 1000000000ull       /* backoff cap while a sync waits */
+#define UP_GONE 1                       /* the work vanished: no error */
+
+enum up_kind {
+    UP_PUT,
+    UP_MOVE,
+    UP_REMOVE,
+    UP_CHECK,                           /* may a directory's mark go */
+};
+
+struct wb_op {
+    struct tfs_pool_task task;
+    struct tfs_wb       *wb;
+    int                  kind;          /* up_kind */
+    struct wb_ent       *e;             /* the key worked on (busy) */
+    struct wb_ent       *se;            /* UP_MOVE: its source (busy) */
+    char                *key;           /* owned copies */
+    char                *src;
+    struct wb_node      *node;          /* UP_PUT: a reference */
+    uint64_t             id;            /* UP_PUT: the sealed data file */
+    uint64_t             size;
+    uint64_t             sgen;          /* its sealed_gen */
+    uint64_t             seq;           /* e->seq when it started */
+    int                  rc;
+    char                 detail[256];
+    struct tfs_stat      out;           /* UP_PUT: the new object */
+    bool                 objects;       /* UP_CHECK: objects under it */
+    bool                 exists;        /* UP_CHECK: a real directory */
+    char               **subdirs;       /* UP_CHECK: some prefixes under
+                                           it (owned) */
+    size_t               n_subdirs;
+};
+
+void wb_upload_kick(struct tfs_wb *wb)
+{
+    pthread_cond_signal(&wb->kick);
+}
+
+/* ---- scheduling ---- */
+
+static bool up_under(const char *key, const char *prefix)
+{
+    size_t plen = strlen(prefix);
+
+    if (plen == 0)
+        return true;
+    if (prefix[plen - 1] == '/')
+        return strncmp(key, prefix, plen) == 0;
+    return strcmp(key, prefix) == 0;
+}
+
+/* Whether a waiting sync covers e (then no upload delay, short backoff).
+   wb->lock held. */
+static bool up_hurried(struct tfs_wb *wb, const struct wb_ent *e)
+{
+    for (const struct wb_hurry *h = wb->hurry; h != NULL; h = h->next) {
+        if (e->seq <= h->seq && (up_under(e->h.key, h->prefix) ||
+                                 (e->kind == WB_MOVED &&
+                                  up_under(e->src, h->prefix))))
+            return true;
+    }
+    return false;
+}
+
+/*
+ * When e's work may start: 0 now, UINT64_MAX when it waits for another
+ * key, else the time.  wb->lock held.
+ */
+static uint64_t up_ready_at(struct tfs_wb *wb, struct wb_ent *e,
+                            uint64_t now)
+{
+    bool hurry = wb->hurry != NULL && up_hurried(wb, e);
+    uint64_t t = hurry ? 0 : e->ready_ns;
+    uint64_t retry = e->retry_ns;
+
+    if (e->busy || (e->kind != WB_DIRENT && e->pins > 0))
+        return UINT64_MAX;
+    if (e->kind == WB_MOVED) {
+        struct wb_ent *s = wb_ent_find(wb, e->src);
+        if (s != NULL && s->busy)
+            return UINT64_MAX;
+    }
+    if (e->kind == WB_DIRENT) {
+        const struct wb_pfx *p = wb_pfx_find(wb, e->h.key);
+        if (p != NULL && ((e->dflags & WB_D_HIDDEN) ? p->wo : p->all) > 0)
+            return UINT64_MAX;          /* what is under it goes first */
+    }
+    if (hurry && retry > e->fail_ns + UP_HURRY_NS)
+        retry = e->fail_ns + UP_HURRY_NS;
+    t = TFS_MAX(t, retry);
+    return t <= now ? 0 : t;
+}
+
+static struct wb_op *up_op_new(struct tfs_wb *wb, struct wb_ent *e)
+{
+    struct wb_op *op = tfs_calloc(1, sizeof(*op));
+
+    if (op == NULL)
+        return NULL;
+    op->wb = wb;
+    op->e = e;
+    op->key = tfs_strdup(e->h.key);
+    op->src = e->kind == WB_MOVED ? tfs_strdup(e->src) : NULL;
+    if (op->key == NULL || (e->kind == WB_MOVED && op->src == NULL)) {
+        tfs_free(op->key);
+        tfs_free(op->src);
+        tfs_free(op);
+        return NULL;
+    }
+    return op;
+}
+
+/* Describe e's work in op and mark the keys busy.  wb->lock held. */
+static void up_op_fill(struct tfs_wb *wb, struct wb_ent *e, struct wb_op *op)
+{
+    struct wb_node *n = e->node;
+
+    switch (e->kind) {
+    case WB_NODE:
+        op->kind = UP_PUT;
+        op->node = wb_node_get(n);
+        op->id = n->sealed_id;
+        op->size = n->sealed_size;
+        op->sgen = n->sealed_gen;
+        n->maybe_in_store = true;       /* from now on it may be there */
+        break;
+    case WB_MOVED:
+        op->kind = UP_MOVE;
+        op->se = wb_ent_find(wb, e->src);
+        if (op->se != NULL)
+            op->se->busy = true;
+        break;
+    case WB_WHITEOUT:
+        op->kind = UP_REMOVE;
+        break;
+    default:
+        op->kind = UP_CHECK;
+        break;
+    }
+    op->seq = e->seq;
+    e->busy = true;
+    wb->inflight++;
+}
+
+static void up_run(struct tfs_pool_task *task);
+
+/* Submit what may start; returns when the next waiting entry is due. */
+static uint64_t up_schedule(struct tfs_wb *wb)
+{
+    uint64_t now = tfs_now_ns();
+    uint64_t next = UINT64_MAX;
+
+    for (struct wb_ent *e = wb->qhead;
+         e != NULL && wb->inflight < wb->cfg.upload_jobs; e = e->qnext) {
+        uint64_t t = up_ready_at(wb, e, now);
+        struct wb_op *op;
+
+        if (t != 0) {
+            next = TFS_MIN(next, t);
+            continue;
+        }
+        op = up_op_new(wb, e);
+        if (op == NULL) {
+            next = TFS_MIN(next, now + UP_BACKOFF_MIN_NS);
+            break;
+        }
+        up_op_fill(wb, e, op);
+        op->task.fn = up_run;
+        if (tfs_pool_submit(wb->pool, &op->task) < 0) {
+            op->rc = -ESHUTDOWN;        /* stopping: undo */
+            e->busy = false;
+            if (op->se != NULL)
+                op->se->busy = false;
+            wb->inflight--;
+            wb_node_put(op->node);
+            tfs_free(op->key);
+            tfs_free(op->src);
+            tfs_free(op);
+            break;
+        }
+    }
+    return next;
+}
+
+static void *up_sched_main(void *arg)
+{
+    struct tfs_wb *wb = arg;
+
+    pthread_mutex_lock(&wb->lock);
+    while (!wb->stopping) {
+        uint64_t next;
+        uint64_t now;
+
+        if (wb->j.size >= wb->j.compact_at)
+            wb_journal_compact(wb);
+        next = up_schedule(wb);
+        now = tfs_now_ns();
+        if (next <= now)
+            continue;
+        wb_cond_wait_ms(&wb->kick, &wb->lock,
+                        next == UINT64_MAX ? 1000
+                        : TFS_MIN((next - now) / 1000000 + 1, 1000));
+    }
+    pthread_mutex_unlock(&wb->lock);
+    return NULL;
+}
+
+/* ---- operations ---- */
+
+static int up_put(struct tfs_wb *wb, struct wb_op *op)
+{
+    struct tfs_source src = {.fd = -1, .off = 0, .len = op->size};
+    char path[4200];
+    struct stat sb;
+    int rc;
+
+    wb_data_path(wb, op->id, path, sizeof(path));
+    src.fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (src.fd < 0 && errno == ENOENT)
+        return UP_GONE;                 /* a newer seal replaced it */
+    if (src.fd < 0)
+        return tfs_err(-errno, "staging: cannot open %s", path);
+    if (fstat(src.fd, &sb) < 0 || (uint64_t)sb.st_size != op->size) {
+        rc = tfs_err(-EIO, "staging: %s is not %" PRIu64 " bytes", path,
+                     op->size);
+        goto out_close;
+    }
+    tfs_ratelimit_take(&wb->bw, op->size);
+    rc = tfs_store_put_source(wb->st, op->key, &src, &op->out);
+out_close:
+    close(src.fd);
+    return rc;
+}
+
+static int up_move(struct tfs_wb *wb, struct wb_op *op)
+{
+    struct tfs_stat st;
+    int rc = tfs_store_move(wb->st, op->src, op->key);
+
+    if (rc != -ENOENT)
+        return rc;
+    /* A crash after the move and before its CLEAR: it is done.  Else the
+       source went away (deleted elsewhere): nothing to move. */
+    rc = tfs_store_stat(wb->st, op->key, &st);
+    if (rc == 0)
+        return 0;
+    TFS_WARN("upload: rename of '%s' to '%s': the source is gone from the "
+             "store; dropped", op->src, op->key);
+    return UP_GONE;
+}
+
+/*
+ * What the store has at directory op->key: objects directly under it,
+ * some subdirectories, and whether it exists on its own (a posix store's
+ * real directory).  up_check_done decides with the overlay.
+ */
+static int up_check(struct tfs_wb *wb, struct wb_op *op)
+{
+    struct tfs_list_page pg;
+    struct tfs_stat st;
+    char dir[WB_KEY_MAX + 1];
+    int rc = tfs_store_list(wb->st, op->key, "/", NULL, 16, &pg);
+
+    if (rc < 0)
+        return rc;
+    op->objects = pg.n_entries > 0;
+    op->subdirs = tfs_calloc(pg.n_prefixes + 1, sizeof(*op->subdirs));
+    for (size_t i = 0; op->subdirs != NULL && i < pg.n_prefixes; i++) {
+        op->subdirs[i] = tfs_strdup(pg.prefixes[i]);
+        op->n_subdirs += op->subdirs[i] != NULL;
+    }
+    tfs_list_page_cleanup(&pg);
+    if (op->subdirs == NULL)
+        return -ENOMEM;
+    snprintf(dir, sizeof(dir), "%.*s", (int)strlen(op->key) - 1, op->key);
+    rc = tfs_store_stat(wb->st, dir, &st);
+    op->exists = rc == -EISDIR || rc == 0;
+    return rc == -EISDIR || rc == -ENOENT ? 0 : rc;
+}
+
+/* ---- completion ---- */
+
+static uint64_t up_backoff_ns(struct tfs_wb *wb, unsigned attempts)
+{
+    uint64_t max = wb->cfg.retry_max_ms * 1000000;
+    uint64_t d = UP_BACKOFF_MIN_NS << TFS_MIN(attempts, 30u);
+
+    d = TFS_MIN(d, TFS_MAX(max, UP_BACKOFF_MIN_NS));
+    return d / 2 + (uint64_t)(tfs_rand_double() * (double)(d / 2));
+}
+
+static const char *up_verb(int kind)
+{
+    static const char *verbs[] = {"upload", "rename", "delete", "check"};
+
+    return verbs[kind];
+}
+
+/* A failed attempt: back off, count, log.  wb->lock held. */
+static void up_failed(struct tfs_wb *wb, struct wb_op *op)
+{
+    struct wb_ent *e = op->e;
+    uint64_t now = tfs_now_ns();
+    uint64_t wait = up_backoff_ns(wb, e->attempts);
+    int level;
+
+    e->attempts++;
+    e->last_err = op->rc;
+    e->fail_ns = now;
+    e->retry_ns = now + wait;
+    tfs_free(e->last_detail);
+    e->last_detail = tfs_strdup(op->detail);
+    atomic_fetch_add(&wb->n.errors, 1);
+    atomic_fetch_add(&wb->n.retries, 1);
+    level = e->attempts == 1 || e->attempts % 10 == 0 ? TFS_LOG_WARNING
+                                                      : TFS_LOG_INFO;
+    TFS_LOGL(level, "%s of '%s' failed (attempt %u, next in %.1f s): "
+             "%s%s%s%s", up_verb(op->kind), op->key, e->attempts,
+             (double)wait / 1e9, tfs_strerror(op->rc),
+             op->detail[0] ? " (" : "", op->detail,
+             op->detail[0] ? ")" : "");
+}
+
+/* Count uploaded bytes toward the smoothed rate.  wb->lock held. */
+static void up_rate(struct tfs_wb *wb, uint64_t bytes)
+{
+    uint64_t now = tfs_now_ns();
+
+    wb->rate_bytes += bytes;
+    if (wb->rate_t_ns == 0)
+        wb->rate_t_ns = now;
+    if (now - wb->rate_t_ns >= 1000000000ull) {
+        double r = (double)wb->rate_bytes * 1e9 /
+                   (double)(now - wb->rate_t_ns);
+        wb->rate = wb->rate == 0 ? r : 0.5 * wb->rate + 0.5 * r;
+        wb->rate_t_ns = now;
+        wb->rate_bytes = 0;
+    }
+}
+
+/*
+ * A put succeeded: the node's content is in the store.  When it is still
+ * this key's content and nothing newer waits, it leaves the view.
+ * Returns the node to detach, or NULL.  wb->lock held.
+ */
+static struct wb_node *up_put_done(struct tfs_wb *wb, struct wb_op *op,
+                                   struct tfs_buf *rec)
+{
+    struct wb_node *n = op->node;
+    struct wb_ent *e = op->e;
+    bool dirty;
+
+    atomic_fetch_add(&wb->n.uploaded_files, 1);
+    atomic_fetch_add(&wb->n.uploaded_bytes, op->size);
+    up_rate(wb, op->size);
+    if (e->kind != WB_NODE || e->node != n)
+        return NULL;                    /* renamed or deleted meanwhile */
+    pthread_mutex_lock(&n->lock);
+    if (n->up_gen < op->sgen) {
+        n->up_gen = op->sgen;
+        n->up_st = op->out;
+    }
+    dirty = n->dirty;
+    pthread_mutex_unlock(&n->lock);
+    if (dirty || n->sealed_gen != op->sgen)
+        return NULL;                    /* newer content follows */
+    wb_ent_set(wb, e, WB_NONE, NULL, NULL, NULL, 0);
+    wb_jop_ent(wb, rec, e);
+    return n;
+}
+
+/*
+ * A directory's marks after a check.  HIDDEN goes once the store has
+ * visible content there (new objects, or a subdirectory we do not hide)
+ * or nothing at all; LOCAL (kept alive here) goes once the store shows
+ * the directory by itself.  Otherwise the mark stays and is not checked
+ * again until the next mount.  wb->lock held.
+ */
+static void up_check_done(struct tfs_wb *wb, struct wb_op *op,
+                          struct tfs_buf *rec)
+{
+    struct wb_ent *e = op->e;
+    bool visible = op->objects;
+    unsigned flags;
+
+    for (size_t i = 0; i < op->n_subdirs && !visible; i++)
+        visible = !wb_dir_hidden(wb, op->subdirs[i]);
+    if (e->kind != WB_DIRENT || e->seq != op->seq)
+        return;                         /* changed meanwhile: check again */
+    flags = e->dflags;
+    if ((flags & WB_D_HIDDEN) && (visible || !op->exists))
+        flags &= ~WB_D_HIDDEN;
+    else if ((flags & WB_D_LOCAL) && !(flags & WB_D_HIDDEN) &&
+             (visible || op->exists))
+        flags &= ~WB_D_LOCAL;
+    TFS_DEBUG("upload: check of '%s': objects %d, exists %d, visible %d: "
+              "flags %u -> %u", op->key, op->objects, op->exists, visible,
+              e->dflags, flags);
+    if (flags == e->dflags) {
+        e->checked = true;
+        return;
+    }
+    wb_ent_set(wb, e, WB_DIRENT, NULL, NULL, NULL, flags);
+    wb_jop_ent(wb, rec, e);
+}
+
+/*
+ * A move landed after its entry moved on (renamed again meanwhile): the
+ * object is at op->key now, so the pending moves still naming the old
+ * source take it from there.  wb->lock held.
+ */
+static void up_redirect(struct tfs_wb *wb, struct wb_op *op,
+                        struct tfs_buf *rec)
+{
+    struct wb_ent *s = wb_ent_find(wb, op->src);
+    struct wb_ent *found[8];
+    size_t n = 0;
+
+    for (size_t b = 0; s != NULL && s->pins > 0 && b < wb->ents.nb; b++) {
+        for (struct wb_hnode *h = wb->ents.b[b]; h != NULL && n < 8;
+             h = h->next) {
+            struct wb_ent *m = (struct wb_ent *)h;
+            if (m->kind == WB_MOVED && strcmp(m->src, op->src) == 0)
+                found[n++] = m;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {    /* may free s: not used below */
+        struct wb_ent *m = found[i];
+        struct tfs_stat st = m->st;
+        if (strcmp(m->h.key, op->key) == 0)
+            wb_ent_set(wb, m, WB_NONE, NULL, NULL, NULL, 0);
+        else
+            wb_ent_set(wb, m, WB_MOVED, NULL, op->key, &st, 0);
+        wb_jop_ent(wb, rec, m);
+    }
+}
+
+/* Apply a successful operation to the overlay.  wb->lock held. */
+static struct wb_node *up_done(struct tfs_wb *wb, struct wb_op *op,
+                               struct tfs_buf *rec)
+{
+    struct wb_ent *e = op->e;
+
+    e->attempts = 0;
+    e->retry_ns = 0;
+    switch (op->kind) {
+    case UP_PUT:
+        return op->rc == UP_GONE ? NULL : up_put_done(wb, op, rec);
+    case UP_MOVE:
+        atomic_fetch_add(&wb->n.moves, op->rc == 0);
+        if (e->kind == WB_MOVED && strcmp(e->src, op->src) == 0) {
+            wb_ent_set(wb, e, WB_NONE, NULL, NULL, NULL, 0);
+            wb_jop_ent(wb, rec, e);
+        } else if (op->rc == 0) {
+            up_redirect(wb, op, rec);
+        }
+        return NULL;
+    case UP_REMOVE:
+        atomic_fetch_add(&wb->n.removes, 1);
+        if (e->kind == WB_WHITEOUT) {
+            wb_ent_set(wb, e, WB_NONE, NULL, NULL, NULL, 0);
+            wb_jop_ent(wb, rec, e);
+        }
+        return NULL;
+    default:
+        up_check_done(wb, op, rec);
+        return NULL;
+    }
+}
+
+/* Tell the metadata cache first, so the view never shows stale data once
+   the entry leaves the overlay. */
+static void up_note_cache(struct tfs_wb *wb, struct wb_op *op)
+{
+    if (op->rc != 0)
+        return;
+    if (op->kind == UP_PUT)
+        tfs_cache_note_put(wb->cache, op->key, &op->out);
+    else if (op->kind == UP_MOVE || op->kind == UP_REMOVE)
+        tfs_cache_note_put(wb->cache, op->key, NULL);
+    if (op->kind == UP_MOVE)
+        tfs_cache_note_put(wb->cache, op->src, NULL);
+}
+
+static void up_complete(struct tfs_wb *wb, struct wb_op *op)
+{
+    struct wb_node *detach = NULL;
+    struct tfs_buf rec;
+    uint64_t end = 0;
+
+    up_note_cache(wb, op);
+    tfs_buf_init(&rec, 0);
+    pthread_rwlock_rdlock(&wb->ns_lock);
+    pthread_mutex_lock(&wb->lock);
+    op->e->busy = false;
+    if (op->se != NULL)
+        op->se->busy = false;
+    wb->inflight--;
+    if (op->kind == UP_PUT && op->rc == UP_GONE && op->e->kind == WB_NODE &&
+        op->e->node == op->node && op->node->sealed_id == op->id) {
+        op->rc = -EIO;                  /* not replaced: lost */
+        snprintf(op->detail, sizeof(op->detail), "staged data file %016"
+                 PRIx64 " is missing", op->id);
+    }
+    if (op->rc < 0)
+        up_failed(wb, op);
+    else
+        detach = up_done(wb, op, &rec);
+    if (wb_journal_append(wb, &rec, &end) < 0)
+        end = 0;
+    wb_ent_requeue(wb, op->e);
+    if (op->se != NULL)
+        wb_ent_requeue(wb, op->se);
+    wb_ent_release(wb, op->e);
+    wb_ent_release(wb, op->se);
+    pthread_cond_broadcast(&wb->changed);
+    wb_upload_kick(wb);
+    pthread_mutex_unlock(&wb->lock);
+    pthread_rwlock_unlock(&wb->ns_lock);
+    tfs_buf_cleanup(&rec);
+    if (detach != NULL && wb_journal_sync(wb, end) == 0)
+        wb_node_detached(wb, detach);
+    wb_node_put(detach);                /* the view's reference */
+}
+
+static void up_run(struct tfs_pool_task *task)
+{
+    struct wb_op *op = tfs_container_of(task, struct wb_op, task);
+    struct tfs_wb *wb = op->wb;
+
+    switch (op->kind) {
+    case UP_PUT:
+        op->rc = up_put(wb, op);
+        break;
+    case UP_MOVE:
+        op->rc = up_move(wb, op);
+        break;
+    case UP_REMOVE:
+        op->rc = tfs_store_remove(wb->st, op->key);
+        break;
+    default:
+        op->rc = up_check(wb, op);
+        break;
+    }
+    if (op->rc < 0)
+        snprintf(op->detail, sizeof(op->detail), "%s", tfs_errdetail());
+    up_complete(wb, op);
+    wb_node_put(op->node);
+    for (size_t i = 0; i < op->n_subdirs; i++)
+        tfs_free(op->subdirs[i]);
+    tfs_free(op->subdirs);
+    tfs_free(op->key);
+    tfs_free(op->src);
+    tfs_free(op);
+}
+
+/* ---- start, stop ---- */
+
+int wb_upload_start(struct tfs_wb *wb)
+{
+    int rc = tfs_pool_create(&wb->pool, wb->cfg.upload_jobs);
+
+    if (rc < 0)
+        return rc;
+    tfs_ratelimit_init(&wb->bw, wb->cfg.upload_bw);
+    if (pthread_create(&wb->sched, NULL, up_sched_main, wb) != 0)
+        return -EAGAIN;
+    wb->sched_started = true;
+    return 0;
+}
+
+void wb_upload_stop(struct tfs_wb *wb)
+{
+    if (wb->sched_started) {
+        pthread_mutex_lock(&wb->lock);
+        wb->stopping = true;
+        pthread_cond_signal(&wb->kick);
+        pthread_mutex_unlock(&wb->lock);
+        pthread_join(wb->sched, NULL);
+        wb->sched_started = false;
+    }
+    tfs_pool_destroy(wb->pool);         /* operations in flight finish */
+    wb->pool = NULL;
+}
+
+/* ---- sync ---- */
+
+uint64_t wb_sync_seq(struct tfs_wb *wb)
+{
+    uint64_t seq;
+
+    pthread_mutex_lock(&wb->lock);
+    seq = wb->seq;
+    pthread_mutex_unlock(&wb->lock);
+    return seq;
+}
+
+/* Count what remains under prefix up to seq.  wb->lock held. */
+static void up_count(struct tfs_wb *wb, const char *prefix, uint64_t seq,
+                     struct wb_sync *out)
+{
+    uint64_t last_fail = 0;
+
+    out->pending = out->bytes = out->errors = 0;
+    for (struct wb_ent *e = wb->qhead; e != NULL; e = e->qnext) {
+        if (e->kind == WB_DIRENT || e->seq > seq ||
+            !up_under(e->h.key, prefix))
+            continue;
+        out->pending++;
+        out->bytes += e->kind == WB_NODE ? e->node->sealed_size : 0;
+        out->errors += e->attempts;
+        if (e->attempts > 0 && e->fail_ns >= last_fail) {
+            last_fail = e->fail_ns;
+            snprintf(out->last_error, sizeof(out->last_error),
+                     "%s of '%s': %s%s%s%s", e->kind == WB_NODE ? "upload"
+                     : e->kind == WB_MOVED ? "rename" : "delete",
+                     e->h.key, tfs_strerror(e->last_err),
+                     e->last_detail && e->last_detail[0] ? " (" : "",
+                     e->last_detail ? e->last_detail : "",
+                     e->last_detail && e->last_detail[0] ? ")" : "");
+        }
+    }
+}
+
+/* Files under prefix open with writes not yet sealed.  wb->lock held. */
+static uint64_t up_dirty(struct tfs_wb *wb, const char *prefix)
+{
+    uint64_t n = 0;
+
+    for (size_t b = 0; b < wb->ents.nb; b++) {
+        for (struct wb_hnode *h = wb->ents.b[b]; h != NULL; h = h->next) {
+            struct wb_ent *e = (struct wb_ent *)h;
+            bool dirty;
+            if (e->kind != WB_NODE || !up_under(h->key, prefix))
+                continue;
+            pthread_mutex_lock(&e->node->lock);
+            dirty = e->node->dirty;
+            pthread_mutex_unlock(&e->node->lock);
+            n += dirty;
+        }
+    }
+    return n;
+}
+
+void wb_sync_status(struct tfs_wb *wb, const char *prefix, uint64_t seq,
+                    uint64_t wait_ms, struct wb_sync *out)
+{
+    uint64_t end = tfs_now_ns() + wait_ms * 1000000;
+    struct wb_hurry h = {prefix, seq, NULL};
+    struct wb_hurry **pp;
+
+    memset(out, 0, sizeof(*out));
+    out->seq = seq;
+    pthread_mutex_lock(&wb->lock);
+    h.next = wb->hurry;
+    wb->hurry = &h;
+    wb_upload_kick(wb);
+    for (;;) {
+        uint64_t now;
+        up_count(wb, prefix, seq, out);
+        now = tfs_now_ns();
+        if (out->pending == 0 || now >= end)
+            break;
+        wb_cond_wait_ms(&wb->changed, &wb->lock,
+                        (end - now) / 1000000 + 1);
+    }
+    out->dirty = up_dirty(wb, prefix);
+    for (pp = &wb->hurry; *pp != &h; pp = &(*pp)->next)
+        ;
+    *pp = h.next;
+    pthread_mutex_unlock(&wb->lock);
+}

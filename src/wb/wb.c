@@ -1,0 +1,585 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The write-back object: open (staging dir, lock, replay, sweep,
+ * compaction, uploader), close, and the statistics.  In order:
+ *
+ *   staging dir  STAGING/{lock,journal,data/}; one mount at a time
+ *   recovery     the journal's last op per key rebuilds the overlay;
+ *                staged files are checked against their records; data
+ *                files nobody references are removed
+ *   life cycle   wb_open, wb_stop, wb_close
+ *   statistics   the "writeback" member of the control file, Prometheus
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tierfs/log.h"
+#include "wb/wb_int.h"
+
+void wb_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(c, m, &ts);
+}
+
+static void wb_cond_init(pthread_cond_t *c)
+{
+    pthread_condattr_t a;
+
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(c, &a);
+    pthread_condattr_destroy(&a);
+}
+
+/* ---- staging dir ---- */
+
+/* mkdir -p path (absolute). */
+static int wb_mkdirs(const char *path)
+{
+    char buf[4096];
+    size_t len = strlen(path);
+
+    if (len >= sizeof(buf))
+        return tfs_err(-ENAMETOOLONG, "staging dir %s", path);
+    memcpy(buf, path, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        buf[i] = '\0';
+        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+            return tfs_err(-errno, "cannot create the staging dir %s", buf);
+        buf[i] = path[i];
+    }
+    return 0;
+}
+
+static int wb_staging_open(struct tfs_wb *wb)
+{
+    const char *dir = wb->cfg.staging_dir;
+    int rc = wb_mkdirs(dir);
+
+    if (rc < 0)
+        return rc;
+    wb->j.dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (wb->j.dir_fd < 0)
+        return tfs_err(-errno, "cannot open the staging dir %s", dir);
+    wb->lock_fd = openat(wb->j.dir_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC,
+                         0600);
+    if (wb->lock_fd < 0)
+        return tfs_err(-errno, "cannot open %s/lock", dir);
+    if (flock(wb->lock_fd, LOCK_EX | LOCK_NB) < 0)
+        return tfs_err(errno == EWOULDBLOCK ? -EBUSY : -errno, "the staging "
+                       "dir %s is in use by another tierfs mount (give each "
+                       "mount its own --staging-dir)", dir);
+    if (mkdirat(wb->j.dir_fd, "data", 0700) < 0 && errno != EEXIST)
+        return tfs_err(-errno, "cannot create %s/data", dir);
+    wb->data_fd = openat(wb->j.dir_fd, "data", O_RDONLY | O_DIRECTORY |
+                         O_CLOEXEC);
+    if (wb->data_fd < 0)
+        return tfs_err(-errno, "cannot open %s/data", dir);
+    unlinkat(wb->j.dir_fd, "journal.tmp", 0);
+    return 0;
+}
+
+/* ---- recovery ---- */
+
+/* The last journal op of one key, gathered during replay. */
+struct rp_ent {
+    struct wb_hnode h;                  /* first */
+    struct wb_jent  j;                  /* key and src point below */
+    char           *src;                /* owned */
+};
+
+struct rp_state {
+    struct wb_map map;
+    char         *identity;             /* of the HEAD op, owned */
+};
+
+static struct rp_state *rp_of(struct tfs_wb *wb)
+{
+    return (struct rp_state *)wb->replay;
+}
+
+static int rp_apply(struct tfs_wb *wb, const struct wb_jent *j)
+{
+    struct rp_state *rs = rp_of(wb);
+    struct rp_ent *r;
+
+    if (j->op == WB_J_HEAD) {
+        tfs_free(rs->identity);
+        rs->identity = tfs_strdup(j->key);
+        return rs->identity ? 0 : -ENOMEM;
+    }
+    r = (struct rp_ent *)wb_map_find(&rs->map, j->key);
+    if (r == NULL) {
+        r = tfs_calloc(1, sizeof(*r));
+        r->h.key = r ? tfs_strdup(j->key) : NULL;
+        if (r == NULL || r->h.key == NULL) {
+            tfs_free(r);
+            return -ENOMEM;
+        }
+        wb_map_insert(&rs->map, &r->h);
+    }
+    tfs_free(r->src);
+    r->src = j->src[0] ? tfs_strdup(j->src) : NULL;
+    r->j = *j;
+    r->j.key = r->h.key;
+    r->j.src = r->src;
+    return 0;
+}
+
+/* A staged file from its FILE op: its data must be there, whole. */
+static int rp_file(struct tfs_wb *wb, const struct wb_jent *j)
+{
+    struct wb_node *n = NULL;
+    struct wb_ent *e;
+    struct stat sb;
+    int rc = wb_node_new(wb, j->id, j->size, j->mtime_ns, &n);
+
+    if (rc == 0 && fstat(n->fd, &sb) < 0)
+        rc = tfs_err(-errno, "cannot stat its data file");
+    if (rc == 0 && (uint64_t)sb.st_size != j->size)
+        rc = tfs_err(-EIO, "its data file is %lld bytes, not %" PRIu64,
+                     (long long)sb.st_size, j->size);
+    if (rc < 0) {
+        TFS_ERROR("staging: dropping the staged file of '%s': %s%s%s%s",
+                  j->key, tfs_strerror(rc), tfs_errdetail()[0] ? " (" : "",
+                  tfs_errdetail(), tfs_errdetail()[0] ? ")" : "");
+        wb_node_put(n);
+        return 0;                       /* the others go on */
+    }
+    e = wb_ent_get(wb, j->key);
+    if (e == NULL) {
+        wb_node_put(n);
+        return -ENOMEM;
+    }
+    n->has_sealed = true;
+    n->sealed_id = j->id;
+    n->sealed_size = j->size;
+    n->sealed_mtime_ns = j->mtime_ns;
+    n->sealed_gen = 1;
+    n->gen = 1;
+    n->maybe_in_store = (j->flags & WB_JF_IN_STORE) != 0;
+    wb_ent_set(wb, e, WB_NODE, n, NULL, NULL, 0);
+    e->ready_ns = 0;                    /* resume at once */
+    atomic_fetch_add(&wb->used, (int64_t)j->size);
+    return 0;
+}
+
+/* Rebuild the overlay from the gathered ops. */
+static int rp_build(struct tfs_wb *wb)
+{
+    struct rp_state *rs = rp_of(wb);
+    int rc = 0;
+
+    for (size_t b = 0; b < rs->map.nb && rc == 0; b++) {
+        for (struct wb_hnode *h = rs->map.b[b]; h != NULL && rc == 0;
+             h = h->next) {
+            const struct wb_jent *j = &((struct rp_ent *)h)->j;
+            struct wb_ent *e = NULL;
+
+            if (j->op == WB_J_FILE) {
+                rc = rp_file(wb, j);
+                continue;
+            }
+            if (j->op == WB_J_CLEAR)
+                continue;
+            if (j->op == WB_J_MOVED && wb_ent_get(wb, j->src) == NULL)
+                return -ENOMEM;
+            e = wb_ent_get(wb, j->key);
+            if (e == NULL)
+                return -ENOMEM;
+            wb_ent_set(wb, e, j->op == WB_J_MOVED ? WB_MOVED
+                       : j->op == WB_J_DIR ? WB_DIRENT : WB_WHITEOUT,
+                       NULL, j->src, &j->st, j->flags);
+            e->ready_ns = 0;            /* resume at once */
+            wb_ent_release(wb, e);
+        }
+    }
+    return rc;
+}
+
+static void rp_cleanup(struct tfs_wb *wb)
+{
+    struct rp_state *rs = rp_of(wb);
+
+    if (rs == NULL)
+        return;
+    for (size_t b = 0; rs->map.b != NULL && b < rs->map.nb; b++) {
+        while (rs->map.b[b] != NULL) {
+            struct rp_ent *r = (struct rp_ent *)rs->map.b[b];
+            rs->map.b[b] = r->h.next;
+            tfs_free(r->h.key);
+            tfs_free(r->src);
+            tfs_free(r);
+        }
+    }
+    wb_map_cleanup(&rs->map);
+    tfs_free(rs->identity);
+    tfs_free(rs);
+    wb->replay = NULL;
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a;
+    uint64_t y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* The data ids the overlay references, sorted (tfs_free the array). */
+static uint64_t *wb_live_ids(struct tfs_wb *wb, size_t *n)
+{
+    uint64_t *ids = tfs_calloc(wb->ents.n + 1, sizeof(*ids));
+
+    *n = 0;
+    if (ids == NULL)
+        return NULL;
+    for (size_t b = 0; b < wb->ents.nb; b++) {
+        for (struct wb_hnode *h = wb->ents.b[b]; h != NULL; h = h->next) {
+            const struct wb_ent *e = (const struct wb_ent *)h;
+            if (e->kind == WB_NODE)
+                ids[(*n)++] = e->node->sealed_id;
+        }
+    }
+    qsort(ids, *n, sizeof(*ids), id_cmp);
+    return ids;
+}
+
+/* Remove data files nobody references; next ids start above them all. */
+static int wb_sweep(struct tfs_wb *wb)
+{
+    int fd = fcntl(wb->data_fd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    uint64_t max = 0;
+    size_t n;
+    size_t removed = 0;
+    uint64_t *ids = wb_live_ids(wb, &n);
+    struct dirent *de;
+
+    if (d == NULL || ids == NULL) {
+        if (fd >= 0 && d == NULL)
+            close(fd);
+        tfs_free(ids);
+        return d == NULL ? tfs_err(-errno, "staging: cannot list data/")
+                         : -ENOMEM;
+    }
+    while ((de = readdir(d)) != NULL) {
+        char *end;
+        uint64_t id = strtoull(de->d_name, &end, 16);
+        if (de->d_name[0] == '.' || *end != '\0')
+            continue;
+        max = TFS_MAX(max, id);
+        if (bsearch(&id, ids, n, sizeof(*ids), id_cmp) != NULL)
+            continue;
+        unlinkat(wb->data_fd, de->d_name, 0);
+        removed++;
+    }
+    closedir(d);
+    tfs_free(ids);
+    atomic_store(&wb->next_id, max + 1);
+    if (removed > 0)
+        TFS_INFO("staging: removed %zu data files of changes that never "
+                 "completed", removed);
+    return 0;
+}
+
+/* Replay the journal into the overlay; check it is for this store. */
+static int wb_recover(struct tfs_wb *wb)
+{
+    struct rp_state *rs = tfs_calloc(1, sizeof(*rs));
+    const char *ident = tfs_store_identity(wb->st);
+    int rc;
+
+    if (rs == NULL || wb_map_init(&rs->map) < 0) {
+        tfs_free(rs);
+        return -ENOMEM;
+    }
+    wb->replay = rs;
+    rc = wb_journal_open(wb, rp_apply);
+    if (rc == 0 && rs->identity != NULL && strcmp(rs->identity, ident) &&
+        rs->map.n > 0)
+        rc = tfs_err(TFS_EOPTION, "the staging dir %s holds changes for "
+                     "%s, not %s: mount that store over it, or give this "
+                     "mount another --staging-dir", wb->cfg.staging_dir,
+                     rs->identity, ident);
+    if (rc == 0) {
+        pthread_mutex_lock(&wb->lock);
+        rc = rp_build(wb);
+        pthread_mutex_unlock(&wb->lock);
+    }
+    rp_cleanup(wb);
+    if (rc == 0)
+        rc = wb_sweep(wb);
+    if (rc == 0) {
+        pthread_mutex_lock(&wb->lock);
+        rc = wb_journal_compact(wb);
+        if (wb->ents.n > 0)
+            TFS_LOGL(TFS_LOG_NOTICE, "staging: %zu pending changes from "
+                     "the last mount resume now (%s)", wb->ents.n,
+                     wb->cfg.staging_dir);
+        pthread_mutex_unlock(&wb->lock);
+    }
+    return rc;
+}
+
+/* ---- life cycle ---- */
+
+int wb_open(struct tfs_wb **out, const struct wb_cfg *cfg,
+            struct tfs_store *st, struct tfs_cache *c)
+{
+    struct tfs_wb *wb = tfs_calloc(1, sizeof(*wb));
+    int rc;
+
+    if (wb == NULL)
+        return -ENOMEM;
+    wb->cfg = *cfg;
+    wb->cfg.staging_dir = tfs_strdup(cfg->staging_dir);
+    wb->cfg.upload_jobs = TFS_MAX(cfg->upload_jobs, 1u);
+    wb->st = st;
+    wb->cache = c;
+    wb->store_dirs = (tfs_store_caps(st) & TFS_SCAP_DIRS) != 0;
+    wb->lock_fd = wb->data_fd = wb->j.dir_fd = wb->j.fd = -1;
+    atomic_init(&wb->next_nid, 1);
+    atomic_init(&wb->next_id, 1);
+    pthread_rwlock_init(&wb->ns_lock, NULL);
+    pthread_mutex_init(&wb->lock, NULL);
+    wb_cond_init(&wb->changed);
+    wb_cond_init(&wb->space);
+    wb_cond_init(&wb->kick);
+    rc = wb->cfg.staging_dir ? 0 : -ENOMEM;
+    if (rc == 0 && (wb_map_init(&wb->ents) < 0 ||
+                    wb_map_init(&wb->pfx) < 0))
+        rc = -ENOMEM;
+    if (rc == 0)
+        rc = wb_staging_open(wb);
+    if (rc == 0)
+        rc = wb_recover(wb);
+    if (rc == 0)
+        rc = wb_upload_start(wb);
+    wb->opened = rc == 0;
+    if (rc < 0) {
+        wb_close(wb);
+        return rc;
+    }
+    *out = wb;
+    return 0;
+}
+
+void wb_stop(struct tfs_wb *wb)
+{
+    if (wb == NULL)
+        return;
+    atomic_store(&wb->closing, true);
+    wb_upload_stop(wb);
+}
+
+/*
+ * Nothing pending, nothing staged: remove the staging dir, so that a
+ * clean unmount leaves nothing behind.  A directory with anything else
+ * in it (data of files still open at the unmount) stays for the next
+ * mount's sweep.
+ */
+static void wb_remove_staging(struct tfs_wb *wb)
+{
+    if (wb->ents.n > 0 || wb->j.dir_fd < 0 || wb->data_fd < 0)
+        return;
+    if (unlinkat(wb->j.dir_fd, "data", AT_REMOVEDIR) < 0)
+        return;
+    unlinkat(wb->j.dir_fd, "journal", 0);
+    unlinkat(wb->j.dir_fd, "lock", 0);
+    rmdir(wb->cfg.staging_dir);
+}
+
+void wb_close(struct tfs_wb *wb)
+{
+    if (wb == NULL)
+        return;
+    wb_stop(wb);
+    if (wb->opened)
+        wb_remove_staging(wb);
+    for (size_t b = 0; wb->ents.b != NULL && b < wb->ents.nb; b++) {
+        while (wb->ents.b[b] != NULL) {
+            struct wb_ent *e = (struct wb_ent *)wb->ents.b[b];
+            wb->ents.b[b] = e->h.next;
+            if (e->kind == WB_NODE) {
+                e->node->ent = NULL;
+                wb_node_put(e->node);
+            }
+            tfs_free(e->src);
+            tfs_free(e->h.key);
+            tfs_free(e->last_detail);
+            tfs_free(e);
+        }
+    }
+    for (size_t b = 0; wb->pfx.b != NULL && b < wb->pfx.nb; b++) {
+        while (wb->pfx.b[b] != NULL) {
+            struct wb_pfx *p = (struct wb_pfx *)wb->pfx.b[b];
+            wb->pfx.b[b] = p->h.next;
+            tfs_free(p->h.key);
+            tfs_free(p);
+        }
+    }
+    wb_map_cleanup(&wb->ents);
+    wb_map_cleanup(&wb->pfx);
+    wb_journal_close(wb);
+    if (wb->data_fd >= 0)
+        close(wb->data_fd);
+    if (wb->j.dir_fd >= 0)
+        close(wb->j.dir_fd);
+    if (wb->lock_fd >= 0)
+        close(wb->lock_fd);             /* releases the flock */
+    tfs_ratelimit_cleanup(&wb->bw);
+    pthread_cond_destroy(&wb->changed);
+    pthread_cond_destroy(&wb->space);
+    pthread_cond_destroy(&wb->kick);
+    pthread_mutex_destroy(&wb->lock);
+    pthread_rwlock_destroy(&wb->ns_lock);
+    tfs_free((char *)wb->cfg.staging_dir);
+    tfs_free(wb);
+}
+
+/* ---- statistics ---- */
+
+void wb_usage(struct tfs_wb *wb, uint64_t *used, uint64_t *max)
+{
+    int64_t u = atomic_load(&wb->used);
+
+    *used = u > 0 ? (uint64_t)u : 0;
+    *max = wb->cfg.staging_max;
+}
+
+struct wb_snap {
+    uint64_t pending_files;
+    uint64_t pending_bytes;
+    uint64_t pending_ops;               /* moves and deletes */
+    uint64_t staged_files;              /* nodes in the view */
+    uint64_t dirty_files;
+    uint64_t inflight;
+    double   rate;
+};
+
+static void wb_snapshot(struct tfs_wb *wb, struct wb_snap *s)
+{
+    uint64_t now = tfs_now_ns();
+
+    memset(s, 0, sizeof(*s));
+    pthread_mutex_lock(&wb->lock);
+    for (struct wb_ent *e = wb->qhead; e != NULL; e = e->qnext) {
+        if (e->kind == WB_NODE) {
+            s->pending_files++;
+            s->pending_bytes += e->node->sealed_size;
+        } else if (e->kind != WB_DIRENT) {
+            s->pending_ops++;
+        }
+    }
+    for (size_t b = 0; b < wb->ents.nb; b++) {
+        for (struct wb_hnode *h = wb->ents.b[b]; h != NULL; h = h->next) {
+            struct wb_ent *e = (struct wb_ent *)h;
+            if (e->kind != WB_NODE)
+                continue;
+            s->staged_files++;
+            pthread_mutex_lock(&e->node->lock);
+            s->dirty_files += e->node->dirty;
+            pthread_mutex_unlock(&e->node->lock);
+        }
+    }
+    s->inflight = wb->inflight;
+    s->rate = wb->rate;
+    if (wb->rate_t_ns != 0 && now - wb->rate_t_ns > 3000000000ull)
+        s->rate = (double)wb->rate_bytes * 1e9 /
+                  (double)(now - wb->rate_t_ns);
+    pthread_mutex_unlock(&wb->lock);
+}
+
+#define WB_N(f) ((uint64_t)atomic_load(&wb->n.f))
+
+int wb_stats_json(struct tfs_wb *wb, struct tfs_buf *b)
+{
+    struct wb_snap s;
+    uint64_t used;
+    uint64_t max;
+    uint64_t seals = WB_N(seals);
+
+    wb_snapshot(wb, &s);
+    wb_usage(wb, &used, &max);
+    return tfs_buf_printf(b,
+        "\"writeback\": {\"pending_files\": %" PRIu64
+        ", \"pending_bytes\": %" PRIu64 ", \"pending_ops\": %" PRIu64
+        ", \"staged_files\": %" PRIu64 ", \"dirty_files\": %" PRIu64
+        ", \"inflight\": %" PRIu64 ", \"staging_bytes\": %" PRIu64
+        ", \"staging_max_bytes\": %" PRIu64 ",\n  \"uploaded_files\": %"
+        PRIu64 ", \"uploaded_bytes\": %" PRIu64
+        ", \"upload_rate_bytes\": %.0f, \"moves\": %" PRIu64
+        ", \"removes\": %" PRIu64 ", \"upload_errors\": %" PRIu64
+        ", \"upload_retries\": %" PRIu64 ",\n  \"writes\": %" PRIu64
+        ", \"write_bytes\": %" PRIu64 ", \"seals\": %" PRIu64
+        ", \"seal_us_avg\": %.0f, \"copies\": %" PRIu64
+        ", \"backpressure_waits\": %" PRIu64
+        ", \"backpressure_seconds\": %.3f, \"journal_bytes\": %" PRIu64
+        ", \"compactions\": %" PRIu64 "}",
+        s.pending_files, s.pending_bytes, s.pending_ops, s.staged_files,
+        s.dirty_files, s.inflight, used, max, WB_N(uploaded_files),
+        WB_N(uploaded_bytes), s.rate, WB_N(moves), WB_N(removes),
+        WB_N(errors), WB_N(retries), WB_N(writes), WB_N(write_bytes), seals,
+        seals ? (double)WB_N(seal_ns) / 1e3 / (double)seals : 0.0,
+        WB_N(copies), WB_N(waits), (double)WB_N(wait_ns) / 1e9,
+        (uint64_t)wb->j.size, WB_N(compactions));
+}
+
+static int wb_prom(struct tfs_buf *b, const char *name, const char *type,
+                   const char *help, double v)
+{
+    return tfs_buf_printf(b, "# HELP tierfs_%s %s\n# TYPE tierfs_%s %s\n"
+                          "tierfs_%s %.0f\n", name, help, name, type, name,
+                          v);
+}
+
+int wb_stats_prometheus(struct tfs_wb *wb, struct tfs_buf *b)
+{
+    struct wb_snap s;
+    uint64_t used;
+    uint64_t max;
+    int rc;
+
+    wb_snapshot(wb, &s);
+    wb_usage(wb, &used, &max);
+    rc = wb_prom(b, "wb_pending_files", "gauge",
+                 "closed files not yet in the store",
+                 (double)s.pending_files);
+    if (rc == 0)
+        rc = wb_prom(b, "wb_pending_bytes", "gauge",
+                     "bytes of closed files not yet in the store",
+                     (double)s.pending_bytes);
+    if (rc == 0)
+        rc = wb_prom(b, "wb_staging_bytes", "gauge",
+                     "bytes of staged data on local disk", (double)used);
+    if (rc == 0)
+        rc = wb_prom(b, "wb_uploaded_bytes_total", "counter",
+                     "bytes uploaded to the store",
+                     (double)WB_N(uploaded_bytes));
+    if (rc == 0)
+        rc = wb_prom(b, "wb_upload_errors_total", "counter",
+                     "failed store operations of the uploader",
+                     (double)WB_N(errors));
+    return rc;
+}

@@ -1,0 +1,331 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Internals of the write-back engine (wb.h), divided into:
+ *
+ *   view.c     the overlay: entries by key, prefix counters, lookups and
+ *              merged listings
+ *   node.c     staged files: data files, reads, writes, copy on write,
+ *              sealing, the staging bound
+ *   ns.c       namespace changes: open for writing, unlink, mkdir, rmdir,
+ *              rename
+ *   journal.c  the journal: records, group commit, replay, compaction
+ *   upload.c   the uploader: scheduling, store operations, retries, sync
+ *   wb.c       open (recovery), close, statistics
+ *
+ * Lock order: wb->ns_lock, then node->rw, then wb->lock, then
+ * node->lock, then the journal's locks.  No lock is held across store
+ * I/O; node->rw is held across local file I/O of that node only.
+ */
+#ifndef TFS_WB_INT_H
+#define TFS_WB_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/pool.h"
+#include "common/util.h"
+#include "wb/wb.h"
+
+/* ---- a chained hash map keyed by string (view.c) ---- */
+
+struct wb_hnode {
+    struct wb_hnode *next;              /* chain */
+    uint64_t         hash;
+    char            *key;               /* owned by the containing object */
+};
+
+struct wb_map {
+    struct wb_hnode **b;                /* buckets, power of two */
+    size_t            nb;
+    size_t            n;
+};
+
+int wb_map_init(struct wb_map *m);
+void wb_map_cleanup(struct wb_map *m);
+struct wb_hnode *wb_map_find(const struct wb_map *m, const char *key);
+/* Insert h (h->key set); grows when loaded.  Never fails. */
+void wb_map_insert(struct wb_map *m, struct wb_hnode *h);
+void wb_map_remove(struct wb_map *m, struct wb_hnode *h);
+uint64_t wb_hash(const char *key);
+
+/* ---- overlay entries (view.c) ---- */
+
+enum wb_kind {
+    WB_NONE,                            /* nothing: kept for pins/busy */
+    WB_NODE,                            /* a staged file: ent->node */
+    WB_MOVED,                           /* store object ent->src, moving
+                                           here */
+    WB_WHITEOUT,                        /* deleted: remove from the store */
+    WB_DIRENT,                          /* directory flags; key ends '/' */
+};
+
+#define WB_D_LOCAL  0x1u                /* exists here (mkdir, emptied) */
+#define WB_D_HIDDEN 0x2u                /* hide the store's directory */
+
+struct wb_ent {
+    struct wb_hnode  h;                 /* first; h.key: "a/b" or "a/b/" */
+    int              kind;              /* wb_kind; wb->lock */
+    struct wb_node  *node;              /* WB_NODE: the view's reference */
+    char            *src;               /* WB_MOVED: owned */
+    struct tfs_stat  st;                /* WB_MOVED: the source's stat */
+    unsigned         dflags;            /* WB_DIRENT: WB_D_* */
+    unsigned         pins;              /* WB_MOVED entries whose source
+                                           this key is */
+    bool             busy;              /* a store operation runs on it */
+    bool             counted;           /* in the prefix counters */
+    bool             checked;           /* HIDDEN: the sweep keeps it */
+    uint64_t         seq;               /* wb->seq at the last change */
+    uint64_t         ready_ns;          /* not before: upload delay */
+    uint64_t         retry_ns;          /* not before: backoff */
+    uint64_t         fail_ns;           /* when the last attempt failed */
+    unsigned         attempts;          /* failures of the current work */
+    int              last_err;
+    char            *last_detail;       /* owned; of last_err */
+    bool             queued;            /* on the pending queue */
+    struct wb_ent   *qprev;             /* pending queue; wb->lock */
+    struct wb_ent   *qnext;
+};
+
+/* Counts of entries strictly under a directory key ("" or "a/b/"). */
+struct wb_pfx {
+    struct wb_hnode h;                  /* first */
+    uint64_t        live;               /* NODE, MOVED, DIRENT LOCAL */
+    uint64_t        all;                /* every kind but NONE */
+    uint64_t        wo;                 /* WHITEOUT */
+};
+
+/* The entry of key, or NULL.  wb->lock held. */
+struct wb_ent *wb_ent_find(struct tfs_wb *wb, const char *key);
+/* The entry of key, created as WB_NONE if missing; NULL: -ENOMEM. */
+struct wb_ent *wb_ent_get(struct tfs_wb *wb, const char *key);
+/*
+ * Change e's overlay state, keeping the counters, the pins of a move's
+ * source and the seq right; node and src are taken as given (node: a
+ * reference; src: copied).  Returns the node reference e held before,
+ * if any, for the caller to put after unlocking.  wb->lock held.
+ */
+struct wb_node *wb_ent_set(struct tfs_wb *wb, struct wb_ent *e, int kind,
+                           struct wb_node *node, const char *src,
+                           const struct tfs_stat *st, unsigned dflags);
+/* Free e if it holds nothing.  wb->lock held. */
+void wb_ent_release(struct tfs_wb *wb, struct wb_ent *e);
+/* The counters of directory dir, or NULL (all zero). */
+const struct wb_pfx *wb_pfx_find(struct tfs_wb *wb, const char *dir);
+/* Whether directory dkey ("a/b/") is hidden and nothing of ours is in
+   it.  wb->lock held. */
+bool wb_dir_hidden(struct tfs_wb *wb, const char *dkey);
+/* Clear WB_D_HIDDEN on every ancestor directory of key. */
+void wb_unhide_parents(struct tfs_wb *wb, const char *key,
+                       struct tfs_buf *rec);
+/*
+ * Keep key's parent directory alive (WB_D_LOCAL) after its entry leaves
+ * it, as a local file system would; the root needs nothing.
+ */
+void wb_keep_parent(struct tfs_wb *wb, const char *key, struct tfs_buf *rec);
+/* Put e on the pending queue, or take it off, as its state says. */
+void wb_ent_requeue(struct tfs_wb *wb, struct wb_ent *e);
+/* Whether e needs a store operation (node: sealed and not uploaded). */
+bool wb_ent_needs_work(struct tfs_wb *wb, struct wb_ent *e);
+
+/* ---- staged files (node.c) ---- */
+
+struct wb_node {
+    atomic_uint      refs;
+    struct tfs_wb   *wb;                /* immutable */
+    uint64_t         nid;               /* immutable */
+    pthread_rwlock_t rw;                /* the data file: reads and writes
+                                           shared, replacing it exclusive */
+    int              fd;                /* the data file, -1: none; rw */
+    uint64_t         id;                /* its id, 0: none; rw */
+    bool             cur_sealed;        /* sealed: never written again; rw */
+    bool             dir_synced;        /* its name is durable; rw */
+    pthread_mutex_t  lock;
+    uint64_t         size;              /* bytes; lock */
+    int64_t          mtime_ns;          /* lock */
+    uint64_t         gen;               /* bumped by every change; lock */
+    bool             dirty;             /* changed since the seal; lock */
+    unsigned         opens;             /* handles; lock */
+    unsigned         writers;           /* of which for writing; lock */
+    uint64_t         seal_end;          /* journal offset of the last
+                                           seal record; lock */
+    uint64_t         up_gen;            /* sealed_gen in the store; lock */
+    struct tfs_stat  up_st;             /* its stat there; lock */
+    /* protected by wb->lock */
+    struct wb_ent   *ent;               /* its entry, NULL: detached */
+    bool             maybe_in_store;    /* the store may hold an object
+                                           at its key */
+    bool             has_sealed;        /* sealed_* describe a content */
+    uint64_t         sealed_id;         /* data file of the last seal */
+    uint64_t         sealed_size;
+    int64_t          sealed_mtime_ns;
+    uint64_t         sealed_gen;        /* 1, 2, ... per seal */
+};
+
+/* A new node: an empty data file (or, with id != 0, the existing one
+   replayed from the journal, of size bytes, sealed). */
+int wb_node_new(struct tfs_wb *wb, uint64_t id, uint64_t size,
+                int64_t mtime_ns, struct wb_node **out);
+/*
+ * Give n, which is out of the view (or new), a fresh data file: a copy
+ * of read_key@st (from n's own local bytes when they are that version,
+ * else read through the cache), or empty when st is NULL.  Returns 1,
+ * changing nothing, when n is in the view again (someone attached it).
+ */
+int wb_node_replace(struct tfs_wb *wb, struct wb_node *n,
+                    const char *read_key, const struct tfs_stat *st);
+/* After n left the view: free its local data once nothing reads it. */
+void wb_node_detached(struct tfs_wb *wb, struct wb_node *n);
+/* data/<id> under the staging dir. */
+void wb_data_path(const struct tfs_wb *wb, uint64_t id, char *buf,
+                  size_t size);
+/* Remove data file id of size bytes and give its room back. */
+void wb_data_unlink(struct tfs_wb *wb, uint64_t id, uint64_t size);
+uint64_t wb_new_id(struct tfs_wb *wb);
+/* Wait until need more bytes fit under staging_max (docs/writeback.md). */
+int wb_space_wait(struct tfs_wb *wb, uint64_t need, const char *why);
+void wb_space_add(struct tfs_wb *wb, int64_t delta);
+/* pthread_cond_timedwait on the monotonic clock (wb's conditions). */
+void wb_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ms);
+
+/* ---- the journal (journal.c) ---- */
+
+enum wb_jop {
+    WB_J_HEAD = 1,                      /* key: the store's identity */
+    WB_J_FILE = 2,
+    WB_J_MOVED = 3,
+    WB_J_WHITEOUT = 4,
+    WB_J_DIR = 5,
+    WB_J_CLEAR = 6,
+};
+
+#define WB_JF_IN_STORE 0x1u             /* WB_J_FILE: maybe in the store */
+
+struct wb_journal {
+    int             fd;                 /* wb->lock (swapped by compact) */
+    int             dir_fd;             /* the staging dir */
+    uint64_t        size;               /* bytes in the file; wb->lock */
+    uint64_t        end;                /* logical bytes appended ever;
+                                           wb->lock */
+    pthread_mutex_t sync_lock;          /* one fdatasync at a time */
+    atomic_uint_fast64_t synced;        /* logical bytes durable */
+    uint64_t        compact_at;         /* size that triggers compaction */
+    int             err;                /* sticky write error; wb->lock */
+};
+
+/* Encoders: append one op to a record being built (errors sticky in b). */
+void wb_jop_file(struct tfs_buf *b, const char *key, uint64_t id,
+                 uint64_t size, int64_t mtime_ns, unsigned flags);
+void wb_jop_moved(struct tfs_buf *b, const char *key, const char *src,
+                  const struct tfs_stat *st);
+void wb_jop_key(struct tfs_buf *b, int op, const char *key);
+void wb_jop_dir(struct tfs_buf *b, const char *key, unsigned dflags);
+/* The op that describes e's state now (nothing for a fresh NONE). */
+void wb_jop_ent(struct tfs_wb *wb, struct tfs_buf *b, const struct wb_ent *e);
+
+/*
+ * Append the record in b (if not empty) and reset b; *end (may be NULL)
+ * receives the logical offset to pass to wb_journal_sync.  wb->lock
+ * held.  -EIO (sticky) when the staging disk fails.
+ */
+int wb_journal_append(struct tfs_wb *wb, struct tfs_buf *b, uint64_t *end);
+/* Make everything up to end durable (group commit).  No lock held. */
+int wb_journal_sync(struct tfs_wb *wb, uint64_t end);
+/* Rewrite the journal from the overlay.  wb->lock held. */
+int wb_journal_compact(struct tfs_wb *wb);
+
+/* One op of a replayed record. */
+struct wb_jent {
+    int             op;                 /* wb_jop */
+    const char     *key;                /* NUL-terminated copies */
+    const char     *src;
+    uint64_t        id;
+    uint64_t        size;
+    int64_t         mtime_ns;
+    unsigned        flags;
+    struct tfs_stat st;
+};
+typedef int wb_replay_fn(struct tfs_wb *wb, const struct wb_jent *j);
+/*
+ * Open (or create) the journal and feed every op of every intact record
+ * to fn, in order; a torn or corrupt tail is cut off (logged).
+ */
+int wb_journal_open(struct tfs_wb *wb, wb_replay_fn *fn);
+void wb_journal_close(struct tfs_wb *wb);
+
+/* ---- the uploader (upload.c) ---- */
+
+int wb_upload_start(struct tfs_wb *wb);
+void wb_upload_stop(struct tfs_wb *wb);
+/* Something changed: let the scheduler look.  wb->lock held. */
+void wb_upload_kick(struct tfs_wb *wb);
+
+/* A sync waiting on prefix up to barrier seq: its work goes first. */
+struct wb_hurry {
+    const char      *prefix;            /* "", "a/b/" or "a/b" */
+    uint64_t         seq;
+    struct wb_hurry *next;              /* wb->hurry list; wb->lock */
+};
+
+/* ---- the write-back object ---- */
+
+struct wb_counters {
+    atomic_uint_fast64_t writes;        /* write requests */
+    atomic_uint_fast64_t write_bytes;
+    atomic_uint_fast64_t seals;         /* closes/fsyncs that sealed */
+    atomic_uint_fast64_t seal_ns;       /* time spent sealing */
+    atomic_uint_fast64_t uploaded_files;
+    atomic_uint_fast64_t uploaded_bytes;
+    atomic_uint_fast64_t moves;         /* store moves done */
+    atomic_uint_fast64_t removes;       /* store removes done */
+    atomic_uint_fast64_t errors;        /* failed store operations */
+    atomic_uint_fast64_t retries;       /* operations tried again */
+    atomic_uint_fast64_t waits;         /* writers that waited for room */
+    atomic_uint_fast64_t wait_ns;
+    atomic_uint_fast64_t copies;        /* copy-on-write of sealed data */
+    atomic_uint_fast64_t compactions;
+};
+
+struct tfs_wb {
+    struct wb_cfg        cfg;           /* strings owned */
+    struct tfs_store    *st;            /* borrowed */
+    struct tfs_cache    *cache;         /* borrowed */
+    bool                 store_dirs;    /* TFS_SCAP_DIRS */
+    int                  lock_fd;       /* flock'd staging/lock */
+    atomic_bool          closing;       /* delete no staged data */
+    int                  data_fd;       /* staging/data */
+
+    pthread_rwlock_t     ns_lock;       /* directory renames exclusive,
+                                           completions shared */
+    pthread_mutex_t      lock;
+    struct wb_map        ents;          /* struct wb_ent; lock */
+    struct wb_map        pfx;           /* struct wb_pfx; lock */
+    struct wb_ent       *qhead;         /* pending queue; lock */
+    struct wb_ent       *qtail;
+    uint64_t             seq;           /* changes so far; lock */
+    pthread_cond_t       changed;       /* sync waiters; lock */
+    pthread_cond_t       space;         /* room freed; lock */
+    struct wb_hurry     *hurry;         /* syncs waiting; lock */
+    unsigned             inflight;      /* store operations; lock */
+    atomic_uint_fast64_t next_id;       /* data file ids */
+    atomic_uint_fast64_t next_nid;
+    atomic_int_fast64_t  used;          /* staged bytes on disk */
+    struct wb_journal    j;
+    void                *replay;        /* during wb_open only (wb.c) */
+
+    /* uploader */
+    struct tfs_pool     *pool;
+    pthread_t            sched;
+    bool                 sched_started;
+    bool                 opened;        /* wb_open completed */
+    bool                 stopping;      /* lock */
+    pthread_cond_t       kick;          /* lock */
+    struct tfs_ratelimit bw;
+    uint64_t             rate_t_ns;     /* upload rate window; lock */
+    uint64_t             rate_bytes;    /* lock */
+    double               rate;          /* bytes/s, smoothed; lock */
+    struct wb_counters   n;
+};
+
+#endif /* TFS_WB_INT_H */
