@@ -175,6 +175,12 @@ TFS_API int tfs_cache_fill(struct tfs_cache *c, const char *key,
 TFS_API int tfs_cache_cached_bytes(struct tfs_cache *c, const char *key,
                                    uint64_t *bytes);
 
+/*
+ * Wait until the blocks already loaded are written to the disk tier
+ * (they are written by a background thread).
+ */
+TFS_API void tfs_cache_flush(struct tfs_cache *c);
+
 /* Drop every cached stat and listing (not data). */
 TFS_API void tfs_cache_forget_meta(struct tfs_cache *c);
 

@@ -486,6 +486,11 @@ int tfs_cache_prefetch(struct tfs_cache *c, const char *const *keys,
     return 0;
 }
 
+void tfs_cache_flush(struct tfs_cache *c)
+{
+    tfs_disk_flush(c);
+}
+
 /* ---- statistics ---- */
 
 static void cache_view(struct tfs_cache *c, struct tfs_metrics_view *v)

@@ -273,6 +273,8 @@ void tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
                     struct tfs_block *b, bool sync);
 void tfs_disk_usage(struct tfs_cache *c, uint64_t *bytes, uint64_t *blocks,
                     uint64_t *capacity);
+/* Wait until every queued disk write is done. */
+void tfs_disk_flush(struct tfs_cache *c);
 
 /* ---- fetch.c: the backend reader pool ---- */
 

@@ -60,6 +60,8 @@ struct tfs_disk {
     pthread_t         writer;
     pthread_mutex_t   lock;
     pthread_cond_t    cond;
+    pthread_cond_t    idle;             /* queue empty, writer idle */
+    bool              busy;             /* protected by lock */
     struct disk_job  *head;             /* protected by lock */
     struct disk_job  *tail;             /* protected by lock */
     unsigned          queued;           /* protected by lock */
@@ -417,6 +419,7 @@ static void *disk_writer(void *arg)
         if (j == NULL && d->stopping)
             break;
         if (j == NULL) {
+            pthread_cond_broadcast(&d->idle);
             pthread_cond_wait(&d->cond, &d->lock);
             continue;
         }
@@ -424,6 +427,7 @@ static void *disk_writer(void *arg)
         if (d->head == NULL)
             d->tail = NULL;
         d->queued--;
+        d->busy = true;
         pthread_mutex_unlock(&d->lock);
         r = (struct tfs_block_ref){.key = j->key, .version = j->version,
                                    .obj_size = j->obj_size,
@@ -431,6 +435,7 @@ static void *disk_writer(void *arg)
         disk_write_block(c, &r, j->b);
         disk_job_free(c, j);
         pthread_mutex_lock(&d->lock);
+        d->busy = false;
     }
     pthread_mutex_unlock(&d->lock);
     return NULL;
@@ -665,6 +670,7 @@ int tfs_disk_open(struct tfs_cache *c)
     }
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->cond, NULL);
+    pthread_cond_init(&d->idle, NULL);
     c->disk = d;
     rc = disk_open_index(c, d);
     if (rc == 0 && pthread_create(&d->writer, NULL, disk_writer, c) != 0)
@@ -691,11 +697,24 @@ void tfs_disk_close(struct tfs_cache *c)
     pthread_mutex_unlock(&d->lock);
     pthread_join(d->writer, NULL);      /* drains the queue first */
     tfs_index_close(d->ix);
+    pthread_cond_destroy(&d->idle);
     pthread_cond_destroy(&d->cond);
     pthread_mutex_destroy(&d->lock);
     tfs_free(d->dir);
     tfs_free(d);
     c->disk = NULL;
+}
+
+void tfs_disk_flush(struct tfs_cache *c)
+{
+    struct tfs_disk *d = c->disk;
+
+    if (d == NULL)
+        return;
+    pthread_mutex_lock(&d->lock);
+    while (d->head != NULL || d->busy)
+        pthread_cond_wait(&d->idle, &d->lock);
+    pthread_mutex_unlock(&d->lock);
 }
 
 void tfs_disk_usage(struct tfs_cache *c, uint64_t *bytes, uint64_t *blocks,
