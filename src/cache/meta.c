@@ -863,29 +863,103 @@ static struct tfs_dir *meta_take_dir(struct tfs_meta *m, const char *dir)
     return NULL;
 }
 
+/*
+ * A copy of d with entry name set (is_dir, or a file with *st) or, when
+ * remove, taken out; NULL when out of memory or d is too large to copy
+ * for one change (the caller then drops the listing instead).
+ */
+static struct tfs_dir *meta_dir_patched(const struct tfs_dir *d,
+                                        const char *name, bool is_dir,
+                                        const struct tfs_stat *st,
+                                        bool remove)
+{
+    struct dir_build b = {0};
+    struct tfs_dir *nd = NULL;
+    bool found = false;
+    int rc = 0;
+
+    if (d->n > 10000)
+        return NULL;
+    tfs_buf_init(&b.names, 0);
+    for (size_t i = 0; i < d->n && rc == 0; i++) {
+        const struct tfs_dirent *e = &d->ents[i];
+        bool same = strcmp(e->name, name) == 0 && e->is_dir == is_dir;
+        found = found || same;
+        if (same && (remove || !is_dir))
+            continue;                   /* dropped, or re-added below */
+        rc = dir_build_add(&b, e->name, strlen(e->name), e->is_dir,
+                           e->is_dir ? NULL : &e->st);
+    }
+    if (rc == 0 && !remove && (!found || !is_dir))
+        rc = dir_build_add(&b, name, strlen(name), is_dir, st);
+    if (rc == 0 && dir_build_finish(&b, d->path, &nd) == 0)
+        nd->expires_ns = d->expires_ns;
+    dir_build_cleanup(&b);
+    return nd;
+}
+
+/*
+ * Apply one change to the cached listing of dir, if there is one: the
+ * listing is replaced by a patched copy (readers holding the old one keep
+ * it), or dropped when it cannot be patched.  Under m->lock; the old
+ * listing is returned for the caller to release outside the lock.
+ */
+static struct tfs_dir *meta_dir_apply(struct tfs_meta *m, const char *dir,
+                                      const char *name, bool is_dir,
+                                      const struct tfs_stat *st, bool remove)
+{
+    struct tfs_dir *old = meta_take_dir(m, dir);
+    struct tfs_dir *nd;
+
+    if (old == NULL)
+        return NULL;
+    nd = meta_dir_patched(old, name, is_dir, st, remove);
+    if (nd != NULL) {
+        nd->next = m->dirs[nd->hash % META_BUCKETS];
+        m->dirs[nd->hash % META_BUCKETS] = nd;
+    }
+    return old;
+}
+
 void tfs_cache_note_put(struct tfs_cache *c, const char *key,
                         const struct tfs_stat *st)
 {
     struct tfs_meta *m = c->meta;
     struct tfs_dir *old[64];
     size_t n_old = 0;
-    char buf[1100];
+    size_t start = 0;
+    char dir[1100];
+    char name[1100];
     size_t len = strlen(key);
 
-    if (len + 2 > sizeof(buf))
+    if (len + 2 > sizeof(dir))
         return;
     pthread_mutex_lock(&m->lock);
-    old[n_old++] = meta_take_dir(m, "");
-    for (size_t i = 0; i < len; i++) {
-        if (key[i] != '/')
+    /*
+     * Each level from the root down: a put adds the next component to
+     * the listing (a directory on the way, the file at the end); a
+     * removal takes the file out of its directory's listing and drops
+     * the listings above (a directory may have become empty).
+     */
+    for (size_t i = 0; i <= len && n_old < TFS_ARRAY_LEN(old); i++) {
+        bool last = i == len;
+        if (!last && key[i] != '/')
             continue;
-        memcpy(buf, key, i);
-        buf[i] = '\0';
-        meta_drop_stat(m, buf);         /* "a", then "a/b" */
-        buf[i] = '/';
-        buf[i + 1] = '\0';
-        if (n_old < TFS_ARRAY_LEN(old))
-            old[n_old++] = meta_take_dir(m, buf);  /* "a/", "a/b/" */
+        memcpy(dir, key, start);
+        dir[start] = '\0';
+        memcpy(name, key + start, i - start);
+        name[i - start] = '\0';
+        if (st == NULL && !last)
+            old[n_old++] = meta_take_dir(m, dir);
+        else
+            old[n_old++] = meta_dir_apply(m, dir, name, !last, st,
+                                          st == NULL);
+        if (!last) {
+            memcpy(dir, key, i);
+            dir[i] = '\0';
+            meta_drop_stat(m, dir);     /* "a", then "a/b" */
+        }
+        start = i + 1;
     }
     meta_drop_stat(m, key);
     if (st != NULL)

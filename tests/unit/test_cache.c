@@ -728,6 +728,60 @@ TEST(pinned_reads)
     remove_dirs();
 }
 
+static bool dir_has(struct tfs_cache *c, const char *dir, const char *name,
+                    bool is_dir)
+{
+    struct tfs_dir *d = NULL;
+    const struct tfs_dirent *e;
+    bool has;
+
+    CHECK_OK(tfs_cache_opendir(c, dir, &d));
+    e = tfs_dir_find(d, name);
+    has = e != NULL && e->is_dir == is_dir;
+    tfs_dir_put(d);
+    return has;
+}
+
+TEST(note_put_patches_listings)
+{
+    const char *kv[] = {"meta_ttl", "600", NULL};
+    struct tfs_store_stats s0;
+    struct tfs_store_stats s1;
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    struct tfs_stat sb = {.size = 3};
+    bool is_dir;
+
+    setup_dirs();
+    write_remote("d/a", "aaa", 3);
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    CHECK(dir_has(c, "d/", "a", false));
+    CHECK(dir_has(c, "", "d", true));
+    tfs_store_get_stats(tfs_store_find(st, "fault"), &s0);
+    /* An upload lands: the cached listings learn of it, no LIST. */
+    snprintf(sb.version, sizeof(sb.version), "v1");
+    tfs_cache_note_put(c, "d/new", &sb);
+    tfs_cache_note_put(c, "d/sub/x", &sb);
+    CHECK(dir_has(c, "d/", "new", false));
+    CHECK(dir_has(c, "d/", "sub", true));
+    CHECK(dir_has(c, "d/", "a", false));
+    CHECK_OK(tfs_cache_lookup(c, "d/new", &is_dir, &sb));
+    CHECK(!is_dir);
+    CHECK_STR(sb.version, "v1");
+    /* A name that is not there is answered from the listing. */
+    CHECK_RC(tfs_cache_lookup(c, "d/none", &is_dir, &sb), -ENOENT);
+    /* A removal takes it out. */
+    tfs_cache_note_put(c, "d/new", NULL);
+    CHECK(!dir_has(c, "d/", "new", false));
+    tfs_store_get_stats(tfs_store_find(st, "fault"), &s1);
+    CHECK_EQ(s1.lists, s0.lists);
+    CHECK_EQ(s1.stats, s0.stats);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    remove_dirs();
+}
+
 /* One process of the sharing test: random whole-file reads, verified. */
 static int mp_child(int seed, const unsigned char *data, size_t fsize,
                     int files)
@@ -808,5 +862,5 @@ TESTS(T(read_through_and_ram_hits), T(disk_tier_survives_reopen),
       T(immutable_snapshot), T(meta_ttl_and_negative_entries),
       T(prefetch_hint), T(sequential_readahead), T(hedged_reads),
       T(multi_process_sharing), T(cache_dir_settings_adopted),
-      T(pinned_reads));
+      T(pinned_reads), T(note_put_patches_listings));
 TEST_MAIN()
