@@ -301,8 +301,10 @@ int cmd_bench(int argc, char **argv)
         print_table(&o, io, r);
     }
     bench_io_close(io);
+    if (rc == 0 && r->errors)
+        rc = CLI_FAIL;
     tfs_free(r);
     if (rc < 0)
         return rc == -EINVAL ? CLI_USAGE : CLI_FAIL;
-    return r->errors ? CLI_FAIL : CLI_OK;
+    return rc == 0 ? CLI_OK : CLI_FAIL;
 }

@@ -754,7 +754,9 @@ static void crash_writer(const char *dir, const char *logpath, uint64_t seed)
     int lfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
     uint64_t s = seed;
 
-    for (unsigned i = 0; lfd >= 0; i++) {
+    if (lfd < 0)
+        _exit(1);
+    for (unsigned i = 0;; i++) {
         size_t size = (size_t)(rng_next(&s) % (384 * KIB));
         uint64_t fseed = seed * 100000 + i;
         bool tmp = rng_next(&s) & 1;
