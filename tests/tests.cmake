@@ -84,6 +84,27 @@ add_test(NAME cli.bench COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/bench.sh
   $<TARGET_FILE:tierfs>)
 set_tests_properties(cli.bench PROPERTIES LABELS "cli;fuse" TIMEOUT 600)
 
+# ---- pack + loader (issue 5): tierfs pack, the C reader, tierfs.torch ----
+# The C unit tests (tests/unit/test_pack*.c) register themselves above.
+# Here: those of the reader's tests that touch the store, again with the
+# packed dataset on the S3 server; and the Python side with Debian's
+# python3 and python3-torch (GNU tar and tarfile listings, WebDataset
+# grouping, DataLoader workers over a directory and over the S3 server,
+# resumption, damage, the StallMeter).
+foreach(t roundtrip damaged_header truncated_shard index_mismatch
+          pack_resumes)
+  tfs_s3_test(unit.pack_read-s3.${t} env
+    TFS_TEST_REMOTE=s3://tierfs-test/pack $<TARGET_FILE:test_pack_read> ${t})
+endforeach()
+add_test(NAME python.pack
+  COMMAND ${TFS_WITH_S3} env TIERFS_LIB=$<TARGET_FILE:tierfs_shared>
+          TIERFS_BIN=$<TARGET_FILE:tierfs> TIERFS_TEST_S3_URI=s3://tierfs-test
+          PYTHONPATH=${PROJECT_SOURCE_DIR}/python PYTHONDONTWRITEBYTECODE=1
+          /usr/bin/python3 -m pytest -q -p no:cacheprovider
+          -W ignore::UserWarning ${PROJECT_SOURCE_DIR}/tests/integ/test_pack.py)
+set_tests_properties(python.pack PROPERTIES LABELS "python;pack" TIMEOUT 600
+  FIXTURES_REQUIRED s3 RESOURCE_LOCK s3)
+# ---- end pack + loader ----
 
 # ---- write-back in the mount (issue 4, part 1): tests/integ/fuse_wb.c ----
 # Writes through the mounted binary, checked in the store itself: the
@@ -107,3 +128,28 @@ tfs_s3_test(fuse.wb.s3 env TFS_BIN=$<TARGET_FILE:tierfs>
 set_tests_properties(fuse.wb.s3 PROPERTIES LABELS "fuse;wb;s3")
 # ---- end write-back ----
 
+# ---- checkpoints (issue 4, parts 2-4): src/ckpt, tierfs ckpt, tierfs.torch ----
+# The C unit tests (tests/unit/test_ckpt*.c) register themselves above and
+# the fuzz targets (tests/fuzz/fuzz_safetensors.c, fuzz_ckpt_index.c) in
+# the fuzz build.  Here: the Python side with Debian's python3 and
+# python3-torch: a real model + optimizer saved by 1, 2 and 4 rank
+# processes and restored bit for bit (also resharded), the shards opened
+# by an independent safetensors reader, the CLI, damaged checkpoints, and
+# 20 kill -9 runs; over a directory, and (torch, CLI) over the S3 server.
+set(TFS_CKPT_ENV env TIERFS_LIB=$<TARGET_FILE:tierfs_shared>
+  TFS_BIN=$<TARGET_FILE:tierfs>
+  PYTHONPATH=${PROJECT_SOURCE_DIR}/python:${PROJECT_SOURCE_DIR}/tests/ckpt
+  PYTHONDONTWRITEBYTECODE=1)
+set(TFS_CKPT_PYTEST /usr/bin/python3 -m pytest -q -p no:cacheprovider)
+set(TFS_CKPT_DIR ${PROJECT_SOURCE_DIR}/tests/ckpt)
+foreach(t torch cli badinput crash)
+  add_test(NAME ckpt.${t} COMMAND ${TFS_CKPT_ENV} TFS_CKPT_STORE=posix
+    ${TFS_CKPT_PYTEST} ${TFS_CKPT_DIR}/test_ckpt_${t}.py)
+  set_tests_properties(ckpt.${t} PROPERTIES LABELS "python;ckpt"
+    TIMEOUT 600)
+endforeach()
+tfs_s3_test(ckpt.torch-s3 ${TFS_CKPT_ENV} TFS_CKPT_STORE=s3
+  TIERFS_TEST_S3_URI=s3://tierfs-test ${TFS_CKPT_PYTEST}
+  ${TFS_CKPT_DIR}/test_ckpt_torch.py ${TFS_CKPT_DIR}/test_ckpt_cli.py)
+set_tests_properties(ckpt.torch-s3 PROPERTIES LABELS "python;ckpt;s3")
+# ---- end of checkpoints ----

@@ -13,17 +13,21 @@
  *   retry.h   the retry/timeout wrapper
  *   cache.h   the RAM + disk block cache and its fetch engine
  *   fs.h      the FUSE mount
+ *   pack.h    packed (WebDataset tar) datasets: the reader
+ *   ckpt.h    checkpoints: per-rank writers, the commit, lazy readers
  */
 #ifndef TIERFS_TIERFS_H
 #define TIERFS_TIERFS_H
 
 #include "tierfs/api.h"
 #include "tierfs/cache.h"
+#include "tierfs/ckpt.h"
 #include "tierfs/err.h"
 #include "tierfs/fault.h"
 #include "tierfs/fs.h"
 #include "tierfs/log.h"
 #include "tierfs/mem.h"
+#include "tierfs/pack.h"
 #include "tierfs/retry.h"
 #include "tierfs/store.h"
 

@@ -113,6 +113,149 @@ tfs_store_list = _proto("tfs_store_list", _I, _P, _S, _S, _S, _SZ,
 tfs_list_page_cleanup = _proto("tfs_list_page_cleanup", None,
                                ctypes.POINTER(ListPage))
 
+# ---- pack + loader (python/tierfs/data.py): the cache and packed datasets
+tfs_cache_create = _proto("tfs_cache_create", _I, ctypes.POINTER(_P))
+tfs_cache_set = _proto("tfs_cache_set", _I, _P, _S, _S)
+tfs_cache_open = _proto("tfs_cache_open", _I, _P, _P)
+tfs_cache_close = _proto("tfs_cache_close", None, _P)
+tfs_cache_stats_json = _proto("tfs_cache_stats_json", _I, _P, _P, _SZ,
+                              ctypes.POINTER(_SZ))
+tfs_pack_create = _proto("tfs_pack_create", _I, ctypes.POINTER(_P))
+tfs_pack_set = _proto("tfs_pack_set", _I, _P, _S, _S)
+tfs_pack_open = _proto("tfs_pack_open", _I, _P, _P, _S)
+tfs_pack_close = _proto("tfs_pack_close", None, _P)
+tfs_pack_samples = _proto("tfs_pack_samples", _U64, _P)
+tfs_pack_shards = _proto("tfs_pack_shards", _SZ, _P)
+tfs_pack_shard_name = _proto("tfs_pack_shard_name", _S, _P, _SZ)
+tfs_pack_sample_create = _proto("tfs_pack_sample_create", _I,
+                                ctypes.POINTER(_P))
+tfs_pack_sample_destroy = _proto("tfs_pack_sample_destroy", None, _P)
+tfs_pack_get = _proto("tfs_pack_get", _I, _P, _U64, _P)
+tfs_pack_sample_index = _proto("tfs_pack_sample_index", _U64, _P)
+tfs_pack_sample_shard = _proto("tfs_pack_sample_shard", _SZ, _P)
+tfs_pack_sample_info = _proto("tfs_pack_sample_info", _I, _P, _P, _SZ,
+                              ctypes.POINTER(_SZ),
+                              ctypes.POINTER(_U64), _SZ,
+                              ctypes.POINTER(_SZ))
+tfs_pack_sample_read = _proto("tfs_pack_sample_read", _I, _P, _SZ, _P, _SZ)
+tfs_pack_iter_create = _proto("tfs_pack_iter_create", _I, _P,
+                              ctypes.POINTER(_P))
+tfs_pack_iter_destroy = _proto("tfs_pack_iter_destroy", None, _P)
+tfs_pack_iter_set = _proto("tfs_pack_iter_set", _I, _P, _S, _S)
+tfs_pack_iter_start = _proto("tfs_pack_iter_start", _I, _P, _U64, _U64)
+tfs_pack_iter_length = _proto("tfs_pack_iter_length", _I, _P,
+                              ctypes.POINTER(_U64))
+tfs_pack_iter_position = _proto("tfs_pack_iter_position", _U64, _P)
+tfs_pack_iter_next = _proto("tfs_pack_iter_next", _I, _P, _P,
+                            ctypes.POINTER(ctypes.c_bool))
+# ---- end pack + loader ----
+
+# ---- checkpoints (ckpt.h): python/tierfs/ckpt.py, tierfs.torch ----
+_UI = ctypes.c_uint
+_B = ctypes.c_bool
+_I64 = ctypes.c_int64
+_PI64 = ctypes.POINTER(ctypes.c_int64)
+_PU64 = ctypes.POINTER(_U64)
+_PSZ = ctypes.POINTER(_SZ)
+_PS = ctypes.POINTER(_S)
+
+
+class CkptSummary(ctypes.Structure):
+    _fields_ = [
+        ("step", _U64),
+        ("world_size", _UI),
+        ("total_size", _U64),
+        ("file_bytes", _U64),
+        ("n_files", _SZ),
+        ("n_tensors", _SZ),
+        ("created_ns", _I64),
+    ]
+
+
+CKPT_MAX_DIMS = 16
+CKPT_STEP_LATEST = -1
+CKPT_LIST_INCOMPLETE = 0x1
+
+tfs_ckpt_writer_create = _proto("tfs_ckpt_writer_create", _I,
+                                ctypes.POINTER(_P))
+tfs_ckpt_writer_set_rank = _proto("tfs_ckpt_writer_set_rank", _I, _P, _UI,
+                                  _UI)
+tfs_ckpt_writer_set_shard_size = _proto("tfs_ckpt_writer_set_shard_size",
+                                        _I, _P, _U64)
+tfs_ckpt_writer_set_staging_dir = _proto("tfs_ckpt_writer_set_staging_dir",
+                                         _I, _P, _S)
+tfs_ckpt_writer_set_staging_keep = _proto(
+    "tfs_ckpt_writer_set_staging_keep", _I, _P, _UI)
+tfs_ckpt_writer_set_keep_last = _proto("tfs_ckpt_writer_set_keep_last", _I,
+                                       _P, _UI)
+tfs_ckpt_writer_set_upload = _proto("tfs_ckpt_writer_set_upload", _I, _P,
+                                    _UI, _U64)
+tfs_ckpt_writer_set_timeout_ms = _proto("tfs_ckpt_writer_set_timeout_ms",
+                                        _I, _P, _U64)
+tfs_ckpt_writer_set_options = _proto("tfs_ckpt_writer_set_options", _I, _P,
+                                     _S)
+tfs_ckpt_writer_set_sync = _proto("tfs_ckpt_writer_set_sync", _I, _P, _B)
+tfs_ckpt_writer_set_run_id = _proto("tfs_ckpt_writer_set_run_id", _I, _P,
+                                    _S)
+tfs_ckpt_writer_set_overwrite = _proto("tfs_ckpt_writer_set_overwrite", _I,
+                                       _P, _B)
+tfs_ckpt_writer_set_extra = _proto("tfs_ckpt_writer_set_extra", _I, _P, _S)
+tfs_ckpt_writer_open = _proto("tfs_ckpt_writer_open", _I, _P, _S, _U64)
+tfs_ckpt_writer_add = _proto("tfs_ckpt_writer_add", _I, _P, _S, _S, _I,
+                             _PI64, _P, _SZ)
+tfs_ckpt_writer_add_slice = _proto("tfs_ckpt_writer_add_slice", _I, _P, _S,
+                                   _S, _I, _PI64, _PI64, _PI64, _P, _SZ)
+tfs_ckpt_writer_save = _proto("tfs_ckpt_writer_save", _I, _P)
+tfs_ckpt_writer_wait = _proto("tfs_ckpt_writer_wait", _I, _P, _I64)
+tfs_ckpt_writer_is_done = _proto("tfs_ckpt_writer_is_done", _B, _P)
+tfs_ckpt_writer_progress = _proto("tfs_ckpt_writer_progress", None, _P,
+                                  _PU64, _PU64)
+tfs_ckpt_writer_destroy = _proto("tfs_ckpt_writer_destroy", None, _P)
+
+tfs_ckpt_reader_create = _proto("tfs_ckpt_reader_create", _I,
+                                ctypes.POINTER(_P))
+tfs_ckpt_reader_set_staging_dir = _proto("tfs_ckpt_reader_set_staging_dir",
+                                         _I, _P, _S)
+tfs_ckpt_reader_set_threads = _proto("tfs_ckpt_reader_set_threads", _I, _P,
+                                     _UI)
+tfs_ckpt_reader_set_options = _proto("tfs_ckpt_reader_set_options", _I, _P,
+                                     _S)
+tfs_ckpt_reader_set_use_staging = _proto("tfs_ckpt_reader_set_use_staging",
+                                         _I, _P, _B)
+tfs_ckpt_reader_open = _proto("tfs_ckpt_reader_open", _I, _P, _S, _I64)
+tfs_ckpt_reader_info = _proto("tfs_ckpt_reader_info", None, _P, _PU64,
+                              ctypes.POINTER(_UI), _PU64, _PSZ, _PSZ)
+tfs_ckpt_reader_tensor = _proto("tfs_ckpt_reader_tensor", _I, _P, _SZ, _PS,
+                                _PS, ctypes.POINTER(_I), _PI64, _PU64)
+tfs_ckpt_reader_find = _proto("tfs_ckpt_reader_find", _I, _P, _S, _PSZ)
+tfs_ckpt_reader_slices = _proto("tfs_ckpt_reader_slices", _I, _P, _SZ, _PSZ)
+tfs_ckpt_reader_slice = _proto("tfs_ckpt_reader_slice", _I, _P, _SZ, _SZ,
+                               _PI64, _PI64)
+tfs_ckpt_reader_file = _proto("tfs_ckpt_reader_file", _I, _P, _SZ, _PS,
+                              ctypes.POINTER(_UI), _PU64,
+                              ctypes.POINTER(_B))
+tfs_ckpt_reader_extra = _proto("tfs_ckpt_reader_extra", _I, _P, _UI, _PS)
+tfs_ckpt_reader_read = _proto("tfs_ckpt_reader_read", _I, _P, _SZ, _P, _SZ)
+tfs_ckpt_reader_read_box = _proto("tfs_ckpt_reader_read_box", _I, _P, _SZ,
+                                  _I, _PI64, _PI64, _P, _SZ)
+tfs_ckpt_reader_submit = _proto("tfs_ckpt_reader_submit", _I, _P, _SZ, _I,
+                                _PI64, _PI64, _P, _SZ, _PU64)
+tfs_ckpt_reader_start = _proto("tfs_ckpt_reader_start", _I, _P)
+tfs_ckpt_reader_wait = _proto("tfs_ckpt_reader_wait", _I, _P, _U64, _I64)
+tfs_ckpt_reader_is_ready = _proto("tfs_ckpt_reader_is_ready", _B, _P, _U64)
+tfs_ckpt_reader_verify = _proto("tfs_ckpt_reader_verify", _I, _P, _PU64)
+tfs_ckpt_reader_destroy = _proto("tfs_ckpt_reader_destroy", None, _P)
+
+tfs_ckpt_list = _proto("tfs_ckpt_list", _I, _S, _S, _UI, _PU64, _SZ, _PSZ)
+tfs_ckpt_latest = _proto("tfs_ckpt_latest", _I, _S, _S, _PU64)
+tfs_ckpt_summary = _proto("tfs_ckpt_summary", _I, _S, _S, _U64,
+                          ctypes.POINTER(CkptSummary))
+tfs_ckpt_remove = _proto("tfs_ckpt_remove", _I, _S, _S, _U64)
+tfs_ckpt_gc = _proto("tfs_ckpt_gc", _I, _S, _S, _UI, _B, _PSZ)
+tfs_ckpt_split_uri = _proto("tfs_ckpt_split_uri", _I, _S, _P, _SZ,
+                            ctypes.POINTER(_I64))
+# ---- end of checkpoints ----
+
 if tfs_abi_version() != ABI_VERSION:
     raise ImportError(f"tierfs: libtierfs ABI {tfs_abi_version()} is not "
                       f"the {ABI_VERSION} this package was written for")

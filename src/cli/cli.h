@@ -88,7 +88,9 @@ int cmd_umount(int argc, char **argv);
 int cmd_sync(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 int cmd_warmup(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_ckpt(int argc, char **argv);
 
 #endif /* TFS_CLI_H */

@@ -38,8 +38,10 @@ static const struct cli_cmd cli_cmds[] = {
     {"sync", cmd_sync, "wait until a mount's writes are in the store"},
     {"stats", cmd_stats, "show the cache counters of a mount"},
     {"warmup", cmd_warmup, "fill the cache ahead of a job, with progress"},
+    {"pack", cmd_pack, "pack small files into WebDataset tar shards"},
     {"profile", cmd_profile, "profile an access trace or a dataset"},
     {"bench", cmd_bench, "measure: seq, rand, mix, meta, small, train"},
+    {"ckpt", cmd_ckpt, "list, show, verify, remove and gc checkpoints"},
     {"version", cmd_version, "print version information"},
 };
 

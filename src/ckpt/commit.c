@@ -1,0 +1,912 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The store layout of checkpoints and the commit protocol.
+ *
+ *   ROOT/step-000100/model-rank00000-00001.safetensors   shards
+ *   ROOT/step-000100/rank-00000.done                     markers
+ *   ROOT/step-000100/model.safetensors.index.json        the commit
+ *   ROOT/latest                                          "step-000100\n"
+ *
+ * Each rank uploads its shards, then puts its marker.  Rank 0 waits for
+ * every marker (polling the store up to a deadline), checks that the
+ * files they name are there, merges them into the index and puts it: from
+ * that moment the checkpoint exists.  Then `latest` moves forward (never
+ * back: a slow save of an older step does not hide a newer one) and
+ * retention removes the oldest committed checkpoints, index first, so a
+ * removal that stops half way leaves garbage, never a damaged checkpoint.
+ * The other ranks wait for the index and check that it names their
+ * shards.
+ *
+ * Listing: a step directory is a checkpoint if and only if it has an
+ * index; `latest` is a hint that readers check against that.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt_int.h"
+#include "tierfs/log.h"
+
+/* ---- names ---- */
+
+void tfs_ckpt_step_name(char *buf, size_t len, uint64_t step)
+{
+    snprintf(buf, len, "step-%06" PRIu64, step);
+}
+
+bool tfs_ckpt_step_parse(const char *s, size_t len, uint64_t *step)
+{
+    uint64_t v = 0;
+
+    if (len < 6 || len > 25 || memcmp(s, "step-", 5) != 0)
+        return false;
+    for (size_t i = 5; i < len; i++) {
+        unsigned d = (unsigned)(s[i] - '0');
+
+        if (d > 9 || v > (UINT64_MAX - d) / 10)
+            return false;
+        v = v * 10 + d;
+    }
+    *step = v;
+    return true;
+}
+
+int tfs_ckpt_key(struct tfs_buf *b, uint64_t step, const char *name)
+{
+    char dir[32];
+
+    tfs_ckpt_step_name(dir, sizeof(dir), step);
+    tfs_buf_reset(b);
+    return tfs_buf_printf(b, "%s/%s", dir, name);
+}
+
+void tfs_ckpt_shard_name(char *buf, size_t len, unsigned rank,
+                         unsigned index)
+{
+    snprintf(buf, len, "model-rank%05u-%05u.safetensors", rank, index);
+}
+
+void tfs_ckpt_marker_name(char *buf, size_t len, unsigned rank)
+{
+    snprintf(buf, len, "rank-%05u.done", rank);
+}
+
+/* ---- opening ---- */
+
+int tfs_ckpt_mkdirs(const char *path)
+{
+    char *p = tfs_strdup(path);
+    int rc = 0;
+
+    if (p == NULL)
+        return -ENOMEM;
+    for (char *c = p + 1; rc == 0; c++) {
+        char save = *c;
+
+        if (save != '/' && save != '\0')
+            continue;
+        *c = '\0';
+        if (mkdir(p, 0777) < 0 && errno != EEXIST)
+            rc = tfs_err(-errno, "cannot create directory %s", p);
+        *c = save;
+        if (save == '\0')
+            break;
+    }
+    tfs_free(p);
+    return rc;
+}
+
+int tfs_ckpt_store_open(const char *uri, const char *options, bool create,
+                        struct tfs_store **out)
+{
+    struct tfs_uri u;
+    int rc = tfs_uri_parse(uri, &u);
+
+    if (rc < 0)
+        return rc;
+    if (create && strcmp(u.schemes[u.n_schemes - 1], "file") == 0 &&
+        u.location[0] != '\0')
+        rc = tfs_ckpt_mkdirs(u.location);
+    tfs_uri_cleanup(&u);
+    if (rc == 0)
+        rc = tfs_store_open(out, uri, options);
+    return rc;
+}
+
+/*
+ * Remove the directory of an emptied step on a store with real
+ * directories (posix), so listings stop showing it.  Temporary files of
+ * puts that a killed writer never finished (".tierfs-tmp.*", which the
+ * posix store hides from listings) go with it.
+ */
+static void ckpt_rmdir(struct tfs_store *st, const char *dir)
+{
+    const char *id = tfs_store_identity(st);
+    struct tfs_buf path;
+    struct dirent *e;
+    DIR *d;
+
+    if (!(tfs_store_caps(st) & TFS_SCAP_DIRS) || strncmp(id, "file://", 7))
+        return;
+    tfs_buf_init(&path, 0);
+    if (tfs_buf_printf(&path, "%s/%s", id + 7, dir) < 0) {
+        tfs_buf_cleanup(&path);
+        return;
+    }
+    d = opendir(tfs_buf_str(&path));
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, ".tierfs-tmp.", 12) == 0)
+            (void)unlinkat(dirfd(d), e->d_name, 0);
+    }
+    if (d != NULL)
+        closedir(d);
+    (void)rmdir(tfs_buf_str(&path));
+    tfs_buf_cleanup(&path);
+}
+
+/* ---- small objects ---- */
+
+/*
+ * Read a whole object of unknown size: one ranged read of the first
+ * CKPT_GET_FIRST bytes covers the small ones (latest, markers, most
+ * indexes) in one request; a bigger one is read again whole, pinned to
+ * the version a stat saw, so its two parts never mix versions.
+ */
+#define CKPT_GET_FIRST (256u << 10)
+
+static int ckpt_get_pinned(struct tfs_store *st, const char *key, size_t max,
+                           char **out, size_t *len)
+{
+    struct tfs_stat s;
+    size_t n = 0;
+    char *buf;
+    int rc;
+
+    for (int attempt = 0;; attempt++) {
+        rc = tfs_store_stat(st, key, &s);
+        if (rc < 0)
+            return rc;
+        if (s.size > max)
+            return tfs_err(TFS_ETOOBIG, "'%s' is %" PRIu64 " bytes, over "
+                           "the limit of %zu", key, s.size, max);
+        buf = tfs_malloc((size_t)s.size + 1);
+        if (buf == NULL)
+            return -ENOMEM;
+        rc = tfs_store_read(st, key, buf, (size_t)s.size, 0, s.version, &n);
+        if (rc == 0 && n == s.size)
+            break;
+        tfs_free(buf);
+        if (attempt == 3 || (rc < 0 && rc != TFS_ECHANGED))
+            return rc < 0 ? rc : tfs_err(TFS_ECHANGED, "'%s' changed while "
+                                         "being read", key);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+int tfs_ckpt_get(struct tfs_store *st, const char *key, size_t max,
+                 char **out, size_t *len)
+{
+    size_t first = TFS_MIN((size_t)CKPT_GET_FIRST, max + 1);
+    char *buf = tfs_malloc(first + 1);
+    size_t n = 0;
+    int rc;
+
+    if (buf == NULL)
+        return -ENOMEM;
+    rc = tfs_store_read(st, key, buf, first, 0, NULL, &n);
+    if (rc == 0 && n < first) {
+        buf[n] = '\0';
+        *out = buf;
+        *len = n;
+        return 0;
+    }
+    tfs_free(buf);
+    if (rc < 0)
+        return rc;
+    return ckpt_get_pinned(st, key, max, out, len);
+}
+
+static int ckpt_put_str(struct tfs_store *st, const char *key,
+                        const struct tfs_buf *b)
+{
+    return tfs_store_put(st, key, tfs_buf_str(b), b->len, NULL);
+}
+
+int tfs_ckpt_is_committed(struct tfs_store *st, uint64_t step, bool *yes)
+{
+    struct tfs_buf key;
+    struct tfs_stat s;
+    int rc;
+
+    tfs_buf_init(&key, 0);
+    rc = tfs_ckpt_key(&key, step, TFS_CKPT_INDEX_NAME);
+    if (rc == 0)
+        rc = tfs_store_stat(st, tfs_buf_str(&key), &s);
+    tfs_buf_cleanup(&key);
+    if (rc == -ENOENT || rc == -ENOTDIR) {
+        *yes = false;
+        return 0;
+    }
+    if (rc == 0)
+        *yes = true;
+    return rc;
+}
+
+/* ---- listing ---- */
+
+struct ckpt_steps {
+    struct tfs_store *st;
+    unsigned          flags;
+    uint64_t         *v;                /* owned */
+    size_t            n;
+    size_t            cap;
+};
+
+static int ckpt_steps_page(void *arg, const struct tfs_list_page *pg)
+{
+    struct ckpt_steps *s = arg;
+
+    for (size_t i = 0; i < pg->n_prefixes; i++) {
+        const char *p = pg->prefixes[i];
+        size_t len = strlen(p);
+        uint64_t step;
+        bool committed;
+        int rc;
+
+        if (len == 0 || !tfs_ckpt_step_parse(p, len - 1, &step))
+            continue;
+        rc = tfs_ckpt_is_committed(s->st, step, &committed);
+        if (rc < 0)
+            return rc;
+        if (committed == ((s->flags & TFS_CKPT_LIST_INCOMPLETE) != 0))
+            continue;
+        if (s->n == s->cap) {
+            size_t cap = s->cap ? s->cap * 2 : 16;
+            uint64_t *v = tfs_realloc(s->v, cap * sizeof(*v));
+
+            if (v == NULL)
+                return -ENOMEM;
+            s->v = v;
+            s->cap = cap;
+        }
+        s->v[s->n++] = step;
+    }
+    return 0;
+}
+
+static int ckpt_u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a;
+    uint64_t y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+int tfs_ckpt_steps(struct tfs_store *st, unsigned flags, uint64_t **v,
+                   size_t *n)
+{
+    struct ckpt_steps s = {.st = st, .flags = flags};
+    int rc = tfs_store_list_all(st, "", "/", ckpt_steps_page, &s);
+
+    if (rc < 0) {
+        tfs_free(s.v);
+        return rc;
+    }
+    if (s.n > 1)
+        qsort(s.v, s.n, sizeof(*s.v), ckpt_u64_cmp);
+    *v = s.v;
+    *n = s.n;
+    return 0;
+}
+
+/* The step `latest` names (committed or not); -ENOENT without one. */
+static int ckpt_read_latest(struct tfs_store *st, uint64_t *step)
+{
+    char *text;
+    size_t len;
+    int rc = tfs_ckpt_get(st, TFS_CKPT_LATEST_KEY, 4096, &text, &len);
+
+    if (rc < 0)
+        return rc;
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' ' ||
+                       text[len - 1] == '\r'))
+        len--;
+    if (!tfs_ckpt_step_parse(text, len, step))
+        rc = tfs_err(TFS_EFORMAT, "'%s' does not name a step",
+                     TFS_CKPT_LATEST_KEY);
+    tfs_free(text);
+    return rc;
+}
+
+int tfs_ckpt_find_latest(struct tfs_store *st, uint64_t *step,
+                         bool *checked)
+{
+    uint64_t *v = NULL;
+    uint64_t s;
+    bool yes = false;
+    size_t n = 0;
+    int rc = ckpt_read_latest(st, &s);
+
+    /* Trusting `latest` saves a request; the caller then finds out from
+     * the index itself whether it is committed. */
+    if (rc == 0 && checked != NULL) {
+        *checked = false;
+        *step = s;
+        return 0;
+    }
+    if (rc == 0)
+        rc = tfs_ckpt_is_committed(st, s, &yes);
+    if (rc == 0 && yes) {
+        *step = s;
+        return 0;
+    }
+    if (rc < 0 && rc != -ENOENT && rc != TFS_EFORMAT)
+        return rc;
+    rc = tfs_ckpt_steps(st, 0, &v, &n);
+    if (rc == 0 && n == 0)
+        rc = tfs_err(-ENOENT, "no committed checkpoint");
+    if (rc == 0)
+        *step = v[n - 1];
+    if (rc == 0 && checked != NULL)
+        *checked = true;
+    tfs_free(v);
+    return rc;
+}
+
+/* ---- the commit protocol ---- */
+
+int tfs_ckpt_put_marker(const struct tfs_ckpt_commit *c,
+                        const struct tfs_ckpt_marker *m)
+{
+    struct tfs_buf text;
+    struct tfs_buf key;
+    char name[32];
+    int rc;
+
+    tfs_buf_init(&text, TFS_CKPT_JSON_MAX);
+    tfs_buf_init(&key, 0);
+    tfs_ckpt_marker_name(name, sizeof(name), c->rank);
+    rc = tfs_ckpt_marker_write(&text, m);
+    if (rc == 0)
+        rc = tfs_ckpt_key(&key, c->step, name);
+    if (rc == 0)
+        rc = ckpt_put_str(c->st, tfs_buf_str(&key), &text);
+    tfs_buf_cleanup(&text);
+    tfs_buf_cleanup(&key);
+    return rc;
+}
+
+/* Sleep before the next poll; -ETIMEDOUT once the deadline has passed. */
+static int ckpt_backoff(const struct tfs_ckpt_commit *c, uint64_t *wait_ns)
+{
+    uint64_t now = tfs_now_ns();
+
+    if (c->deadline_ns != 0 && now >= c->deadline_ns)
+        return -ETIMEDOUT;
+    if (c->deadline_ns != 0)
+        *wait_ns = TFS_MIN(*wait_ns, c->deadline_ns - now);
+    tfs_sleep_ns(*wait_ns);
+    *wait_ns = TFS_MIN(*wait_ns * 2, 500000000ull);
+    return 0;
+}
+
+/* One poll of rank r's marker: 0 with *out, -EAGAIN while absent/stale. */
+static int ckpt_try_marker(const struct tfs_ckpt_commit *c, unsigned r,
+                           const char *key, struct tfs_ckpt_marker *out)
+{
+    char *text;
+    size_t len;
+    int rc = tfs_ckpt_get(c->st, key, TFS_CKPT_JSON_MAX, &text, &len);
+
+    if (rc == -ENOENT || tfs_err_is_retryable(rc))
+        return -EAGAIN;
+    if (rc < 0)
+        return rc;
+    rc = tfs_ckpt_marker_parse(text, len, key, out);
+    tfs_free(text);
+    if (rc < 0)
+        return rc;
+    if (out->rank != r || out->step != c->step ||
+        out->world_size != c->world_size ||
+        (c->run_id[0] != '\0' && strcmp(out->run_id, c->run_id) != 0)) {
+        tfs_ckpt_marker_cleanup(out);
+        return -EAGAIN;                 /* a stale marker: wait for ours */
+    }
+    return 0;
+}
+
+/* Check that the files a marker names are in the store, at their size. */
+static int ckpt_check_files(const struct tfs_ckpt_commit *c,
+                            const struct tfs_ckpt_marker *m)
+{
+    struct tfs_buf key;
+    int rc = 0;
+
+    tfs_buf_init(&key, 0);
+    for (size_t i = 0; i < m->n_files && rc == 0; i++) {
+        struct tfs_stat s;
+
+        rc = tfs_ckpt_key(&key, c->step, m->files[i].name);
+        if (rc == 0)
+            rc = tfs_store_stat(c->st, tfs_buf_str(&key), &s);
+        if (rc == 0 && s.size != m->files[i].size)
+            rc = tfs_err(TFS_ECORRUPT, "%s is %" PRIu64 " bytes, rank %u's "
+                         "marker says %" PRIu64, tfs_buf_str(&key), s.size,
+                         m->rank, m->files[i].size);
+        else if (rc < 0)
+            rc = tfs_ckpt_err_in(rc, tfs_buf_str(&key), "named by a marker");
+    }
+    tfs_buf_cleanup(&key);
+    return rc;
+}
+
+static int ckpt_wait_marker(const struct tfs_ckpt_commit *c, unsigned r,
+                            struct tfs_ckpt_marker *out)
+{
+    uint64_t wait_ns = 10000000;
+    struct tfs_buf key;
+    char name[32];
+    int rc;
+
+    tfs_buf_init(&key, 0);
+    tfs_ckpt_marker_name(name, sizeof(name), r);
+    rc = tfs_ckpt_key(&key, c->step, name);
+    while (rc == 0) {
+        rc = ckpt_try_marker(c, r, tfs_buf_str(&key), out);
+        if (rc != -EAGAIN)
+            break;
+        rc = ckpt_backoff(c, &wait_ns);
+        if (rc < 0)
+            rc = tfs_err(rc, "rank %u's marker %s did not appear before "
+                         "the deadline", r, tfs_buf_str(&key));
+    }
+    tfs_buf_cleanup(&key);
+    if (rc == 0)
+        rc = ckpt_check_files(c, out);
+    return rc;
+}
+
+/* Move `latest` to step unless it names a newer committed checkpoint. */
+static int ckpt_advance_latest(struct tfs_store *st, uint64_t step)
+{
+    struct tfs_buf text;
+    uint64_t cur;
+    char name[32];
+    bool newer = false;
+    int rc = ckpt_read_latest(st, &cur);
+
+    if (rc == 0 && cur > step)
+        rc = tfs_ckpt_is_committed(st, cur, &newer);
+    if (rc < 0 && rc != -ENOENT && rc != TFS_EFORMAT)
+        return rc;
+    if (newer)
+        return 0;
+    tfs_ckpt_step_name(name, sizeof(name), step);
+    tfs_buf_init(&text, 0);
+    rc = tfs_buf_printf(&text, "%s\n", name);
+    if (rc == 0)
+        rc = ckpt_put_str(st, TFS_CKPT_LATEST_KEY, &text);
+    tfs_buf_cleanup(&text);
+    return rc;
+}
+
+static int ckpt_put_index(const struct tfs_ckpt_commit *c,
+                          const struct tfs_ckpt_marker *m)
+{
+    struct tfs_ckpt_index ix;
+    struct tfs_buf text;
+    struct tfs_buf key;
+    int rc = tfs_ckpt_index_build(m, c->world_size, tfs_wall_ns(), &ix);
+
+    if (rc < 0)
+        return rc;
+    tfs_buf_init(&text, TFS_CKPT_JSON_MAX);
+    tfs_buf_init(&key, 0);
+    rc = tfs_ckpt_index_write(&text, &ix);
+    if (rc == 0)
+        rc = tfs_ckpt_key(&key, c->step, TFS_CKPT_INDEX_NAME);
+    if (rc == 0)
+        rc = ckpt_put_str(c->st, tfs_buf_str(&key), &text);
+    tfs_buf_cleanup(&text);
+    tfs_buf_cleanup(&key);
+    tfs_ckpt_index_cleanup(&ix);
+    return rc;
+}
+
+int tfs_ckpt_commit_index(const struct tfs_ckpt_commit *c,
+                          const struct tfs_ckpt_marker *mine)
+{
+    struct tfs_ckpt_marker *m = tfs_calloc(c->world_size, sizeof(*m));
+    size_t removed = 0;
+    int rc = 0;
+
+    if (m == NULL)
+        return -ENOMEM;
+    m[0] = *mine;                       /* borrowed: not cleaned up below */
+    for (unsigned r = 1; r < c->world_size && rc == 0; r++)
+        rc = ckpt_wait_marker(c, r, &m[r]);
+    if (rc == 0)
+        rc = ckpt_put_index(c, m);
+    if (rc == 0)
+        rc = ckpt_advance_latest(c->st, c->step);
+    if (rc == 0 && c->keep_last > 0) {
+        int rrc = tfs_ckpt_retain(c->st, c->keep_last, false, false,
+                                  &removed);
+        if (rrc < 0)                    /* the checkpoint is committed */
+            tfs_log(TFS_LOG_WARNING, "ckpt: retention after step %" PRIu64
+                    " failed: %s (%s)", c->step, tfs_strerror(rrc),
+                    tfs_errdetail());
+    }
+    for (unsigned r = 1; r < c->world_size; r++)
+        tfs_ckpt_marker_cleanup(&m[r]);
+    tfs_free(m);
+    return rc;
+}
+
+/* Whether index text names every file of mine with its checksums. */
+static int ckpt_index_has(const char *text, size_t len, const char *what,
+                          const struct tfs_ckpt_marker *mine)
+{
+    struct tfs_ckpt_index ix;
+    int rc = tfs_ckpt_index_parse(text, len, what, &ix);
+
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < mine->n_files && rc == 0; i++) {
+        const struct tfs_ckpt_file_info *f =
+            tfs_ckpt_index_file(&ix, mine->files[i].name);
+
+        if (f == NULL || f->header_xxh3 != mine->files[i].header_xxh3 ||
+            f->data_xxh3 != mine->files[i].data_xxh3 ||
+            f->size != mine->files[i].size)
+            rc = -EAGAIN;
+    }
+    tfs_ckpt_index_cleanup(&ix);
+    return rc;
+}
+
+int tfs_ckpt_await_index(const struct tfs_ckpt_commit *c,
+                         const struct tfs_ckpt_marker *mine)
+{
+    uint64_t wait_ns = 10000000;
+    struct tfs_buf key;
+    int rc;
+
+    tfs_buf_init(&key, 0);
+    rc = tfs_ckpt_key(&key, c->step, TFS_CKPT_INDEX_NAME);
+    while (rc == 0) {
+        char *text;
+        size_t len;
+
+        rc = tfs_ckpt_get(c->st, tfs_buf_str(&key), TFS_CKPT_JSON_MAX,
+                          &text, &len);
+        if (rc == 0) {
+            rc = ckpt_index_has(text, len, tfs_buf_str(&key), mine);
+            tfs_free(text);
+        }
+        if (rc == 0 || (rc != -ENOENT && rc != -EAGAIN &&
+                        !tfs_err_is_retryable(rc)))
+            break;
+        rc = ckpt_backoff(c, &wait_ns);
+        if (rc < 0)
+            rc = tfs_err(rc, "no index naming rank %u's shards appeared at "
+                         "%s before the deadline", c->rank,
+                         tfs_buf_str(&key));
+    }
+    tfs_buf_cleanup(&key);
+    return rc;
+}
+
+/* ---- removal and retention ---- */
+
+struct ckpt_rm {
+    struct tfs_store *st;
+    size_t            n;                /* objects removed */
+};
+
+static int ckpt_rm_page(void *arg, const struct tfs_list_page *pg)
+{
+    struct ckpt_rm *w = arg;
+
+    for (size_t i = 0; i < pg->n_entries; i++) {
+        int rc = tfs_store_remove(w->st, pg->entries[i].key);
+
+        if (rc < 0)
+            return rc;
+        w->n++;
+    }
+    return 0;
+}
+
+int tfs_ckpt_remove_step(struct tfs_store *st, uint64_t step)
+{
+    struct ckpt_rm w = {.st = st};
+    struct tfs_buf key;
+    char dir[32];
+    int rc;
+
+    tfs_buf_init(&key, 0);
+    rc = tfs_ckpt_key(&key, step, TFS_CKPT_INDEX_NAME);
+    if (rc == 0)
+        rc = tfs_store_remove(st, tfs_buf_str(&key));
+    tfs_ckpt_step_name(dir, sizeof(dir), step);
+    if (rc == 0) {
+        tfs_buf_reset(&key);
+        rc = tfs_buf_printf(&key, "%s/", dir);
+    }
+    if (rc == 0)
+        rc = tfs_store_list_all(st, tfs_buf_str(&key), NULL, ckpt_rm_page,
+                                &w);
+    if (rc == 0)
+        ckpt_rmdir(st, dir);
+    tfs_buf_cleanup(&key);
+    return rc;
+}
+
+static int ckpt_remove_many(struct tfs_store *st, const uint64_t *v,
+                            size_t n, bool dry_run, size_t *removed)
+{
+    uint64_t latest = UINT64_MAX;
+    int rc = 0;
+
+    if (ckpt_read_latest(st, &latest) < 0)
+        latest = UINT64_MAX;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (v[i] == latest)
+            continue;                   /* never the one latest names */
+        if (!dry_run)
+            rc = tfs_ckpt_remove_step(st, v[i]);
+        if (rc == 0)
+            (*removed)++;
+    }
+    return rc;
+}
+
+int tfs_ckpt_retain(struct tfs_store *st, unsigned keep, bool incomplete,
+                    bool dry_run, size_t *removed)
+{
+    uint64_t *done = NULL;
+    uint64_t *partial = NULL;
+    size_t n_done = 0;
+    size_t n_partial = 0;
+    size_t cut = 0;
+    int rc;
+
+    *removed = 0;
+    rc = tfs_ckpt_steps(st, 0, &done, &n_done);
+    if (rc == 0 && n_done > keep)
+        rc = ckpt_remove_many(st, done, n_done - keep, dry_run, removed);
+    if (rc == 0 && incomplete && n_done > 0)
+        rc = tfs_ckpt_steps(st, TFS_CKPT_LIST_INCOMPLETE, &partial,
+                            &n_partial);
+    /* Incomplete steps older than the newest checkpoint are abandoned. */
+    while (cut < n_partial && partial[cut] < done[n_done - 1])
+        cut++;
+    if (rc == 0 && cut > 0)
+        rc = ckpt_remove_many(st, partial, cut, dry_run, removed);
+    tfs_free(done);
+    tfs_free(partial);
+    return rc;
+}
+
+/* ---- the public functions ---- */
+
+int tfs_ckpt_list(const char *uri, const char *options, unsigned flags,
+                  uint64_t *steps, size_t max, size_t *n)
+{
+    struct tfs_store *st;
+    uint64_t *v = NULL;
+    size_t count = 0;
+    int rc = tfs_ckpt_store_open(uri, options, false, &st);
+
+    if (rc < 0)
+        return rc;
+    rc = tfs_ckpt_steps(st, flags, &v, &count);
+    if (rc == 0) {
+        if (steps != NULL && v != NULL && max > 0)
+            memcpy(steps, v, TFS_MIN(max, count) * sizeof(*v));
+        *n = count;
+    }
+    tfs_free(v);
+    tfs_store_close(st);
+    return rc;
+}
+
+int tfs_ckpt_latest(const char *uri, const char *options, uint64_t *step)
+{
+    struct tfs_store *st;
+    int rc = tfs_ckpt_store_open(uri, options, false, &st);
+
+    if (rc < 0)
+        return rc;
+    rc = tfs_ckpt_find_latest(st, step, NULL);
+    tfs_store_close(st);
+    return rc;
+}
+
+int tfs_ckpt_summary(const char *uri, const char *options, uint64_t step,
+                     struct tfs_ckpt_summary *out)
+{
+    struct tfs_ckpt_index ix;
+    struct tfs_store *st;
+    struct tfs_buf key;
+    char *text = NULL;
+    size_t len = 0;
+    int rc = tfs_ckpt_store_open(uri, options, false, &st);
+
+    if (rc < 0)
+        return rc;
+    tfs_buf_init(&key, 0);
+    rc = tfs_ckpt_key(&key, step, TFS_CKPT_INDEX_NAME);
+    if (rc == 0)
+        rc = tfs_ckpt_get(st, tfs_buf_str(&key), TFS_CKPT_JSON_MAX, &text,
+                          &len);
+    if (rc == -ENOENT)
+        rc = tfs_err(-ENOENT, "step %" PRIu64 " is not committed", step);
+    if (rc == 0)
+        rc = tfs_ckpt_index_parse(text, len, tfs_buf_str(&key), &ix);
+    if (rc == 0) {
+        memset(out, 0, sizeof(*out));
+        out->step = ix.step;
+        out->world_size = ix.world_size;
+        out->total_size = ix.total_size;
+        out->n_files = ix.n_files;
+        out->n_tensors = ix.n_wm;
+        out->created_ns = ix.created_ns;
+        for (size_t i = 0; i < ix.n_files; i++)
+            out->file_bytes += ix.files[i].size;
+        tfs_ckpt_index_cleanup(&ix);
+    }
+    tfs_free(text);
+    tfs_buf_cleanup(&key);
+    tfs_store_close(st);
+    return rc;
+}
+
+/* Point `latest` at the newest committed step, or remove it. */
+static int ckpt_repoint_latest(struct tfs_store *st)
+{
+    struct tfs_buf text;
+    uint64_t *v = NULL;
+    size_t n = 0;
+    char name[32];
+    int rc = tfs_ckpt_steps(st, 0, &v, &n);
+
+    if (rc < 0)
+        return rc;
+    if (n == 0) {
+        tfs_free(v);
+        return tfs_store_remove(st, TFS_CKPT_LATEST_KEY);
+    }
+    tfs_ckpt_step_name(name, sizeof(name), v[n - 1]);
+    tfs_free(v);
+    tfs_buf_init(&text, 0);
+    rc = tfs_buf_printf(&text, "%s\n", name);
+    if (rc == 0)
+        rc = ckpt_put_str(st, TFS_CKPT_LATEST_KEY, &text);
+    tfs_buf_cleanup(&text);
+    return rc;
+}
+
+/* Whether any object lives under step's directory. */
+static int ckpt_step_exists(struct tfs_store *st, uint64_t step, bool *yes)
+{
+    struct tfs_list_page pg;
+    char dir[32];
+    char prefix[40];
+    int rc;
+
+    tfs_ckpt_step_name(dir, sizeof(dir), step);
+    snprintf(prefix, sizeof(prefix), "%s/", dir);
+    rc = tfs_store_list(st, prefix, NULL, NULL, 1, &pg);
+    if (rc < 0)
+        return rc;
+    *yes = pg.n_entries > 0;
+    tfs_list_page_cleanup(&pg);
+    return 0;
+}
+
+int tfs_ckpt_remove(const char *uri, const char *options, uint64_t step)
+{
+    struct tfs_store *st;
+    uint64_t latest = UINT64_MAX;
+    bool exists = false;
+    int rc = tfs_ckpt_store_open(uri, options, false, &st);
+
+    if (rc < 0)
+        return rc;
+    rc = ckpt_step_exists(st, step, &exists);
+    if (rc == 0 && !exists)
+        rc = tfs_err(-ENOENT, "no step %" PRIu64 " under %s", step, uri);
+    if (rc == 0 && ckpt_read_latest(st, &latest) < 0)
+        latest = UINT64_MAX;
+    if (rc == 0)
+        rc = tfs_ckpt_remove_step(st, step);
+    if (rc == 0 && latest == step)
+        rc = ckpt_repoint_latest(st);
+    tfs_store_close(st);
+    return rc;
+}
+
+int tfs_ckpt_gc(const char *uri, const char *options, unsigned keep,
+                bool dry_run, size_t *removed)
+{
+    struct tfs_store *st;
+    size_t n = 0;
+    int rc;
+
+    if (keep == 0)
+        return tfs_err(-EINVAL, "gc must keep at least one checkpoint");
+    rc = tfs_ckpt_store_open(uri, options, false, &st);
+    if (rc < 0)
+        return rc;
+    rc = tfs_ckpt_retain(st, keep, true, dry_run, &n);
+    if (rc == 0 && removed != NULL)
+        *removed = n;
+    tfs_store_close(st);
+    return rc;
+}
+
+/* Whether the last part s (len bytes) names a step; sets *step. */
+static bool ckpt_step_part(const char *s, size_t len, int64_t *step)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+
+    if (len == 6 && memcmp(s, "latest", 6) == 0) {
+        *step = TFS_CKPT_STEP_LATEST;
+        return true;
+    }
+    if (tfs_ckpt_step_parse(s, len, &v)) {
+        *step = (int64_t)TFS_MIN(v, (uint64_t)INT64_MAX);
+        return true;
+    }
+    for (; i < len && i < 19 && s[i] >= '0' && s[i] <= '9'; i++)
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    if (len == 0 || i != len)
+        return false;
+    *step = (int64_t)v;
+    return true;
+}
+
+int tfs_ckpt_split_uri(const char *uri, char *root, size_t root_len,
+                       int64_t *step)
+{
+    const char *q = strchr(uri, '?');
+    size_t end = q != NULL ? (size_t)(q - uri) : strlen(uri);
+    const char *sep = strstr(uri, "://");
+    size_t floor = sep != NULL && (size_t)(sep - uri) < end
+                       ? (size_t)(sep - uri) + 3 : 0;
+    size_t slash;
+    size_t keep;
+    int n;
+
+    while (end > floor + 1 && uri[end - 1] == '/')
+        end--;
+    slash = end;
+    while (slash > floor && uri[slash - 1] != '/')
+        slash--;
+    keep = end;
+    /* A bare last part counts only as "step-N" (a bucket or a relative
+     * directory may well be called "100" or "latest"). */
+    if ((slash > floor ||
+         (floor == 0 && strncmp(uri + slash, "step-", 5) == 0)) &&
+        ckpt_step_part(uri + slash, end - slash, step))
+        keep = slash > floor ? slash - 1 : slash;
+    else
+        *step = TFS_CKPT_STEP_LATEST;
+    if (keep == floor && keep < end && uri[keep] == '/')
+        keep++;                         /* "/step-1": the root, "/" */
+    n = snprintf(root, root_len, "%.*s%s%s", (int)keep, uri,
+                 keep == 0 ? "." : "", q != NULL ? q : "");
+    if (n < 0 || (size_t)n >= root_len)
+        return tfs_err(-ENAMETOOLONG, "checkpoint URI too long");
+    return 0;
+}

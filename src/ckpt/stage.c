@@ -1,0 +1,405 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Staging files: one rank's shards on local disk, written by the writer
+ * (writer.c) before anything leaves the node.
+ *
+ * A shard is first written as NAME.tmp with its tensors at their final
+ * offsets (small ones gathered into large writes, large ones written
+ * straight from the caller's memory) and a hole where the header goes:
+ * that copy is all the caller waits for.  Finishing it reads the data
+ * back, hashes every tensor and the whole buffer, writes the header with
+ * the checksums, fsyncs, renames NAME.tmp to NAME and fsyncs the
+ * directory (Redis's rdbSave, SQLite's dirSync).  After a commit each
+ * rank keeps its newest staging_keep steps, for restores on this node.
+ *
+ * The next save recycles those files: renamed to its tmp names and
+ * rewritten in place.  Their pages are still in the page cache, and
+ * rewriting cached pages is many times cheaper than filling new ones
+ * (0.3 s against 5-9 s for 2 GB on the test machines), which is most of
+ * what the caller waits for.  Until the new save commits, a restore on
+ * this node reads the previous checkpoint from the store (the checksums
+ * catch a reader that still holds a recycled file open).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include "ckpt/ckpt_int.h"
+
+#define WR_AGG_CAP (4u << 20)           /* bytes gathered before a write */
+#define WR_AGG_SMALL (1u << 20)         /* tensors below this are gathered */
+#define WR_IO_MAX (1u << 30)            /* bytes per read/write call */
+
+static void wr_entry(const struct wr_item *it, struct tfs_ckpt_st_entry *e)
+{
+    e->name = it->name;
+    e->dtype = it->dtype;
+    e->ndim = it->ndim;
+    e->shape = it->shape;
+    e->offsets = it->sliced ? it->offsets : NULL;
+    e->begin = it->begin;
+    e->end = it->end;
+    e->xxh3 = it->xxh3;
+}
+
+/* Encode file f's header into b, from its items' current checksums. */
+int tfs_ckpt_stage_header(const struct tfs_ckpt_writer *w,
+                          const struct wr_file *f, struct tfs_buf *b)
+{
+    struct tfs_ckpt_st_entry *e = tfs_calloc(f->n_items + 1, sizeof(*e));
+    int rc;
+
+    if (e == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < f->n_items; i++)
+        wr_entry(&w->items[f->items[i]], &e[i]);
+    tfs_buf_reset(b);
+    rc = tfs_ckpt_st_encode(b, e, f->n_items);
+    tfs_free(e);
+    return rc;
+}
+
+/* Write all of buf at off, retrying EINTR and short writes. */
+static int wr_pwrite(int fd, const void *buf, uint64_t len, uint64_t off)
+{
+    while (len > 0) {
+        ssize_t n = pwrite(fd, buf, (size_t)TFS_MIN(len, WR_IO_MAX),
+                           (off_t)off);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? -errno : -EIO;
+        buf = (const char *)buf + n;
+        len -= (uint64_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* Read all of [off, off+len), retrying EINTR; -EIO at an early end. */
+static int wr_pread(int fd, void *buf, size_t len, uint64_t off)
+{
+    while (len > 0) {
+        ssize_t n = pread(fd, buf, len, (off_t)off);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? -errno : -EIO;
+        buf = (char *)buf + n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+/*
+ * Copy file f's tensors into its tmp file at their final offsets: small
+ * ones gathered into one buffer (they are adjacent in the file), large ones
+ * written from the caller's memory.
+ */
+int tfs_ckpt_stage_file(struct tfs_ckpt_writer *w, struct wr_file *f)
+{
+    uint64_t off = f->header_size;
+    uint64_t agg_off = off;
+    size_t agg_len = 0;
+    char *agg;
+    int rc = 0;
+
+    f->fd = open(f->tmp, O_RDWR | O_CREAT | O_CLOEXEC |
+                             (f->recycled ? 0 : O_TRUNC), 0644);
+    if (f->fd < 0)
+        return tfs_err(-errno, "cannot create %s", f->tmp);
+    /* Every byte of a recycled file is rewritten: data now, header at
+     * finish; only its length needs setting. */
+    if (f->recycled && ftruncate(f->fd, (off_t)f->size) < 0)
+        return tfs_err(-errno, "cannot resize %s", f->tmp);
+    agg = tfs_malloc(WR_AGG_CAP);
+    if (agg == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < f->n_items && rc == 0; i++) {
+        const struct wr_item *it = &w->items[f->items[i]];
+
+        if (it->len >= WR_AGG_SMALL || agg_len + it->len > WR_AGG_CAP) {
+            rc = wr_pwrite(f->fd, agg, agg_len, agg_off);
+            agg_len = 0;
+        }
+        if (rc == 0 && it->len >= WR_AGG_SMALL) {
+            rc = wr_pwrite(f->fd, it->data, it->len, off);
+        } else if (rc == 0 && it->len > 0) {
+            if (agg_len == 0)
+                agg_off = off;
+            memcpy(agg + agg_len, it->data, it->len);
+            agg_len += it->len;
+        }
+        off += it->len;
+    }
+    if (rc == 0)
+        rc = wr_pwrite(f->fd, agg, agg_len, agg_off);
+    if (rc < 0)
+        rc = tfs_err(rc, "write to %s failed: %s", f->tmp, strerror(-rc));
+    tfs_free(agg);
+    return rc;
+}
+
+/*
+ * Hash every tensor of f and its whole data buffer, reading the staged
+ * bytes back in large chunks.
+ */
+static int wr_hash_file(struct tfs_ckpt_writer *w, struct wr_file *f,
+                        char *chunk)
+{
+    XXH3_state_t data;
+    XXH3_state_t one;
+    uint64_t len = f->size - f->header_size;
+    uint64_t pos = 0;
+    size_t k = 0;
+
+    XXH3_64bits_reset(&data);
+    XXH3_64bits_reset(&one);
+    while (pos < len || k < f->n_items) {
+        size_t n = (size_t)TFS_MIN(len - pos, (uint64_t)WR_AGG_CAP);
+        size_t at = 0;
+        int rc = wr_pread(f->fd, chunk, n, f->header_size + pos);
+
+        if (rc < 0)
+            return tfs_err(rc, "read back of %s failed", f->tmp);
+        XXH3_64bits_update(&data, chunk, n);
+        /* Walk the tensors that end in this chunk (empty ones too). */
+        while (k < f->n_items) {
+            struct wr_item *it = &w->items[f->items[k]];
+            uint64_t stop = TFS_MIN(it->end, pos + n);
+
+            XXH3_64bits_update(&one, chunk + at, (size_t)(stop - pos - at));
+            at = (size_t)(stop - pos);
+            if (it->end > pos + n)
+                break;
+            it->xxh3 = XXH3_64bits_digest(&one);
+            XXH3_64bits_reset(&one);
+            k++;
+        }
+        pos += n;
+    }
+    f->data_xxh3 = XXH3_64bits_digest(&data);
+    return 0;
+}
+
+static int wr_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = 0;
+
+    if (fd < 0)
+        return tfs_err(-errno, "cannot open %s", dir);
+    if (fsync(fd) < 0)
+        rc = tfs_err(-errno, "fsync of %s failed", dir);
+    close(fd);
+    return rc;
+}
+
+/*
+ * Finish a staged file: checksums, the real header, fsync, rename into
+ * place, fsync the directory.
+ */
+int tfs_ckpt_stage_finish(struct tfs_ckpt_writer *w, struct wr_file *f)
+{
+    struct tfs_buf hdr;
+    char *chunk;
+    int rc;
+
+    if (f->finished)
+        return 0;
+    chunk = tfs_malloc(WR_AGG_CAP);
+    if (chunk == NULL)
+        return -ENOMEM;
+    tfs_buf_init(&hdr, TFS_CKPT_ST_MAX_HEADER);
+    rc = wr_hash_file(w, f, chunk);
+    if (rc == 0)
+        rc = tfs_ckpt_stage_header(w, f, &hdr);
+    if (rc == 0 && hdr.len != f->header_size)
+        rc = tfs_err(-EIO, "%s: header changed size", f->tmp);
+    if (rc == 0 && wr_pwrite(f->fd, hdr.p, hdr.len, 0) < 0)
+        rc = tfs_err(-errno, "write to %s failed", f->tmp);
+    if (rc == 0) {
+        f->header_xxh3 = XXH3_64bits(hdr.p, hdr.len);
+        if (fsync(f->fd) < 0)
+            rc = tfs_err(-errno, "fsync of %s failed", f->tmp);
+    }
+    if (rc == 0 && rename(f->tmp, f->path) < 0)
+        rc = tfs_err(-errno, "rename of %s failed", f->tmp);
+    if (rc == 0)
+        rc = wr_fsync_dir(w->stage_step);
+    if (rc == 0) {
+        close(f->fd);
+        f->fd = -1;
+        f->finished = true;
+    }
+    tfs_buf_cleanup(&hdr);
+    tfs_free(chunk);
+    return rc;
+}
+
+/* Whether name is one of this rank's shard files or their tmp files. */
+static bool wr_is_mine(const struct tfs_ckpt_writer *w, const char *name)
+{
+    char prefix[32];
+
+    snprintf(prefix, sizeof(prefix), "model-rank%05u-", w->rank);
+    return strncmp(name, prefix, strlen(prefix)) == 0;
+}
+
+/* Remove this rank's files in one staging step directory. */
+static void wr_prune_dir(const struct tfs_ckpt_writer *w, const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int dfd;
+
+    if (d == NULL)
+        return;
+    dfd = dirfd(d);
+    while ((e = readdir(d)) != NULL) {
+        if (wr_is_mine(w, e->d_name))
+            (void)unlinkat(dfd, e->d_name, 0);
+    }
+    closedir(d);
+    (void)rmdir(dir);                   /* only if now empty */
+}
+
+static int wr_u64_desc(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a;
+    uint64_t y = *(const uint64_t *)b;
+
+    return x > y ? -1 : x < y;
+}
+
+static int wr_u64_asc(const void *a, const void *b)
+{
+    return -wr_u64_desc(a, b);
+}
+
+/* The staging steps other than the one being written, oldest first; at
+ * most max of them. */
+static size_t stage_old_steps(const struct tfs_ckpt_writer *w, uint64_t *v,
+                              size_t max)
+{
+    DIR *d = opendir(w->stage_ns);
+    struct dirent *e;
+    size_t n = 0;
+
+    while (d != NULL && (e = readdir(d)) != NULL && n < max) {
+        uint64_t s;
+
+        if (tfs_ckpt_step_parse(e->d_name, strlen(e->d_name), &s) &&
+            s != w->step)
+            v[n++] = s;
+    }
+    if (d != NULL)
+        closedir(d);
+    qsort(v, n, sizeof(v[0]), wr_u64_asc);
+    return n;
+}
+
+/* Hand this rank's files in dir to the files still without one. */
+static void stage_recycle_dir(struct tfs_ckpt_writer *w, const char *dir,
+                              size_t *next)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    struct tfs_buf from;
+
+    tfs_buf_init(&from, 0);
+    while (d != NULL && *next < w->n_files && (e = readdir(d)) != NULL) {
+        struct wr_file *f = &w->files[*next];
+
+        if (!wr_is_mine(w, e->d_name))
+            continue;
+        tfs_buf_reset(&from);
+        if (tfs_buf_printf(&from, "%s/%s", dir, e->d_name) == 0 &&
+            rename(tfs_buf_str(&from), f->tmp) == 0) {
+            f->recycled = true;
+            (*next)++;
+        }
+    }
+    if (d != NULL)
+        closedir(d);
+    tfs_buf_cleanup(&from);
+}
+
+void tfs_ckpt_stage_recycle(struct tfs_ckpt_writer *w)
+{
+    uint64_t steps[256];
+    size_t n = stage_old_steps(w, steps, TFS_ARRAY_LEN(steps));
+    size_t next = 0;
+    struct tfs_buf dir;
+
+    tfs_buf_init(&dir, 0);
+    for (size_t i = 0; i < n && next < w->n_files; i++) {
+        char name[32];
+
+        tfs_ckpt_step_name(name, sizeof(name), steps[i]);
+        tfs_buf_reset(&dir);
+        if (tfs_buf_printf(&dir, "%s/%s", w->stage_ns, name) < 0)
+            break;
+        stage_recycle_dir(w, tfs_buf_str(&dir), &next);
+        (void)rmdir(tfs_buf_str(&dir));     /* only if now empty */
+    }
+    tfs_buf_cleanup(&dir);
+}
+
+/*
+ * After a commit: keep this rank's staging copies of the newest
+ * staging_keep steps up to this one, remove the others (and any older
+ * leftovers of failed saves).
+ */
+void tfs_ckpt_stage_prune(struct tfs_ckpt_writer *w)
+{
+    DIR *d = opendir(w->stage_ns);
+    uint64_t steps[1024];
+    size_t n = 0;
+    struct dirent *e;
+    struct tfs_buf path;
+
+    if (d == NULL)
+        return;
+    while ((e = readdir(d)) != NULL && n < TFS_ARRAY_LEN(steps)) {
+        uint64_t s;
+
+        if (tfs_ckpt_step_parse(e->d_name, strlen(e->d_name), &s) &&
+            s <= w->step)
+            steps[n++] = s;
+    }
+    closedir(d);
+    qsort(steps, n, sizeof(steps[0]), wr_u64_desc);
+    tfs_buf_init(&path, 0);
+    for (size_t i = w->staging_keep; i < n; i++) {
+        char name[32];
+
+        tfs_ckpt_step_name(name, sizeof(name), steps[i]);
+        tfs_buf_reset(&path);
+        if (tfs_buf_printf(&path, "%s/%s", w->stage_ns, name) == 0)
+            wr_prune_dir(w, tfs_buf_str(&path));
+    }
+    tfs_buf_cleanup(&path);
+}
+
+/* Close and remove the staging files of a save that failed. */
+void tfs_ckpt_stage_discard(struct tfs_ckpt_writer *w)
+{
+    for (size_t i = 0; i < w->n_files; i++) {
+        if (w->files[i].fd >= 0)
+            close(w->files[i].fd);
+        w->files[i].fd = -1;
+        if (w->files[i].tmp != NULL)
+            (void)unlink(w->files[i].tmp);
+    }
+}

@@ -1,0 +1,370 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The per-shard offset index (shard-NNNNNN.idx), little-endian, field by
+ * field:
+ *
+ *   header (64 bytes)
+ *     0  magic      "TFSPIDX\0"
+ *     8  version    u32 (1)
+ *    12  flags      u32 (0; an index with unknown flags is refused)
+ *    16  n_samples  u64
+ *    24  n_members  u64
+ *    32  tar_size   u64  bytes of the shard, end blocks included
+ *    40  names_size u64  bytes of the name table
+ *    48  tar_xxh3   u64  XXH3-64 of the whole shard
+ *    56  plan_xxh3  u64  XXH3-64 of what went in (names, sizes, versions)
+ *   samples: n_samples x 8 bytes: first member u32, members u32
+ *   members: n_members x 40 bytes: header offset u64, data offset u64,
+ *            size u64, XXH3-64 of the data u64, name offset u32 (in the
+ *            name table), name length u16, key length u16
+ *   name table: the member names "key.field", back to back in member
+ *            order, no NULs (each name starts where the one before ends)
+ *   trailer: XXH3-64 of every byte before it, u64
+ *
+ * Parsing validates everything against everything else before anything
+ * is used (tests/fuzz/fuzz_shard_index.c runs it), so a parsed index can
+ * be walked without further checks.
+ */
+#include <errno.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "common/util.h"
+#include "pack/pack_int.h"
+
+/* ---- parsing ---- */
+
+struct idx_hdr {
+    uint64_t n_samples;
+    uint64_t n_members;
+    uint64_t tar_size;
+    uint64_t names_size;
+};
+
+static int idx_header(const unsigned char *b, size_t len, struct idx_hdr *h)
+{
+    uint64_t fixed;
+
+    if (len < TFS_PIDX_HDR + 8 || memcmp(b, TFS_PIDX_MAGIC, 8) != 0)
+        return tfs_err(TFS_EFORMAT, "not a shard index (bad magic)");
+    if (pack_get_le(b + 8, 4) != TFS_PIDX_VERSION ||
+        pack_get_le(b + 12, 4) != 0)
+        return tfs_err(TFS_EFORMAT, "shard index version %u flags %#x "
+                       "not supported", (unsigned)pack_get_le(b + 8, 4),
+                       (unsigned)pack_get_le(b + 12, 4));
+    h->n_samples = pack_get_le(b + 16, 8);
+    h->n_members = pack_get_le(b + 24, 8);
+    h->tar_size = pack_get_le(b + 32, 8);
+    h->names_size = pack_get_le(b + 40, 8);
+    if (h->n_members > len / TFS_PIDX_MEMBER || h->n_members > UINT32_MAX ||
+        h->n_samples > h->n_members || h->names_size > len)
+        return tfs_err(TFS_EFORMAT, "shard index counts do not fit its "
+                       "%zu bytes", len);
+    fixed = TFS_PIDX_HDR + h->n_samples * TFS_PIDX_SAMPLE +
+            h->n_members * TFS_PIDX_MEMBER + h->names_size + 8;
+    if (fixed != len)
+        return tfs_err(TFS_EFORMAT, "shard index is %zu bytes, its header "
+                       "says %llu", len, (unsigned long long)fixed);
+    if (h->tar_size % TFS_TAR_BLOCK != 0 ||
+        h->tar_size < 2 * TFS_TAR_BLOCK)
+        return tfs_err(TFS_EFORMAT, "shard index: shard size %llu is not "
+                       "a tar archive's", (unsigned long long)h->tar_size);
+    return 0;
+}
+
+static int idx_samples(const unsigned char *p, struct pack_index *x)
+{
+    uint64_t next = 0;
+
+    for (uint64_t i = 0; i < x->n_samples; i++) {
+        struct pack_sample_ent *s = &x->samples[i];
+        s->first = (uint32_t)pack_get_le(p + i * TFS_PIDX_SAMPLE, 4);
+        s->n = (uint32_t)pack_get_le(p + i * TFS_PIDX_SAMPLE + 4, 4);
+        if (s->first != next || s->n == 0 ||
+            s->n > x->n_members - next)
+            return tfs_err(TFS_EFORMAT, "shard index: sample %llu at +%llu "
+                           "does not follow the one before",
+                           (unsigned long long)i,
+                           (unsigned long long)(TFS_PIDX_HDR +
+                                                i * TFS_PIDX_SAMPLE));
+        next += s->n;
+    }
+    if (next != x->n_members)
+        return tfs_err(TFS_EFORMAT, "shard index: samples hold %llu of %llu "
+                       "members", (unsigned long long)next,
+                       (unsigned long long)x->n_members);
+    return 0;
+}
+
+/* Offsets of member m, given the end of the member before it. */
+static int idx_offsets(const struct pack_member *m, uint64_t prev_end,
+                       uint64_t tar_size, uint64_t at)
+{
+    uint64_t limit = tar_size - 2 * TFS_TAR_BLOCK;
+
+    if (m->hdr_off % TFS_TAR_BLOCK != 0 || m->data_off % TFS_TAR_BLOCK != 0 ||
+        m->hdr_off < prev_end || m->data_off <= m->hdr_off ||
+        m->data_off - m->hdr_off > TFS_TAR_HDR_MAX || m->size > limit ||
+        m->data_off > limit - m->size)
+        return tfs_err(TFS_EFORMAT, "shard index: member record at +%llu "
+                       "has impossible offsets (header %llu, data %llu, "
+                       "size %llu)", (unsigned long long)at,
+                       (unsigned long long)m->hdr_off,
+                       (unsigned long long)m->data_off,
+                       (unsigned long long)m->size);
+    return 0;
+}
+
+static int idx_name(const struct pack_member *m, uint64_t at)
+{
+    if (m->name_len < 3 || m->name_len > TFS_TAR_NAME_MAX ||
+        m->key_len == 0 || (size_t)m->key_len + 1 >= m->name_len ||
+        m->name[m->key_len] != '.' ||
+        memchr(m->name, '\0', m->name_len) != NULL)
+        return tfs_err(TFS_EFORMAT, "shard index: member record at +%llu "
+                       "has a bad name", (unsigned long long)at);
+    return 0;
+}
+
+static bool idx_same_key(const struct pack_member *a,
+                         const struct pack_member *b)
+{
+    return a->key_len == b->key_len &&
+           memcmp(a->name, b->name, a->key_len) == 0;
+}
+
+/*
+ * Decode the member record at rec; its name, which must start at
+ * *name_off in the table (names are back to back), is copied to *names
+ * with a NUL.
+ */
+static int idx_member(const unsigned char *rec, const unsigned char *table,
+                      uint64_t names_size, struct pack_member *m,
+                      char **names, uint64_t *name_off, uint64_t at)
+{
+
+    m->hdr_off = pack_get_le(rec, 8);
+    m->data_off = pack_get_le(rec + 8, 8);
+    m->size = pack_get_le(rec + 16, 8);
+    m->xxh3 = pack_get_le(rec + 24, 8);
+    m->name_len = (uint16_t)pack_get_le(rec + 36, 2);
+    m->key_len = (uint16_t)pack_get_le(rec + 38, 2);
+    if (pack_get_le(rec + 32, 4) != *name_off ||
+        m->name_len > names_size - *name_off)
+        return tfs_err(TFS_EFORMAT, "shard index: member record at +%llu "
+                       "names bytes out of place in the name table",
+                       (unsigned long long)at);
+    memcpy(*names, table + *name_off, m->name_len);
+    *name_off += m->name_len;
+    (*names)[m->name_len] = '\0';
+    m->name = *names;
+    *names += m->name_len + 1;
+    return idx_name(m, at);
+}
+
+static int idx_members(const unsigned char *b, struct pack_index *x,
+                       uint64_t names_size)
+{
+    uint64_t base = TFS_PIDX_HDR + x->n_samples * TFS_PIDX_SAMPLE;
+    const unsigned char *table = b + base + x->n_members * TFS_PIDX_MEMBER;
+    char *names = x->names;
+    uint64_t name_off = 0;
+    uint64_t prev_end = 0;
+
+    for (uint64_t i = 0; i < x->n_members; i++) {
+        uint64_t at = base + i * TFS_PIDX_MEMBER;
+        struct pack_member *m = &x->members[i];
+        int rc = idx_member(b + at, table, names_size, m, &names, &name_off,
+                            at);
+
+        if (rc == 0)
+            rc = idx_offsets(m, prev_end, x->tar_size, at);
+        if (rc < 0)
+            return rc;
+        prev_end = m->data_off + pack_round512(m->size);
+    }
+    if (name_off != names_size)
+        return tfs_err(TFS_EFORMAT, "shard index: %llu bytes of the name "
+                       "table unused", (unsigned long long)(names_size -
+                                                             name_off));
+    return 0;
+}
+
+/* Members of one sample share its key; neighbouring samples do not. */
+static int idx_keys(const struct pack_index *x)
+{
+    for (uint64_t i = 0; i < x->n_samples; i++) {
+        const struct pack_sample_ent *s = &x->samples[i];
+        const struct pack_member *first = &x->members[s->first];
+
+        for (uint32_t j = 1; j < s->n; j++) {
+            if (!idx_same_key(first, &x->members[s->first + j]))
+                return tfs_err(TFS_EFORMAT, "shard index: sample %llu mixes "
+                               "keys", (unsigned long long)i);
+        }
+        if (i > 0 && idx_same_key(first, &x->members[s->first - 1]))
+            return tfs_err(TFS_EFORMAT, "shard index: samples %llu and %llu "
+                           "share a key", (unsigned long long)i - 1,
+                           (unsigned long long)i);
+    }
+    return 0;
+}
+
+static struct pack_index *idx_alloc(const struct idx_hdr *h)
+{
+    size_t size = sizeof(struct pack_index) +
+                  h->n_samples * sizeof(struct pack_sample_ent) +
+                  h->n_members * sizeof(struct pack_member) +
+                  h->names_size + h->n_members;
+    struct pack_index *x = tfs_malloc(size);
+
+    if (x == NULL)
+        return NULL;
+    x->n_samples = h->n_samples;
+    x->n_members = h->n_members;
+    x->tar_size = h->tar_size;
+    x->members = (struct pack_member *)(void *)(x + 1);
+    x->samples = (struct pack_sample_ent *)(void *)(x->members +
+                                                    h->n_members);
+    x->names = (char *)(x->samples + h->n_samples);
+    return x;
+}
+
+int tfs_pack_index_parse(const unsigned char *buf, size_t len,
+                         bool verify_hash, struct pack_index **out)
+{
+    struct idx_hdr h = {0};
+    struct pack_index *x;
+    int rc = idx_header(buf, len, &h);
+
+    if (rc < 0)
+        return rc;
+    if (verify_hash && XXH3_64bits(buf, len - 8) !=
+                           pack_get_le(buf + len - 8, 8))
+        return tfs_err(TFS_ECORRUPT, "shard index does not match its "
+                       "checksum");
+    x = idx_alloc(&h);
+    if (x == NULL)
+        return -ENOMEM;
+    x->tar_xxh3 = pack_get_le(buf + 48, 8);
+    x->plan_xxh3 = pack_get_le(buf + 56, 8);
+    rc = idx_samples(buf + TFS_PIDX_HDR, x);
+    if (rc == 0)
+        rc = idx_members(buf, x, h.names_size);
+    if (rc == 0)
+        rc = idx_keys(x);
+    if (rc < 0) {
+        tfs_free(x);
+        return rc;
+    }
+    *out = x;
+    return 0;
+}
+
+/* ---- building ---- */
+
+void tfs_pack_index_builder_init(struct pack_index_builder *b)
+{
+    memset(b, 0, sizeof(*b));
+}
+
+void tfs_pack_index_builder_cleanup(struct pack_index_builder *b)
+{
+    tfs_free(b->members);
+    tfs_free(b->samples);
+    tfs_free(b->names);
+    memset(b, 0, sizeof(*b));
+}
+
+/* Room for one more item of size bytes in a growable array. */
+static int idx_grow(void *pp, size_t n, size_t *cap, size_t size,
+                    size_t more)
+{
+    unsigned char **p = pp;
+    size_t want = n + more;
+    size_t c = *cap ? *cap : 64;
+    unsigned char *q;
+
+    if (want <= *cap)
+        return 0;
+    while (c < want)
+        c *= 2;
+    q = tfs_realloc(*p, c * size);
+    if (q == NULL)
+        return -ENOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+int tfs_pack_index_add(struct pack_index_builder *b, bool new_sample,
+                       const struct pack_member *m)
+{
+    unsigned char *rec;
+    int rc;
+
+    if (b->n_members >= UINT32_MAX || b->names_len > UINT32_MAX ||
+        (!new_sample && b->n_samples == 0))
+        return -EINVAL;
+    rc = idx_grow(&b->members, b->n_members, &b->members_cap,
+                  TFS_PIDX_MEMBER, 1);
+    if (rc == 0)
+        rc = idx_grow(&b->samples, b->n_samples, &b->samples_cap,
+                      TFS_PIDX_SAMPLE, 1);
+    if (rc == 0)
+        rc = idx_grow(&b->names, b->names_len, &b->names_cap, 1, m->name_len);
+    if (rc < 0)
+        return rc;
+    rec = b->members + b->n_members * TFS_PIDX_MEMBER;
+    pack_put_le(rec, m->hdr_off, 8);
+    pack_put_le(rec + 8, m->data_off, 8);
+    pack_put_le(rec + 16, m->size, 8);
+    pack_put_le(rec + 24, m->xxh3, 8);
+    pack_put_le(rec + 32, b->names_len, 4);
+    pack_put_le(rec + 36, m->name_len, 2);
+    pack_put_le(rec + 38, m->key_len, 2);
+    memcpy(b->names + b->names_len, m->name, m->name_len);
+    b->names_len += m->name_len;
+    if (new_sample) {
+        pack_put_le(b->samples + b->n_samples * TFS_PIDX_SAMPLE,
+                    b->n_members, 4);
+        pack_put_le(b->samples + b->n_samples * TFS_PIDX_SAMPLE + 4, 0, 4);
+        b->n_samples++;
+    }
+    rec = b->samples + (b->n_samples - 1) * TFS_PIDX_SAMPLE + 4;
+    pack_put_le(rec, pack_get_le(rec, 4) + 1, 4);
+    b->n_members++;
+    return 0;
+}
+
+int tfs_pack_index_finish(struct pack_index_builder *b, uint64_t tar_size,
+                          uint64_t tar_xxh3, uint64_t plan_xxh3,
+                          unsigned char **out, size_t *len)
+{
+    size_t ssz = b->n_samples * TFS_PIDX_SAMPLE;
+    size_t msz = b->n_members * TFS_PIDX_MEMBER;
+    size_t total = TFS_PIDX_HDR + ssz + msz + b->names_len + 8;
+    unsigned char *p = tfs_malloc(total);
+
+    if (p == NULL)
+        return -ENOMEM;
+    memcpy(p, TFS_PIDX_MAGIC, 8);
+    pack_put_le(p + 8, TFS_PIDX_VERSION, 4);
+    pack_put_le(p + 12, 0, 4);
+    pack_put_le(p + 16, b->n_samples, 8);
+    pack_put_le(p + 24, b->n_members, 8);
+    pack_put_le(p + 32, tar_size, 8);
+    pack_put_le(p + 40, b->names_len, 8);
+    pack_put_le(p + 48, tar_xxh3, 8);
+    pack_put_le(p + 56, plan_xxh3, 8);
+    if (ssz > 0)
+        memcpy(p + TFS_PIDX_HDR, b->samples, ssz);
+    if (msz > 0)
+        memcpy(p + TFS_PIDX_HDR + ssz, b->members, msz);
+    if (b->names_len > 0)
+        memcpy(p + TFS_PIDX_HDR + ssz + msz, b->names, b->names_len);
+    pack_put_le(p + total - 8, XXH3_64bits(p, total - 8), 8);
+    *out = p;
+    *len = total;
+    return 0;
+}

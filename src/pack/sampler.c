@@ -1,0 +1,419 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The epoch iterator: which samples one partition (rank, worker) reads in
+ * an epoch, in which order, and which shards to prefetch.
+ *
+ * The epoch stream.  The shards are put in an order shuffled by (seed,
+ * epoch) and their samples concatenated: N positions.  With padding (the
+ * default) the stream is extended past N by wrapping around, so that
+ * every rank gets M = ceil(N / world_size) positions; with drop_last,
+ * M = floor(N / world_size) and the tail is not read.  Rank r owns the
+ * contiguous span [r*M, (r+1)*M); worker w of K owns [r*M + w*M/K,
+ * r*M + (w+1)*M/K).  Spans are contiguous, so each worker reads whole
+ * shards (at most two partial ones) and the union over the workers is
+ * the rank's span whatever K is.
+ *
+ * The shuffle buffer.  Positions of the span enter a buffer of
+ * shuffle_buffer slots in stream order; each step emits a slot chosen by
+ * a generator seeded with (seed, epoch, span) and refills it with the
+ * next position.  The buffer holds positions, not data, so resuming at
+ * position P replays P steps without any I/O, and the sample is read
+ * only when it is emitted.
+ *
+ * Prefetch.  Ahead of the buffer's intake, the indexes of the next
+ * `prefetch` shards of the span, and the data of the next `prefetch`
+ * shards' worth of samples (at most prefetch_bytes), are hinted to the
+ * cache, behind demand reads.  Data is hinted as byte ranges of the tars
+ * (tfs_file_prefetch), an eighth of the window at a time: only the part a
+ * partition reads, so workers sharing a shard do not each fetch all of
+ * it, and no single call queues a whole shard.
+ */
+#include <errno.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "common/util.h"
+#include "pack/pack_int.h"
+
+struct tfs_pack_iter {
+    struct tfs_pack *p;                 /* borrowed */
+    /* options, used from the next start */
+    uint64_t         seed;
+    bool             shuffle;
+    uint64_t         buffer;            /* shuffle buffer slots */
+    uint64_t         rank;
+    uint64_t         world;
+    uint64_t         worker;
+    uint64_t         workers;
+    bool             drop_last;
+    uint64_t         prefetch;          /* shards ahead (indexes, data) */
+    uint64_t         prefetch_bytes;    /* data hinted ahead, at most */
+    /* the epoch */
+    bool             started;
+    uint64_t         epoch;
+    uint64_t         n;                 /* samples in the dataset */
+    size_t           n_shards;
+    size_t          *order;             /* owned: shard permutation */
+    uint64_t        *cum;               /* owned: samples before order[t] */
+    uint64_t         a;                 /* this partition's span [a, b) */
+    uint64_t         b;
+    uint64_t         fill;              /* next position into the buffer */
+    uint64_t        *buf;               /* owned: positions buffered */
+    size_t           n_buf;
+    size_t           cap_buf;
+    uint64_t         rng;
+    uint64_t         position;          /* emitted this epoch */
+    uint64_t         window;            /* positions hinted ahead; 0: off */
+    uint64_t         hint_pos;          /* data hinted up to here */
+    uint64_t         hint_visit;        /* next visit to hint the index of */
+    uint64_t         fill_visit;        /* visit of the position fill */
+    uint64_t         last_visit;        /* visit of position b - 1 */
+};
+
+int tfs_pack_iter_create(struct tfs_pack *p, struct tfs_pack_iter **out)
+{
+    struct tfs_pack_iter *it = tfs_calloc(1, sizeof(*it));
+
+    if (it == NULL)
+        return -ENOMEM;
+    it->p = p;
+    it->shuffle = true;
+    it->buffer = 1000;
+    it->world = 1;
+    it->workers = 1;
+    it->prefetch = 2;
+    it->prefetch_bytes = 64u << 20;
+    *out = it;
+    return 0;
+}
+
+void tfs_pack_iter_destroy(struct tfs_pack_iter *it)
+{
+    if (it == NULL)
+        return;
+    tfs_free(it->order);
+    tfs_free(it->cum);
+    tfs_free(it->buf);
+    tfs_free(it);
+}
+
+int tfs_pack_iter_set(struct tfs_pack_iter *it, const char *name,
+                      const char *value)
+{
+    static const struct {
+        const char *name;
+        size_t      off;
+        uint64_t    max;
+    } nums[] = {
+        {"seed", offsetof(struct tfs_pack_iter, seed), UINT64_MAX},
+        {"shuffle_buffer", offsetof(struct tfs_pack_iter, buffer), 1u << 26},
+        {"rank", offsetof(struct tfs_pack_iter, rank), 1u << 24},
+        {"world_size", offsetof(struct tfs_pack_iter, world), 1u << 24},
+        {"worker", offsetof(struct tfs_pack_iter, worker), 1u << 16},
+        {"num_workers", offsetof(struct tfs_pack_iter, workers), 1u << 16},
+        {"prefetch", offsetof(struct tfs_pack_iter, prefetch), 1024},
+        {"prefetch_bytes", offsetof(struct tfs_pack_iter, prefetch_bytes),
+         UINT64_MAX},
+    };
+    uint64_t v;
+
+    if (strcmp(name, "shuffle") == 0 || strcmp(name, "drop_last") == 0) {
+        bool *b = name[0] == 's' ? &it->shuffle : &it->drop_last;
+        if (tfs_parse_bool(value, b) < 0)
+            return tfs_err(TFS_EOPTION, "%s: '%s' is not 0 or 1", name,
+                           value);
+        return 0;
+    }
+    for (size_t i = 0; i < TFS_ARRAY_LEN(nums); i++) {
+        if (strcmp(name, nums[i].name) != 0)
+            continue;
+        if (tfs_parse_u64(value, &v) < 0 || v > nums[i].max)
+            return tfs_err(TFS_EOPTION, "%s: '%s' is not a number up to "
+                           "%llu", name, value,
+                           (unsigned long long)nums[i].max);
+        memcpy((char *)it + nums[i].off, &v, sizeof(v));
+        return 0;
+    }
+    return tfs_err(TFS_EOPTION, "unknown option '%s'", name);
+}
+
+/* [a, b) of this partition over a stream of n samples. */
+static int it_span(const struct tfs_pack_iter *it, uint64_t n, uint64_t *a,
+                   uint64_t *b)
+{
+    uint64_t per_rank;
+
+    if (it->world == 0 || it->rank >= it->world || it->workers == 0 ||
+        it->worker >= it->workers)
+        return tfs_err(-EINVAL, "partition rank %llu of %llu, worker %llu "
+                       "of %llu", (unsigned long long)it->rank,
+                       (unsigned long long)it->world,
+                       (unsigned long long)it->worker,
+                       (unsigned long long)it->workers);
+    per_rank = it->drop_last ? n / it->world
+                             : (n + it->world - 1) / it->world;
+    *a = it->rank * per_rank + per_rank * it->worker / it->workers;
+    *b = it->rank * per_rank + per_rank * (it->worker + 1) / it->workers;
+    return 0;
+}
+
+int tfs_pack_iter_length(const struct tfs_pack_iter *it, uint64_t *n)
+{
+    uint64_t a;
+    uint64_t b;
+    int rc = it_span(it, tfs_pack_samples(it->p), &a, &b);
+
+    if (rc == 0)
+        *n = b - a;
+    return rc;
+}
+
+uint64_t tfs_pack_iter_position(const struct tfs_pack_iter *it)
+{
+    return it->position;
+}
+
+/* A generator state from (seed, epoch, what, x, y). */
+static uint64_t it_seed(uint64_t seed, uint64_t epoch, uint64_t what,
+                        uint64_t x, uint64_t y)
+{
+    unsigned char b[40];
+
+    pack_put_le(b, seed, 8);
+    pack_put_le(b + 8, epoch, 8);
+    pack_put_le(b + 16, what, 8);
+    pack_put_le(b + 24, x, 8);
+    pack_put_le(b + 32, y, 8);
+    return XXH3_64bits(b, sizeof(b));
+}
+
+/* The shard order of the epoch and its prefix sums. */
+static int it_order(struct tfs_pack_iter *it)
+{
+    uint64_t state = it_seed(it->seed, it->epoch, 1, 0, 0);
+    size_t s = it->n_shards;
+
+    tfs_free(it->order);
+    tfs_free(it->cum);
+    it->order = tfs_malloc((s ? s : 1) * sizeof(*it->order));
+    it->cum = tfs_malloc((s + 1) * sizeof(*it->cum));
+    if (it->order == NULL || it->cum == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i < s; i++)
+        it->order[i] = i;
+    for (size_t i = s; it->shuffle && i > 1; i--) {
+        size_t j = (size_t)pack_below(&state, i);
+        size_t t = it->order[i - 1];
+        it->order[i - 1] = it->order[j];
+        it->order[j] = t;
+    }
+    it->cum[0] = 0;
+    for (size_t t = 0; t < s; t++)
+        it->cum[t + 1] = it->cum[t] + tfs_pack_shard_samples(it->p,
+                                                             it->order[t]);
+    return 0;
+}
+
+/* Slot t of the shard order holding stream offset q (0 <= q < n). */
+static size_t it_slot(const struct tfs_pack_iter *it, uint64_t q)
+{
+    size_t lo = 0;
+    size_t hi = it->n_shards;
+
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (it->cum[mid] <= q)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Shard visits are numbered along the extended stream (wraps included). */
+static uint64_t it_visit(const struct tfs_pack_iter *it, uint64_t q)
+{
+    return (q / it->n) * it->n_shards + it_slot(it, q % it->n);
+}
+
+/* Hint the data of stream positions [from, to), shard by shard. */
+static void it_hint_data(struct tfs_pack_iter *it, uint64_t from,
+                         uint64_t to)
+{
+    while (from < to) {
+        uint64_t v = it_visit(it, from);
+        size_t t = (size_t)(v % it->n_shards);
+        uint64_t start = (v / it->n_shards) * it->n + it->cum[t];
+        uint64_t end = TFS_MIN(start + (it->cum[t + 1] - it->cum[t]), to);
+
+        (void)tfs_pack_hint_data(it->p, it->order[t], from - start,
+                                 end - start);
+        from = end;
+    }
+}
+
+/*
+ * Keep the cache ahead of the buffer's intake: the indexes of the next
+ * `prefetch` shard visits, and the data of the next `window` positions,
+ * an eighth of the window at a time and at most two eighths per step of
+ * the intake, so the window fills over the first few samples (the cache
+ * takes and pre-faults a buffer per block hinted, on this thread: a
+ * whole window at once would delay the first sample).
+ */
+static void it_hint(struct tfs_pack_iter *it)
+{
+    uint64_t step = TFS_MAX(it->window / 8, (uint64_t)1);
+    uint64_t want;
+    uint64_t target;
+
+    if (it->window == 0 || it->b == it->a)
+        return;
+    want = TFS_MIN(it->fill_visit + it->prefetch, it->last_visit);
+    for (; it->hint_visit <= want; it->hint_visit++)
+        (void)tfs_pack_hint_index(it->p,
+                                  it->order[it->hint_visit % it->n_shards]);
+    target = TFS_MIN(TFS_MIN(it->b, it->fill + it->window),
+                     it->hint_pos + 2 * step);
+    if (target <= it->hint_pos ||
+        (target < it->b && target < it->hint_pos + step))
+        return;
+    it_hint_data(it, it->hint_pos, target);
+    it->hint_pos = target;
+}
+
+/* The next position into the buffer (fill < b). */
+static uint64_t it_take(struct tfs_pack_iter *it)
+{
+    uint64_t q = it->fill++;
+
+    if (it->fill < it->b) {
+        it->fill_visit = it_visit(it, it->fill);
+        if (it->started)
+            it_hint(it);
+    }
+    return q;
+}
+
+/* The next position of the epoch's order; false at the end. */
+static bool it_pop(struct tfs_pack_iter *it, uint64_t *q)
+{
+    size_t j;
+
+    if (!it->shuffle || it->cap_buf <= 1) {
+        if (it->fill >= it->b)
+            return false;
+        *q = it_take(it);
+        return true;
+    }
+    while (it->n_buf < it->cap_buf && it->fill < it->b)
+        it->buf[it->n_buf++] = it_take(it);
+    if (it->n_buf == 0)
+        return false;
+    j = (size_t)pack_below(&it->rng, it->n_buf);
+    *q = it->buf[j];
+    if (it->fill < it->b)
+        it->buf[j] = it_take(it);
+    else
+        it->buf[j] = it->buf[--it->n_buf];
+    return true;
+}
+
+/* Reset the buffer for span [a, b); hinting starts at the intake. */
+static int it_reset(struct tfs_pack_iter *it)
+{
+    uint64_t want = it->shuffle ? TFS_MIN(it->buffer, it->b - it->a) : 0;
+
+    tfs_free(it->buf);
+    it->buf = tfs_malloc((size_t)(want ? want : 1) * sizeof(*it->buf));
+    if (it->buf == NULL)
+        return -ENOMEM;
+    it->cap_buf = (size_t)want;
+    it->n_buf = 0;
+    it->fill = it->a;
+    it->position = 0;
+    it->rng = it_seed(it->seed, it->epoch, 2, it->a, it->b);
+    it->fill_visit = it->b > it->a ? it_visit(it, it->a) : 0;
+    it->last_visit = it->b > it->a ? it_visit(it, it->b - 1) : 0;
+    return 0;
+}
+
+/* The earliest position still to be read (after a fast-forward). */
+static uint64_t it_first_needed(const struct tfs_pack_iter *it)
+{
+    uint64_t low = it->fill;
+
+    for (size_t i = 0; i < it->n_buf; i++)
+        low = TFS_MIN(low, it->buf[i]);
+    return low;
+}
+
+/*
+ * Positions to keep hinted ahead: `prefetch` shards' worth of samples,
+ * at most prefetch_bytes of them (by the dataset's average sample).
+ */
+static uint64_t it_window(const struct tfs_pack_iter *it)
+{
+    double per_shard;
+    double per_sample;
+    double w;
+
+    if (it->prefetch == 0 || it->n == 0 || it->prefetch_bytes == 0)
+        return 0;
+    per_shard = (double)it->n / (double)it->n_shards;
+    per_sample = (double)tfs_pack_tar_bytes(it->p) / (double)it->n;
+    w = TFS_MIN((double)it->prefetch * per_shard,
+                (double)it->prefetch_bytes / per_sample);
+    return w < 1 ? 1 : (uint64_t)w;
+}
+
+int tfs_pack_iter_start(struct tfs_pack_iter *it, uint64_t epoch,
+                        uint64_t position)
+{
+    uint64_t q;
+    int rc;
+
+    it->started = false;
+    it->epoch = epoch;
+    it->n = tfs_pack_samples(it->p);
+    it->n_shards = tfs_pack_shards(it->p);
+    rc = it_span(it, it->n, &it->a, &it->b);
+    if (rc == 0 && position > it->b - it->a)
+        rc = tfs_err(-ERANGE, "position %llu past the %llu samples of "
+                     "this partition", (unsigned long long)position,
+                     (unsigned long long)(it->b - it->a));
+    if (rc == 0)
+        rc = it_order(it);
+    if (rc == 0)
+        rc = it_reset(it);
+    if (rc < 0)
+        return rc;
+    while (it->position < position && it_pop(it, &q))
+        it->position++;
+    it->window = it_window(it);
+    it->hint_pos = it_first_needed(it);
+    it->hint_visit = it->hint_pos < it->b ? it_visit(it, it->hint_pos)
+                                          : it->last_visit + 1;
+    it->started = true;
+    it_hint(it);
+    return 0;
+}
+
+int tfs_pack_iter_next(struct tfs_pack_iter *it, struct tfs_pack_sample *s,
+                       bool *got)
+{
+    uint64_t q;
+    size_t t;
+    int rc;
+
+    *got = false;
+    if (!it->started)
+        return tfs_err(-EINVAL, "iterator not started");
+    if (!it_pop(it, &q))
+        return 0;
+    it->position++;
+    q %= it->n;
+    t = it_slot(it, q);
+    rc = tfs_pack_fill(it->p, it->order[t], q - it->cum[t], s);
+    *got = rc == 0;
+    return rc;
+}

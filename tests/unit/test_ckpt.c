@@ -1,0 +1,763 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The checkpoint engine on a posix store: save and restore, slices from
+ * several ranks (threads here; the Python tests use processes) and
+ * resharded reads, local staging and its fallback, checksums, the commit
+ * protocol (missing and stale markers), retention and gc, streaming, and
+ * failing allocations in the writer and the reader.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "ckpt/ckpt_int.h"
+#include "tierfs/ckpt.h"
+#include "tierfs/mem.h"
+#include "test.h"
+
+static char top[64];                    /* per-run temporary directory */
+
+static void path(char *buf, size_t len, const char *rel)
+{
+    snprintf(buf, len, "%s/%s", top, rel);
+}
+
+/* Deterministic contents: byte i of tensor seed. */
+static void fill(void *buf, size_t n, unsigned seed)
+{
+    unsigned char *p = buf;
+
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)((i * 2654435761u + seed * 40503u) >> 7);
+}
+
+/* The tensors of the single-rank tests. */
+#define BIG_ROWS 512
+#define BIG_COLS 1024
+static float big[BIG_ROWS * BIG_COLS];  /* 2 MiB */
+static int32_t small[20][16];
+static int64_t scalar = -42;
+static unsigned char flags[7];
+static const int64_t big_shape[] = {BIG_ROWS, BIG_COLS};
+static const int64_t small_shape[] = {16};
+static const int64_t flags_shape[] = {7};
+static const int64_t empty_shape[] = {0, 4};
+
+static void data_init(void)
+{
+    fill(big, sizeof(big), 1);
+    fill(small, sizeof(small), 2);
+    fill(flags, sizeof(flags), 3);
+    for (size_t i = 0; i < sizeof(flags); i++)
+        flags[i] &= 1;
+}
+
+static struct tfs_ckpt_writer *writer(unsigned rank, unsigned ws,
+                                      unsigned keep)
+{
+    struct tfs_ckpt_writer *w;
+    char staging[128];
+
+    path(staging, sizeof(staging), "staging");
+    CHECK_OK(tfs_ckpt_writer_create(&w));
+    CHECK_OK(tfs_ckpt_writer_set_rank(w, rank, ws));
+    CHECK_OK(tfs_ckpt_writer_set_shard_size(w, 1 << 20));
+    CHECK_OK(tfs_ckpt_writer_set_staging_dir(w, staging));
+    CHECK_OK(tfs_ckpt_writer_set_keep_last(w, keep));
+    CHECK_OK(tfs_ckpt_writer_set_timeout_ms(w, 20000));
+    return w;
+}
+
+static int add_all(struct tfs_ckpt_writer *w)
+{
+    char name[32];
+    int rc = tfs_ckpt_writer_add(w, "w.big", "F32", 2, big_shape, big,
+                                 sizeof(big));
+
+    for (int i = 0; i < 20 && rc == 0; i++) {
+        snprintf(name, sizeof(name), "layers.%d.small", i);
+        rc = tfs_ckpt_writer_add(w, name, "I32", 1, small_shape, small[i],
+                                 sizeof(small[i]));
+    }
+    if (rc == 0)
+        rc = tfs_ckpt_writer_add(w, "scalar", "I64", 0, NULL, &scalar, 8);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_add(w, "flags", "BOOL", 1, flags_shape, flags,
+                                 sizeof(flags));
+    if (rc == 0)
+        rc = tfs_ckpt_writer_add(w, "empty", "F16", 2, empty_shape, flags, 0);
+    return rc;
+}
+
+/* Save the single-rank state dict as step under the store. */
+static int save(const char *uri, uint64_t step, unsigned keep)
+{
+    struct tfs_ckpt_writer *w = writer(0, 1, keep);
+    int rc = tfs_ckpt_writer_open(w, uri, step);
+
+    if (rc == 0)
+        rc = add_all(w);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_save(w);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_wait(w, -1);
+    tfs_ckpt_writer_destroy(w);
+    return rc;
+}
+
+static struct tfs_ckpt_reader *reader(const char *uri, int64_t step,
+                                      bool staging)
+{
+    struct tfs_ckpt_reader *r;
+    char dir[128];
+
+    path(dir, sizeof(dir), "staging");
+    CHECK_OK(tfs_ckpt_reader_create(&r));
+    CHECK_OK(tfs_ckpt_reader_set_staging_dir(r, dir));
+    CHECK_OK(tfs_ckpt_reader_set_use_staging(r, staging));
+    CHECK_OK(tfs_ckpt_reader_open(r, uri, step));
+    return r;
+}
+
+static void *read_all(struct tfs_ckpt_reader *r, const char *name,
+                      size_t *len)
+{
+    uint64_t nbytes;
+    size_t i;
+    void *buf;
+
+    CHECK_OK(tfs_ckpt_reader_find(r, name, &i));
+    CHECK_OK(tfs_ckpt_reader_tensor(r, i, NULL, NULL, NULL, NULL, &nbytes));
+    buf = malloc(nbytes + 1);
+    CHECK(buf != NULL);
+    CHECK_OK(tfs_ckpt_reader_read(r, i, buf, nbytes));
+    *len = nbytes;
+    return buf;
+}
+
+static void check_all(struct tfs_ckpt_reader *r)
+{
+    char name[32];
+    size_t len;
+    void *p = read_all(r, "w.big", &len);
+
+    CHECK(len == sizeof(big) && memcmp(p, big, len) == 0);
+    free(p);
+    for (int i = 0; i < 20; i++) {
+        snprintf(name, sizeof(name), "layers.%d.small", i);
+        p = read_all(r, name, &len);
+        CHECK(len == sizeof(small[i]) && memcmp(p, small[i], len) == 0);
+        free(p);
+    }
+    p = read_all(r, "scalar", &len);
+    CHECK(len == 8 && *(int64_t *)p == -42);
+    free(p);
+    p = read_all(r, "flags", &len);
+    CHECK(len == 7 && memcmp(p, flags, 7) == 0);
+    free(p);
+    p = read_all(r, "empty", &len);
+    CHECK_EQ(len, 0);
+    free(p);
+}
+
+TEST(roundtrip)
+{
+    struct tfs_ckpt_summary sum;
+    struct tfs_ckpt_reader *r;
+    int64_t off[2] = {100, 10};
+    int64_t sz[2] = {100, 10};
+    static float box[100 * 10];
+    char uri[128];
+    uint64_t steps[4];
+    uint64_t step;
+    unsigned ws;
+    size_t n;
+    size_t nf;
+    size_t i;
+    bool local;
+
+    path(uri, sizeof(uri), "rt");
+    CHECK_OK(save(uri, 1, 0));
+    r = reader(uri, TFS_CKPT_STEP_LATEST, true);
+    tfs_ckpt_reader_info(r, &step, &ws, NULL, &n, &nf);
+    CHECK_EQ(step, 1);
+    CHECK_EQ(ws, 1);
+    CHECK_EQ(n, 24);
+    CHECK_EQ(nf, 2);                    /* the big one has its own file */
+    CHECK_OK(tfs_ckpt_reader_file(r, 0, NULL, NULL, NULL, &local));
+    CHECK(local);
+    check_all(r);
+    CHECK_OK(tfs_ckpt_reader_find(r, "w.big", &i));
+    CHECK_OK(tfs_ckpt_reader_read_box(r, i, 2, off, sz, box, sizeof(box)));
+    for (int a = 0; a < 100; a++)
+        CHECK(memcmp(&box[a * 10], &big[(100 + a) * BIG_COLS + 10], 40) == 0);
+    CHECK_RC(tfs_ckpt_reader_read_box(r, i, 2, off, sz, box, 4), -EINVAL);
+    off[0] = 500;
+    CHECK_RC(tfs_ckpt_reader_read_box(r, i, 2, off, sz, box, sizeof(box)),
+             -EINVAL);
+    CHECK_RC(tfs_ckpt_reader_find(r, "nope", &i), -ENOENT);
+    tfs_ckpt_reader_destroy(r);
+    /* The same through the store only. */
+    r = reader(uri, 1, false);
+    check_all(r);
+    CHECK_OK(tfs_ckpt_reader_file(r, 0, NULL, NULL, NULL, &local));
+    CHECK(!local);
+    CHECK_OK(tfs_ckpt_reader_verify(r, NULL));
+    tfs_ckpt_reader_destroy(r);
+    CHECK_OK(tfs_ckpt_list(uri, NULL, 0, steps, 4, &n));
+    CHECK(n == 1 && steps[0] == 1);
+    CHECK_OK(tfs_ckpt_latest(uri, NULL, &step));
+    CHECK_EQ(step, 1);
+    CHECK_OK(tfs_ckpt_summary(uri, NULL, 1, &sum));
+    CHECK_EQ(sum.n_tensors, 24);
+    CHECK_EQ(sum.total_size, sizeof(big) + sizeof(small) + 8 + 7);
+    CHECK_RC(tfs_ckpt_summary(uri, NULL, 2, &sum), -ENOENT);
+}
+
+/* ---- several ranks ---- */
+
+#define M_ROWS 12
+static float mfull[M_ROWS * 4 * 3];
+static const int64_t m_shape[] = {M_ROWS, 4, 3};
+
+struct rank_arg {
+    const char *uri;
+    unsigned    rank;
+    unsigned    ws;
+    const char *run_id;
+    uint64_t    timeout_ms;
+    int         rc;
+    char        detail[512];
+};
+
+static void *rank_main(void *p)
+{
+    struct rank_arg *a = p;
+    struct tfs_ckpt_writer *w = NULL;
+    int64_t rows = M_ROWS / a->ws;
+    int64_t off[3] = {rows * a->rank, 0, 0};
+    int64_t shape[3] = {rows, 4, 3};
+    float own[5];
+    char name[32];
+    char staging[128];
+    int rc;
+
+    path(staging, sizeof(staging), "staging");
+    rc = tfs_ckpt_writer_create(&w);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_set_rank(w, a->rank, a->ws);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_set_staging_dir(w, staging);
+    if (rc == 0 && a->run_id)
+        rc = tfs_ckpt_writer_set_run_id(w, a->run_id);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_set_timeout_ms(w, a->timeout_ms);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_open(w, a->uri, 10);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_add_slice(w, "m", "F32", 3, shape, off, m_shape,
+                                       &mfull[off[0] * 12],
+                                       (size_t)rows * 12 * 4);
+    fill(own, sizeof(own), 10 + a->rank);
+    snprintf(name, sizeof(name), "own%u", a->rank);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_add(w, name, "F32", 1, (int64_t[]){5}, own, 20);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_save(w);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_wait(w, -1);
+    snprintf(a->detail, sizeof(a->detail), "%s", tfs_errdetail());
+    tfs_ckpt_writer_destroy(w);
+    a->rc = rc;
+    return NULL;
+}
+
+static void run_ranks(struct rank_arg *a, unsigned n)
+{
+    pthread_t t[8];
+
+    for (unsigned i = 0; i < n; i++)
+        CHECK(pthread_create(&t[i], NULL, rank_main, &a[i]) == 0);
+    for (unsigned i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+}
+
+TEST(ranks)
+{
+    struct rank_arg a[3];
+    struct tfs_ckpt_reader *r;
+    static float got[M_ROWS * 12];
+    int64_t off[3] = {2, 1, 0};
+    int64_t sz[3] = {5, 2, 3};
+    char uri[128];
+    size_t n;
+    size_t i;
+    float own[5];
+    void *p;
+
+    fill(mfull, sizeof(mfull), 9);
+    path(uri, sizeof(uri), "ranks");
+    for (unsigned k = 0; k < 3; k++)
+        a[k] = (struct rank_arg){uri, k, 3, "r1", 20000, 0, ""};
+    run_ranks(a, 3);
+    for (unsigned k = 0; k < 3; k++)
+        CHECK_OK(a[k].rc);
+    r = reader(uri, 10, false);
+    tfs_ckpt_reader_info(r, NULL, NULL, NULL, &n, NULL);
+    CHECK_EQ(n, 4);
+    CHECK_OK(tfs_ckpt_reader_find(r, "m", &i));
+    CHECK_OK(tfs_ckpt_reader_slices(r, i, &n));
+    CHECK_EQ(n, 3);
+    CHECK_OK(tfs_ckpt_reader_read(r, i, got, sizeof(mfull)));
+    CHECK(memcmp(got, mfull, sizeof(mfull)) == 0);
+    /* A box across the slices, as another world size would need. */
+    CHECK_OK(tfs_ckpt_reader_read_box(r, i, 3, off, sz, got, 5 * 2 * 3 * 4));
+    for (int x = 0; x < 5; x++)
+        CHECK(memcmp(&got[x * 6], &mfull[(2 + x) * 12 + 3], 24) == 0);
+    for (unsigned k = 0; k < 3; k++) {
+        char name[16];
+        size_t len;
+
+        snprintf(name, sizeof(name), "own%u", k);
+        p = read_all(r, name, &len);
+        fill(own, sizeof(own), 10 + k);
+        CHECK(len == 20 && memcmp(p, own, 20) == 0);
+        free(p);
+    }
+    CHECK_OK(tfs_ckpt_reader_verify(r, NULL));
+    tfs_ckpt_reader_destroy(r);
+}
+
+TEST(commit_protocol)
+{
+    struct rank_arg a[2];
+    char uri[128];
+    uint64_t steps[4];
+    uint64_t step;
+    size_t n;
+
+    path(uri, sizeof(uri), "proto");
+    CHECK_OK(save(uri, 1, 0));
+    /* Rank 1 never comes: rank 0 gives up, nothing is committed. */
+    a[0] = (struct rank_arg){uri, 0, 2, "x", 300, 0, ""};
+    run_ranks(a, 1);
+    CHECK_RC(a[0].rc, -ETIMEDOUT);
+    CHECK(strstr(a[0].detail, "rank 1's marker") != NULL);
+    CHECK_OK(tfs_ckpt_list(uri, NULL, 0, steps, 4, &n));
+    CHECK(n == 1 && steps[0] == 1);
+    CHECK_OK(tfs_ckpt_list(uri, NULL, TFS_CKPT_LIST_INCOMPLETE, steps, 4,
+                           &n));
+    CHECK(n == 1 && steps[0] == 10);
+    CHECK_OK(tfs_ckpt_latest(uri, NULL, &step));
+    CHECK_EQ(step, 1);
+    /* A stale marker of another run is not taken for this one. */
+    a[0] = (struct rank_arg){uri, 1, 2, "old", 200, 0, ""};
+    run_ranks(a, 1);
+    CHECK_RC(a[0].rc, -ETIMEDOUT);
+    CHECK(strstr(a[0].detail, "no index naming rank 1's shards") != NULL);
+    a[0] = (struct rank_arg){uri, 0, 2, "new", 300, 0, ""};
+    run_ranks(a, 1);
+    CHECK_RC(a[0].rc, -ETIMEDOUT);
+    CHECK_OK(tfs_ckpt_latest(uri, NULL, &step));
+    CHECK_EQ(step, 1);
+    /* Both ranks of the same run: committed. */
+    a[0] = (struct rank_arg){uri, 0, 2, "new", 20000, 0, ""};
+    a[1] = (struct rank_arg){uri, 1, 2, "new", 20000, 0, ""};
+    run_ranks(a, 2);
+    CHECK_OK(a[0].rc);
+    CHECK_OK(a[1].rc);
+    CHECK_OK(tfs_ckpt_latest(uri, NULL, &step));
+    CHECK_EQ(step, 10);
+    /* Saving a committed step again needs overwrite. */
+    CHECK_RC(save(uri, 10, 0), -EEXIST);
+    struct tfs_ckpt_writer *w = writer(0, 1, 0);
+    CHECK_OK(tfs_ckpt_writer_set_overwrite(w, true));
+    CHECK_OK(tfs_ckpt_writer_open(w, uri, 10));
+    CHECK_OK(add_all(w));
+    CHECK_RC(tfs_ckpt_writer_add(w, "scalar", "I64", 0, NULL, &scalar, 8),
+             -EEXIST);
+    CHECK_RC(tfs_ckpt_writer_add(w, "bad", "F32", 1, (int64_t[]){3}, big, 8),
+             -EINVAL);
+    CHECK_RC(tfs_ckpt_writer_add(w, "bad", "X9", 1, (int64_t[]){3}, big, 8),
+             -EINVAL);
+    CHECK_RC(tfs_ckpt_writer_wait(w, 0), -EINVAL);
+    CHECK_OK(tfs_ckpt_writer_save(w));
+    CHECK_RC(tfs_ckpt_writer_save(w), -EBUSY);
+    CHECK_OK(tfs_ckpt_writer_wait(w, -1));
+    CHECK(tfs_ckpt_writer_is_done(w));
+    tfs_ckpt_writer_destroy(w);
+    struct tfs_ckpt_reader *r = reader(uri, 10, true);
+    check_all(r);
+    tfs_ckpt_reader_destroy(r);
+}
+
+TEST(retention)
+{
+    char uri[128];
+    uint64_t steps[8];
+    uint64_t step;
+    size_t n;
+    size_t removed = 9;
+    struct rank_arg a;
+
+    path(uri, sizeof(uri), "keep");
+    for (uint64_t s = 1; s <= 4; s++)
+        CHECK_OK(save(uri, s, 2));
+    CHECK_OK(tfs_ckpt_list(uri, NULL, 0, steps, 8, &n));
+    CHECK(n == 2 && steps[0] == 3 && steps[1] == 4);
+    /* An abandoned save older than the newest checkpoint. */
+    a = (struct rank_arg){uri, 1, 2, "", 100, 0, ""};
+    run_ranks(&a, 1);                   /* step 10: rank 1 only */
+    CHECK_RC(a.rc, -ETIMEDOUT);
+    CHECK_OK(save(uri, 20, 0));
+    CHECK_OK(tfs_ckpt_gc(uri, NULL, 1, true, &removed));
+    CHECK_EQ(removed, 3);
+    CHECK_OK(tfs_ckpt_list(uri, NULL, 0, steps, 8, &n));
+    CHECK_EQ(n, 3);
+    CHECK_OK(tfs_ckpt_gc(uri, NULL, 1, false, &removed));
+    CHECK_EQ(removed, 3);
+    CHECK_OK(tfs_ckpt_list(uri, NULL, 0, steps, 8, &n));
+    CHECK(n == 1 && steps[0] == 20);
+    CHECK_OK(tfs_ckpt_list(uri, NULL, TFS_CKPT_LIST_INCOMPLETE, steps, 8,
+                           &n));
+    CHECK_EQ(n, 0);
+    CHECK_RC(tfs_ckpt_gc(uri, NULL, 0, false, &removed), -EINVAL);
+    CHECK_OK(save(uri, 21, 0));
+    CHECK_OK(tfs_ckpt_remove(uri, NULL, 21));
+    CHECK_OK(tfs_ckpt_latest(uri, NULL, &step));
+    CHECK_EQ(step, 20);
+    CHECK_RC(tfs_ckpt_remove(uri, NULL, 21), -ENOENT);
+    CHECK_OK(tfs_ckpt_remove(uri, NULL, 20));
+    CHECK_RC(tfs_ckpt_latest(uri, NULL, &step), -ENOENT);
+}
+
+/* Flip one byte of the file at rel (under the test directory). */
+static void flip(const char *rel, off_t off)
+{
+    char p[256];
+    unsigned char c;
+    int fd;
+
+    path(p, sizeof(p), rel);
+    fd = open(p, O_RDWR);
+    CHECK(fd >= 0);
+    CHECK(pread(fd, &c, 1, off) == 1);
+    c ^= 0x40;
+    CHECK(pwrite(fd, &c, 1, off) == 1);
+    close(fd);
+}
+
+/* The staging directory of the store at rel (one namespace per store). */
+static void staging_file(char *buf, size_t len, const char *name)
+{
+    char cmd[512];
+    FILE *f;
+
+    snprintf(cmd, sizeof(cmd), "cd %s && ls -d staging/*/step-000001/%s",
+             top, name);
+    f = popen(cmd, "r");
+    CHECK(f != NULL);
+    CHECK(fgets(buf, (int)len, f) != NULL);
+    buf[strcspn(buf, "\n")] = '\0';
+    pclose(f);
+}
+
+TEST(checksums)
+{
+    struct tfs_ckpt_reader *r;
+    static float got[BIG_ROWS * BIG_COLS];
+    char uri[128];
+    char rel[256];
+    size_t i;
+
+    path(uri, sizeof(uri), "sum");
+    CHECK_OK(save(uri, 1, 0));
+    /* A damaged staging copy: read from the store instead. */
+    staging_file(rel, sizeof(rel), "model-rank00000-00001.safetensors");
+    flip(rel, 5000);
+    r = reader(uri, 1, true);
+    check_all(r);
+    tfs_ckpt_reader_destroy(r);
+    /* A damaged store copy: an error naming tensor and file, no data. */
+    flip("sum/step-000001/model-rank00000-00001.safetensors", 5000);
+    r = reader(uri, 1, false);
+    CHECK_OK(tfs_ckpt_reader_find(r, "w.big", &i));
+    memset(got, 0, sizeof(got));
+    CHECK_RC(tfs_ckpt_reader_read(r, i, got, sizeof(got)), TFS_ECORRUPT);
+    CHECK(strstr(tfs_errdetail(), "'w.big'") != NULL);
+    CHECK(strstr(tfs_errdetail(),
+                 "step-000001/model-rank00000-00001.safetensors") != NULL);
+    CHECK_RC(tfs_ckpt_reader_verify(r, NULL), TFS_ECORRUPT);
+    tfs_ckpt_reader_destroy(r);
+    /* A missing shard, and a truncated one. */
+    char p[256];
+    path(p, sizeof(p), "sum/step-000001/model-rank00000-00002.safetensors");
+    CHECK(truncate(p, 100) == 0);
+    struct tfs_ckpt_reader *r2;
+    CHECK_OK(tfs_ckpt_reader_create(&r2));
+    CHECK_OK(tfs_ckpt_reader_set_use_staging(r2, false));
+    CHECK_RC(tfs_ckpt_reader_open(r2, uri, 1), TFS_EFORMAT);
+    CHECK(strstr(tfs_errdetail(), "truncated") != NULL);
+    CHECK(unlink(p) == 0);
+    CHECK_RC(tfs_ckpt_reader_open(r2, uri, 1), -ENOENT);
+    CHECK(strstr(tfs_errdetail(), "missing (named by the index)") != NULL);
+    CHECK_RC(tfs_ckpt_reader_open(r2, uri, 2), -ENOENT);
+    tfs_ckpt_reader_destroy(r2);
+}
+
+/* Whether path (under the test directory, a shell glob) exists. */
+static bool exists(const char *glob)
+{
+    char cmd[256];
+
+    snprintf(cmd, sizeof(cmd), "cd %s && ls -d %s >/dev/null 2>&1", top,
+             glob);
+    return system(cmd) == 0;
+}
+
+TEST(recycle)
+{
+    struct tfs_ckpt_reader *r;
+    static float old[BIG_ROWS * BIG_COLS];
+    char uri[128];
+    char id[160];
+    char ns[64];
+    char glob[128];
+    size_t len;
+    bool local;
+    void *p;
+
+    path(uri, sizeof(uri), "recycle");
+    CHECK_OK(save(uri, 1, 0));
+    /* This store's staging namespace: the hash of its identity. */
+    snprintf(id, sizeof(id), "file://%s", uri);
+    snprintf(ns, sizeof(ns), "staging/%016llx",
+             (unsigned long long)XXH3_64bits(id, strlen(id)));
+    snprintf(glob, sizeof(glob), "%s/step-000001/model-rank00000-00001.*",
+             ns);
+    CHECK(exists(glob));
+    memcpy(old, big, sizeof(big));
+    fill(big, sizeof(big), 77);
+    /* Step 2 rewrites step 1's staging files in place. */
+    CHECK_OK(save(uri, 2, 0));
+    snprintf(glob, sizeof(glob), "%s/step-000001", ns);
+    CHECK(!exists(glob));
+    snprintf(glob, sizeof(glob), "%s/step-000002/model-rank00000-00002.*",
+             ns);
+    CHECK(exists(glob));
+    r = reader(uri, 2, true);
+    CHECK_OK(tfs_ckpt_reader_file(r, 0, NULL, NULL, NULL, &local));
+    CHECK(local);
+    check_all(r);
+    tfs_ckpt_reader_destroy(r);
+    /* Step 1 is still whole, from the store. */
+    r = reader(uri, 1, true);
+    CHECK_OK(tfs_ckpt_reader_file(r, 0, NULL, NULL, NULL, &local));
+    CHECK(!local);
+    p = read_all(r, "w.big", &len);
+    CHECK(len == sizeof(old) && memcmp(p, old, len) == 0);
+    free(p);
+    tfs_ckpt_reader_destroy(r);
+    memcpy(big, old, sizeof(big));
+}
+
+TEST(streaming)
+{
+    struct tfs_ckpt_reader *r;
+    void *bufs[32];
+    uint64_t ids[32];
+    char uri[128];
+    size_t n;
+
+    path(uri, sizeof(uri), "stream");
+    CHECK_OK(save(uri, 3, 0));
+    for (int round = 0; round < 2; round++) {
+        r = reader(uri, 3, round == 0);
+        tfs_ckpt_reader_info(r, NULL, NULL, NULL, &n, NULL);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t nbytes;
+
+            CHECK_OK(tfs_ckpt_reader_tensor(r, i, NULL, NULL, NULL, NULL,
+                                            &nbytes));
+            bufs[i] = malloc(nbytes + 1);
+            CHECK_OK(tfs_ckpt_reader_submit(r, i, 0, NULL, NULL, bufs[i],
+                                            nbytes, &ids[i]));
+        }
+        CHECK_OK(tfs_ckpt_reader_start(r));
+        for (size_t i = n; i-- > 0;)
+            CHECK_OK(tfs_ckpt_reader_wait(r, ids[i], -1));
+        for (size_t i = 0; i < n; i++) {
+            const char *name;
+
+            CHECK(tfs_ckpt_reader_is_ready(r, ids[i]));
+            CHECK_OK(tfs_ckpt_reader_tensor(r, i, &name, NULL, NULL, NULL,
+                                            NULL));
+            if (strcmp(name, "w.big") == 0)
+                CHECK(memcmp(bufs[i], big, sizeof(big)) == 0);
+            if (strcmp(name, "layers.7.small") == 0)
+                CHECK(memcmp(bufs[i], small[7], 64) == 0);
+            free(bufs[i]);
+        }
+        CHECK_RC(tfs_ckpt_reader_wait(r, 999, 0), -EINVAL);
+        tfs_ckpt_reader_destroy(r);
+    }
+    /* Destroy with reads still queued. */
+    r = reader(uri, 3, false);
+    for (size_t i = 0; i < 4; i++) {
+        uint64_t nbytes;
+
+        CHECK_OK(tfs_ckpt_reader_tensor(r, i, NULL, NULL, NULL, NULL,
+                                        &nbytes));
+        bufs[i] = malloc(nbytes + 1);
+        CHECK_OK(tfs_ckpt_reader_submit(r, i, 0, NULL, NULL, bufs[i], nbytes,
+                                        &ids[i]));
+    }
+    CHECK_OK(tfs_ckpt_reader_start(r));
+    tfs_ckpt_reader_destroy(r);
+    for (size_t i = 0; i < 4; i++)
+        free(bufs[i]);
+}
+
+/* ---- failing allocations ---- */
+
+static atomic_long mem_budget = -1;     /* allocations left; -1: no limit */
+
+static bool mem_take(void)
+{
+    long b = atomic_load(&mem_budget);
+
+    while (b > 0 && !atomic_compare_exchange_weak(&mem_budget, &b, b - 1))
+        ;
+    return b != 0;
+}
+
+static void *failing_malloc(size_t n)
+{
+    return mem_take() ? malloc(n) : NULL;
+}
+
+static void *failing_realloc(void *p, size_t n)
+{
+    return mem_take() ? realloc(p, n) : NULL;
+}
+
+static void *failing_calloc(size_t c, size_t n)
+{
+    return mem_take() ? calloc(c, n) : NULL;
+}
+
+/* One small save and restore; the first error. */
+static int mem_round(const char *uri, uint64_t step)
+{
+    static float v[64];
+    static const int64_t shape[] = {4, 16};
+    static const int64_t off[] = {0, 0};
+    static const int64_t full[] = {4, 16};
+    struct tfs_ckpt_writer *w = NULL;
+    struct tfs_ckpt_reader *r = NULL;
+    uint64_t id;
+    size_t i;
+    int rc = tfs_ckpt_writer_create(&w);
+
+    if (rc == 0)
+        rc = tfs_ckpt_writer_set_extra(w, "{\"a\": [1, 2]}");
+    if (rc == 0)
+        rc = tfs_ckpt_writer_open(w, uri, step);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_add(w, "v", "F32", 2, shape, v, sizeof(v));
+    if (rc == 0)
+        rc = tfs_ckpt_writer_add_slice(w, "s", "F32", 2, shape, off, full, v,
+                                       sizeof(v));
+    if (rc == 0)
+        rc = tfs_ckpt_writer_save(w);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_wait(w, -1);
+    tfs_ckpt_writer_destroy(w);
+    if (rc == 0)
+        rc = tfs_ckpt_reader_create(&r);
+    if (rc == 0)
+        rc = tfs_ckpt_reader_open(r, uri, (int64_t)step);
+    if (rc == 0)
+        rc = tfs_ckpt_reader_find(r, "s", &i);
+    if (rc == 0)
+        rc = tfs_ckpt_reader_read_box(r, i, 2, off, shape, v, sizeof(v));
+    if (rc == 0)
+        rc = tfs_ckpt_reader_submit(r, 0, 0, NULL, NULL, v, sizeof(v), &id);
+    if (rc == 0)
+        rc = tfs_ckpt_reader_start(r);
+    if (rc == 0)
+        rc = tfs_ckpt_reader_wait(r, id, -1);
+    if (rc == 0)
+        rc = tfs_ckpt_reader_verify(r, NULL);
+    tfs_ckpt_reader_destroy(r);
+    return rc;
+}
+
+TEST(allocation_failures)
+{
+    char uri[128];
+    char staging[128];
+    int failures = 0;
+    int rc = 0;
+
+    path(uri, sizeof(uri), "mem");
+    path(staging, sizeof(staging), "staging");
+    setenv("TIERFS_CKPT_STAGING", staging, 1);
+    CHECK_OK(tfs_replace_allocator(failing_malloc, failing_realloc,
+                                   failing_calloc, free));
+    for (long k = 0; k < 5000; k++) {
+        atomic_store(&mem_budget, k);
+        rc = mem_round(uri, (uint64_t)k + 100);
+        atomic_store(&mem_budget, -1);
+        if (rc == 0)
+            break;
+        if (rc != -ENOMEM)
+            TEST_FAIL_("round %ld: %d (%s) [%s]", k, rc, tfs_strerror(rc),
+                       tfs_errdetail());
+        failures++;
+    }
+    CHECK_OK(rc);
+    CHECK(failures > 50);
+    CHECK_OK(mem_round(uri, 99999));
+    unsetenv("TIERFS_CKPT_STAGING");
+}
+
+static void setup(void)
+{
+    snprintf(top, sizeof(top), "/tmp/tfs-ckpt-XXXXXX");
+    if (mkdtemp(top) == NULL) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    data_init();
+}
+
+static void teardown(void)
+{
+    char cmd[128];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", top);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", top);
+}
+
+TESTS(T(roundtrip), T(ranks), T(commit_protocol), T(retention),
+      T(checksums), T(recycle), T(streaming), T(allocation_failures));
+
+int main(int argc, char **argv)
+{
+    int rc;
+
+    setup();
+    rc = test_run(test_cases, TFS_ARRAY_LEN(test_cases), argc, argv);
+    teardown();
+    return rc;
+}
