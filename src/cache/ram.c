@@ -49,44 +49,16 @@ static unsigned pool_class(const struct tfs_cache *c, size_t len,
  * New memory for a buffer, its pages faulted in with one call: on a
  * virtual machine each page fault is a trip through the hypervisor, and
  * faulting a 4 MiB buffer page by page costs more than filling it.
- * Buffers of 2 MiB and more are also aligned to 2 MiB and asked to be
- * backed by huge pages, so a 4 MiB block costs two faults, not 1,024.
- * Every buffer keeps the pointer malloc gave just below itself, so
- * pool_release frees it whatever its size.
  */
-#define POOL_HUGE  ((uintptr_t)2 << 20)
-#define POOL_ALIGN ((uintptr_t)64)
-
 static void *pool_fresh(size_t cap)
 {
-    uintptr_t align = cap >= POOL_HUGE ? POOL_HUGE : POOL_ALIGN;
-    void *raw = tfs_malloc(cap + align);
-    uintptr_t p;
-    uintptr_t lo;
-    uintptr_t hi;
+    void *p = tfs_malloc(cap);
+    uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)p + cap) & ~(uintptr_t)4095;
 
-    if (raw == NULL)
-        return NULL;
-    p = ((uintptr_t)raw + sizeof(void *) + align - 1) & ~(align - 1);
-    memcpy((void *)(p - sizeof(void *)), &raw, sizeof(void *));
-    if (align == POOL_HUGE)
-        madvise((void *)p, cap & ~(size_t)(POOL_HUGE - 1), MADV_HUGEPAGE);
-    lo = (p + 4095) & ~(uintptr_t)4095;
-    hi = (p + cap) & ~(uintptr_t)4095;
-    if (hi > lo)
+    if (p != NULL && hi > lo)
         madvise((void *)lo, hi - lo, TFS_MADV_POPULATE_WRITE);
-    return (void *)p;
-}
-
-/* Free a buffer from pool_fresh. */
-static void pool_release(void *p)
-{
-    void *raw;
-
-    if (p == NULL)
-        return;
-    memcpy(&raw, (char *)p - sizeof(void *), sizeof(void *));
-    tfs_free(raw);
+    return p;
 }
 
 void *tfs_blockbuf_get(struct tfs_cache *c, size_t len)
@@ -123,7 +95,7 @@ void tfs_blockbuf_put(struct tfs_cache *c, void *p, size_t len)
         p = NULL;
     }
     pthread_mutex_unlock(&pl->lock);
-    pool_release(p);
+    tfs_free(p);
 }
 
 static void pool_cleanup(struct tfs_bufpool *pl)
@@ -132,7 +104,7 @@ static void pool_cleanup(struct tfs_bufpool *pl)
         while (pl->free[k] != NULL) {
             void *p = pl->free[k];
             memcpy(&pl->free[k], p, sizeof(void *));
-            pool_release(p);
+            tfs_free(p);
         }
     }
     pthread_mutex_destroy(&pl->lock);
