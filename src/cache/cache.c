@@ -297,26 +297,6 @@ static int cache_load(struct tfs_cache *c, const struct tfs_block_ref *r,
     return rc;
 }
 
-/* Wait for b; past the hedging threshold, ask for a second read. */
-static int cache_wait(struct tfs_cache *c, const struct tfs_block_ref *r,
-                      struct tfs_block *b)
-{
-    uint64_t after = tfs_fetch_hedge_after_ns(c);
-    uint64_t now;
-    int rc;
-
-    if (after == 0)
-        return tfs_ram_wait(c, b, 0);
-    now = tfs_now_ns();
-    if (now < b->load_start_ns + after) {
-        rc = tfs_ram_wait(c, b, b->load_start_ns + after - now);
-        if (rc != -ETIMEDOUT)
-            return rc;
-    }
-    tfs_fetch_hedge(c, r, b);
-    return tfs_ram_wait(c, b, 0);
-}
-
 static bool cache_is_loading(struct tfs_cache *c, struct tfs_block *b)
 {
     bool loading;
@@ -325,6 +305,44 @@ static bool cache_is_loading(struct tfs_cache *c, struct tfs_block *b)
     loading = b->state == TFS_BLK_LOADING;
     pthread_mutex_unlock(&c->ram_lock);
     return loading;
+}
+
+/*
+ * Wait for b; once its store read has run past the hedging threshold,
+ * ask for a second read (or, while it is still queued behind
+ * prefetches, for it to be moved ahead of them).
+ */
+static int cache_wait(struct tfs_cache *c, const struct tfs_block_ref *r,
+                      struct tfs_block *b)
+{
+    uint64_t after = tfs_fetch_hedge_after_ns(c);
+
+    if (after == 0)
+        return tfs_ram_wait(c, b, 0);
+    for (;;) {
+        uint64_t start = __atomic_load_n(&b->load_start_ns,
+                                         __ATOMIC_RELAXED);
+        uint64_t now = tfs_now_ns();
+        int rc;
+
+        if (now < start + after) {
+            rc = tfs_ram_wait(c, b, start + after - now);
+            if (rc != -ETIMEDOUT || !cache_is_loading(c, b))
+                return rc;
+            continue;                   /* its read may have started since */
+        }
+        switch (tfs_fetch_hedge(c, r, b)) {
+        case TFS_HEDGE_QUEUED:          /* look again once it could run */
+        case TFS_HEDGE_BUSY:            /* or once the pool is less busy */
+            rc = tfs_ram_wait(c, b, after);
+            if (rc != -ETIMEDOUT || !cache_is_loading(c, b))
+                return rc;
+            break;
+        case TFS_HEDGE_SENT:
+        case TFS_HEDGE_NONE:
+            return tfs_ram_wait(c, b, 0);
+        }
+    }
 }
 
 int tfs_cache_block(struct tfs_cache *c, const struct tfs_block_ref *r,

@@ -115,6 +115,8 @@ struct tfs_block {
     int                src;             /* tfs_block_src; c->ram_lock */
     bool               prefetched;      /* loaded by a hint; c->ram_lock */
     bool               hedged;          /* second read sent; ram_lock */
+    bool               get_started;     /* a worker began its store read;
+                                           c->ram_lock */
     bool               in_table;        /* c->ram_lock */
     unsigned           reads;           /* store reads in flight; lock */
     size_t             src_left;        /* bytes still counted as coming
@@ -123,7 +125,10 @@ struct tfs_block {
                                            NULL while LOADING */
     pthread_cond_t     cond;            /* it left LOADING; ram_lock */
     size_t             len;             /* bytes of data */
-    uint64_t           load_start_ns;   /* when loading began */
+    uint64_t           load_start_ns;   /* when loading began, then when
+                                           its store read began; written
+                                           under ram_lock, read with
+                                           __atomic_load_n */
 };
 
 /* ---- block buffers (ram.c) ---- */
@@ -289,11 +294,20 @@ void tfs_fetch_stop(struct tfs_cache *c);
 int tfs_fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
                      struct tfs_block *b, bool prio_demand, bool fill);
 /*
- * The caller waited long enough for b: send a second read if hedging is
- * on and b has none yet.  Returns true when one was sent.
+ * The caller waited long enough for b.  If b's read is still queued
+ * behind prefetches, it is moved to the demand queue (TFS_HEDGE_QUEUED:
+ * a second read would only queue too); if it has been running for the
+ * hedging threshold, a second read is sent (TFS_HEDGE_SENT); otherwise
+ * nothing is done (TFS_HEDGE_NONE: already hedged, loaded, or not a
+ * store read; TFS_HEDGE_BUSY: more than half the readers are busy, so
+ * the wait says the store is saturated and a hedge would only add load).
  */
-bool tfs_fetch_hedge(struct tfs_cache *c, const struct tfs_block_ref *r,
-                     struct tfs_block *b);
+enum tfs_hedge_result {
+    TFS_HEDGE_NONE, TFS_HEDGE_QUEUED, TFS_HEDGE_SENT, TFS_HEDGE_BUSY
+};
+enum tfs_hedge_result tfs_fetch_hedge(struct tfs_cache *c,
+                                      const struct tfs_block_ref *r,
+                                      struct tfs_block *b);
 /* How long to wait before hedging (0: never). */
 uint64_t tfs_fetch_hedge_after_ns(struct tfs_cache *c);
 

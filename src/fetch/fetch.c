@@ -6,9 +6,16 @@
  * reader's miss always finds a worker soon (Redis bio.c: one pool per
  * class of work, FIFO within a class).
  *
- * Hedging: a reader that has waited longer than the observed p95 latency
- * of block reads asks for a second read of the same block
- * (tfs_fetch_hedge); whichever finishes first publishes the block.  Each
+ * Hedging: a reader whose block's store read has run longer than the
+ * observed p95 latency of block reads asks for a second read of the same
+ * block (tfs_fetch_hedge); whichever finishes first publishes the block.
+ * A read still waiting in the prefetch queue is not hedged but moved to
+ * the demand queue: time spent queued is not the store's tail latency,
+ * and a second request then would only add load to a busy store.  For
+ * the same reason there is no hedge while more than half the workers
+ * are reading: a slow read then says the link or the store is saturated
+ * (by us), not that one request met a slow server, and a second request
+ * would make every read slower.  Each
  * read lands in its own buffer; the winner's becomes the block's data and
  * the loser frees its own, so a late read never writes into bytes that
  * readers are already using.
@@ -50,6 +57,7 @@ struct tfs_fetch {
     struct fetch_queue demand;          /* protected by lock */
     struct fetch_queue prefetch;        /* protected by lock */
     unsigned           prefetch_active; /* protected by lock */
+    unsigned           active;          /* reads running; lock */
     unsigned           prefetch_max;
     bool               stopping;        /* protected by lock */
     /* recent block-read latencies, for the hedging threshold */
@@ -201,6 +209,13 @@ static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
     size_t n = 0;
     int rc;
 
+    if (!j->hedge) {                    /* the hedging clock starts now */
+        pthread_mutex_lock(&c->ram_lock);
+        j->b->get_started = true;
+        __atomic_store_n(&j->b->load_start_ns, t0, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&c->ram_lock);
+    }
+
     rc = tfs_store_read(c->st, j->key, j->dst, j->len, j->off, j->version,
                         &n);
     if (rc == 0 && n != j->len)
@@ -251,11 +266,13 @@ static void *fetch_worker(void *arg)
         if (j == NULL)
             break;
         f->prefetch_active += is_prefetch;
+        f->active++;
         pthread_mutex_unlock(&f->lock);
         fetch_run(c, j);
         tfs_ram_put(c, j->b);
         fetch_job_free(c, j);
         pthread_mutex_lock(&f->lock);
+        f->active--;
         f->prefetch_active -= is_prefetch;
         if (is_prefetch)
             pthread_cond_broadcast(&f->cond);
@@ -305,22 +322,72 @@ int tfs_fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
     return rc;
 }
 
-bool tfs_fetch_hedge(struct tfs_cache *c, const struct tfs_block_ref *r,
-                     struct tfs_block *b)
+/* Are more than half the workers reading? */
+static bool fetch_busy(struct tfs_fetch *f)
+{
+    bool busy;
+
+    pthread_mutex_lock(&f->lock);
+    busy = f->active * 2 > f->n_threads;
+    pthread_mutex_unlock(&f->lock);
+    return busy;
+}
+
+/* Move b's queued prefetch job to the demand queue; false if none. */
+static bool fetch_promote(struct tfs_fetch *f, struct tfs_block *b)
+{
+    struct fetch_job *prev = NULL;
+    struct fetch_job *j;
+
+    pthread_mutex_lock(&f->lock);
+    for (j = f->prefetch.head; j != NULL && j->b != b; j = j->next)
+        prev = j;
+    if (j != NULL) {
+        if (prev != NULL)
+            prev->next = j->next;
+        else
+            f->prefetch.head = j->next;
+        if (f->prefetch.tail == j)
+            f->prefetch.tail = prev;
+        fetch_enqueue(&f->demand, j);
+        pthread_cond_signal(&f->cond);
+    }
+    pthread_mutex_unlock(&f->lock);
+    return j != NULL;
+}
+
+enum tfs_hedge_result tfs_fetch_hedge(struct tfs_cache *c,
+                                      const struct tfs_block_ref *r,
+                                      struct tfs_block *b)
 {
     struct fetch_job *j;
+    bool loading;
+    bool started;
     bool go;
 
     pthread_mutex_lock(&c->ram_lock);
-    go = b->state == TFS_BLK_LOADING && !b->hedged;
+    loading = b->state == TFS_BLK_LOADING && b->reads > 0;
+    started = b->get_started;
+    go = loading && started && !b->hedged;
     if (go)
         b->hedged = true;
     pthread_mutex_unlock(&c->ram_lock);
+    if (loading && !started) {
+        fetch_promote(c->fetch, b);     /* or already in the demand queue */
+        return TFS_HEDGE_QUEUED;
+    }
+    if (go && fetch_busy(c->fetch)) {
+        pthread_mutex_lock(&c->ram_lock);
+        b->hedged = false;              /* may hedge once the pool calms */
+        pthread_mutex_unlock(&c->ram_lock);
+        TFS_COUNT(&c->ctr, hedges_skipped_busy, 1);
+        return TFS_HEDGE_BUSY;
+    }
     if (!go)
-        return false;
+        return TFS_HEDGE_NONE;
     j = fetch_job_new(c, r, b);
     if (j == NULL)
-        return false;
+        return TFS_HEDGE_NONE;
     j->hedge = true;
     pthread_mutex_lock(&c->ram_lock);
     b->refs++;
@@ -330,10 +397,10 @@ bool tfs_fetch_hedge(struct tfs_cache *c, const struct tfs_block_ref *r,
         fetch_complete(c, j, -ESHUTDOWN);
         tfs_ram_put(c, b);
         fetch_job_free(c, j);
-        return false;
+        return TFS_HEDGE_NONE;
     }
     TFS_COUNT(&c->ctr, hedged_gets, 1);
-    return true;
+    return TFS_HEDGE_SENT;
 }
 
 /* ---- start and stop ---- */

@@ -45,6 +45,7 @@ uint64_t tfs_hist_quantile(const struct tfs_hist *h, double q);
     X(prefetch_bytes_wasted, "prefetched bytes evicted unread")            \
     X(hedged_gets, "second reads sent after the p95 latency")              \
     X(hedge_wins, "hedged reads that finished first")                      \
+    X(hedges_skipped_busy, "hedges not sent: the reader pool was busy")     \
     X(evicted_bytes, "bytes evicted from the disk tier")                   \
     X(evicted_bytes_ram, "bytes evicted from the RAM tier")                \
     X(admission_rejects, "blocks the disk tier declined to admit")         \

@@ -667,6 +667,62 @@ TEST(hedged_reads)
     remove_dirs();
 }
 
+/*
+ * A reader waiting on a block whose read is still queued behind
+ * prefetches gets it moved to the front, and no second read: time in
+ * the queue is not the store's tail latency.
+ */
+TEST(queued_reads_promoted_not_hedged)
+{
+    const char *kv[] = {"block_size", "64K", "hedge_min_ms", "1",
+                        "max_inflight", "8", NULL};
+    enum { WARM = 32, QUEUED = 60 };
+    unsigned char *data = pattern(65536, 12);
+    const char *keys[QUEUED];
+    char names[QUEUED][16];
+    char name[16];
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    uint64_t gets0;
+    uint64_t gets_at_read;
+
+    setup_dirs();
+    for (int i = 0; i < WARM; i++) {
+        snprintf(name, sizeof(name), "w%02d", i);
+        write_remote(name, data, 65536);
+    }
+    for (int i = 0; i < QUEUED; i++) {
+        snprintf(names[i], sizeof(names[i]), "q%02d", i);
+        write_remote(names[i], data, 65536);
+        keys[i] = names[i];
+    }
+    st = open_remote("latency_ms=10");
+    c = open_cache(st, kv);
+    for (int i = 0; i < WARM; i++) {    /* latency samples: a p95 */
+        snprintf(name, sizeof(name), "w%02d", i);
+        read_all_check(c, name, data, 65536, 65536);
+    }
+    for (int i = 0; i < QUEUED; i++) {  /* so the hint queues at once */
+        struct tfs_stat sb;
+        CHECK_OK(tfs_cache_stat(c, keys[i], &sb));
+    }
+    gets0 = remote_reads(st);
+    CHECK_OK(tfs_cache_prefetch(c, keys, QUEUED));
+    read_all_check(c, keys[QUEUED - 1], data, 65536, 65536);
+    gets_at_read = remote_reads(st) - gets0;
+    for (int i = 0; i < QUEUED; i++)    /* all of them, each read once */
+        read_all_check(c, keys[i], data, 65536, 65536);
+    printf("# last of %d queued prefetches read after %llu store reads\n",
+           QUEUED, (unsigned long long)gets_at_read);
+    CHECK(gets_at_read < QUEUED * 2 / 3);
+    CHECK_EQ(remote_reads(st) - gets0, QUEUED);
+    CHECK_EQ(stat_of(c, "hedged_gets"), 0);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
 TEST(cache_dir_settings_adopted)
 {
     const char *first[] = {"block_size", "256K", "cache_size", "5M",
@@ -867,6 +923,7 @@ TESTS(T(read_through_and_ram_hits), T(disk_tier_survives_reopen),
       T(single_flight), T(capacity_bound), T(scan_resistance),
       T(immutable_snapshot), T(meta_ttl_and_negative_entries),
       T(prefetch_hint), T(sequential_readahead), T(hedged_reads),
-      T(multi_process_sharing), T(cache_dir_settings_adopted),
+      T(multi_process_sharing), T(queued_reads_promoted_not_hedged),
+      T(cache_dir_settings_adopted),
       T(pinned_reads), T(note_put_patches_listings));
 TEST_MAIN()
