@@ -323,6 +323,17 @@ static int disk_write_file(const char *path, const char *reuse,
     } while (n < 0 && errno == EINTR);
     if (n != (ssize_t)(hlen + len))
         rc = n < 0 ? -errno : -ENOSPC;
+    /*
+     * Write the block out and drop its pages from the kernel's page
+     * cache: the RAM tier is the in-memory copy of hot blocks, and a
+     * second copy in the page cache would only take memory from it and
+     * from the training job (and, on a VM, keep touching fresh memory,
+     * which costs more than the copy).  The writer is a background
+     * thread, so waiting for the device here holds up no reader.
+     */
+    if (rc == 0 && sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE |
+                                   SYNC_FILE_RANGE_WAIT_AFTER) == 0)
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     if (close(fd) < 0 && rc == 0)
         rc = -errno;
     if (rc == 0 && rename(tmp, path) < 0)
