@@ -1024,8 +1024,28 @@ TEST(replace)
     free(buf);
 }
 
+/*
+ * Inodes already counted by this du_bytes: a block file renamed while the
+ * directory is read (temp name -> final name) can be listed under both
+ * names, and must count once, as du counts it.
+ */
+static struct {
+    ino_t  ino[8192];
+    size_t n;
+} du_seen;
+
+static bool du_first_sight(ino_t ino)
+{
+    for (size_t i = 0; i < du_seen.n; i++)
+        if (du_seen.ino[i] == ino)
+            return false;
+    if (du_seen.n < sizeof(du_seen.ino) / sizeof(du_seen.ino[0]))
+        du_seen.ino[du_seen.n++] = ino;
+    return true;
+}
+
 /* Allocated bytes under path (du), and of files named name only. */
-static uint64_t du_bytes(const char *path, const char *name, uint64_t *named)
+static uint64_t du_walk(const char *path, const char *name, uint64_t *named)
 {
     DIR *d = opendir(path);
     struct dirent *de;
@@ -1038,17 +1058,23 @@ static uint64_t du_bytes(const char *path, const char *name, uint64_t *named)
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
         sfmt(p, sizeof(p), "%s/%s", path, de->d_name);
-        if (lstat(p, &sb) < 0)
+        if (lstat(p, &sb) < 0 || !du_first_sight(sb.st_ino))
             continue;
         total += (uint64_t)sb.st_blocks * 512;
         if (strcmp(de->d_name, name) == 0)
             *named += (uint64_t)sb.st_blocks * 512;
         if (S_ISDIR(sb.st_mode))
-            total += du_bytes(p, name, named);
+            total += du_walk(p, name, named);
     }
     if (d != NULL)
         closedir(d);
     return total;
+}
+
+static uint64_t du_bytes(const char *path, const char *name, uint64_t *named)
+{
+    du_seen.n = 0;
+    return du_walk(path, name, named);
 }
 
 /* cache_size N, 3N of data read: the cache dir stays within N + 5%, plus
