@@ -35,7 +35,7 @@ def _stat(st):
     return StatResult(st.size, st.mtime_ns, st.version.decode())
 
 
-class Store:
+class Store(_capi.Handle):
     """An open store (s3://, file://, a path, or a wrapper chain).
     Thread-safe, like the C handle it wraps."""
 
@@ -49,15 +49,6 @@ class Store:
         if self._h:
             _capi.tfs_store_close(self._h)
             self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
 
     def stat(self, key):
         st = _capi.Stat()

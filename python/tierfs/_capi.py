@@ -267,3 +267,20 @@ def check(rc):
         detail = tfs_errdetail().decode("utf-8", "replace")
         raise TierfsError(rc, tfs_strerror(rc).decode(), detail)
     return rc
+
+
+class Handle:
+    """A Python object owning C handles, released by its close(): usable
+    in a with statement, and closed when collected."""
+
+    def close(self):
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()

@@ -215,7 +215,7 @@ class TensorInfo:
                 f"slices={self.n_slices})")
 
 
-class Reader:
+class Reader(_capi.Handle):
     """A committed checkpoint: uri is ROOT, ROOT/step-N or ROOT/latest
     (step overrides).  Reads are checked against their checksums."""
 
@@ -374,15 +374,6 @@ class Reader:
         if getattr(self, "_h", None):
             _capi.tfs_ckpt_reader_destroy(self._h)
             self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
 
 
 def _prod(v):

@@ -106,7 +106,7 @@ def _decoder_table(decode, decoders):
 
 # ---- the cache ----
 
-class Cache:
+class Cache(_capi.Handle):
     """A store (URI) and the cache over it.  Options are the cache's
     (cache.h: block_size, mem_cache, cache_size, immutable, ...); a
     cache_dir shares its disk tier with mounts and other processes."""
@@ -162,15 +162,6 @@ class Cache:
         if self._st:
             _capi.tfs_store_close(self._st)
             self._st = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
 
 
 # ---- one process's open dataset ----
@@ -247,7 +238,7 @@ class _Sample:
         return out
 
 
-class PackedDataset:
+class PackedDataset(_capi.Handle):
     """A packed dataset open in this process: uri is the dataset's
     directory (s3://bucket/prefix, a path, fault+..., ...).  Reads go
     through a Cache made from cache_dir and cache options (or an existing
@@ -306,15 +297,6 @@ class PackedDataset:
         if self._own_cache and getattr(self, "cache", None) is not None:
             self.cache.close()
             self.cache = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
 
 
 class _EpochIter:
