@@ -11,17 +11,11 @@
  */
 #include <errno.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 #include "cache/cache_int.h"
 
 #define RAM_BUCKETS (1u << 16)
-#ifdef MADV_POPULATE_WRITE
-#define TFS_MADV_POPULATE_WRITE MADV_POPULATE_WRITE
-#else
-#define TFS_MADV_POPULATE_WRITE 23      /* Linux 5.14; older: EINVAL */
-#endif
 
 /* ---- the buffer pool ---- */
 
@@ -45,22 +39,6 @@ static unsigned pool_class(const struct tfs_cache *c, size_t len,
     return k;
 }
 
-/*
- * New memory for a buffer, its pages faulted in with one call: on a
- * virtual machine each page fault is a trip through the hypervisor, and
- * faulting a 4 MiB buffer page by page costs more than filling it.
- */
-static void *pool_fresh(size_t cap)
-{
-    void *p = tfs_malloc(cap);
-    uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
-    uintptr_t hi = ((uintptr_t)p + cap) & ~(uintptr_t)4095;
-
-    if (p != NULL && hi > lo)
-        madvise((void *)lo, hi - lo, TFS_MADV_POPULATE_WRITE);
-    return p;
-}
-
 void *tfs_blockbuf_get(struct tfs_cache *c, size_t len)
 {
     struct tfs_bufpool *pl = &c->pool;
@@ -75,7 +53,7 @@ void *tfs_blockbuf_get(struct tfs_cache *c, size_t len)
         pl->idle_bytes -= cap;
     }
     pthread_mutex_unlock(&pl->lock);
-    return p != NULL ? p : pool_fresh(cap);
+    return p != NULL ? p : tfs_malloc_faulted(cap);
 }
 
 void tfs_blockbuf_put(struct tfs_cache *c, void *p, size_t len)

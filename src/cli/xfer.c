@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Parallel ranged reads for get and cat: jobs threads fetch chunks into a
- * ring of 2*jobs slots; the calling thread writes them out in order.  A
- * single stream from an object store is latency-bound, so several ranged
- * GETs in flight is what makes a download run at the link's speed.
+ * Parallel ranged reads for get and cat.  A single stream from an object
+ * store is latency-bound, so several ranged GETs in flight is what makes a
+ * download run at the link's speed.  Into a regular file each of the jobs
+ * threads writes its own chunks in place (pwrite), so no thread copies
+ * another's bytes; into a pipe or terminal they fill a ring of 2*jobs
+ * slots that the calling thread writes out in order.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -33,10 +36,13 @@ struct xfer {
     uint64_t          n_chunks;
     size_t            n_slots;
     struct xfer_slot *slots;            /* n_slots */
+    int               fd;
+    off_t             base;             /* file offset of off; -1: a stream */
     pthread_mutex_t   lock;
     pthread_cond_t    cond;
+    unsigned          n_workers;        /* protected by lock */
     uint64_t          next;             /* protected by lock */
-    uint64_t          written;          /* protected by lock */
+    uint64_t          written;          /* chunks out; protected by lock */
     int               rc;               /* protected by lock */
     char              detail[512];      /* of rc; protected by lock */
 };
@@ -47,7 +53,7 @@ static bool xfer_claim(struct xfer *x, uint64_t *index)
     bool ok;
 
     pthread_mutex_lock(&x->lock);
-    while (x->rc == 0 && x->next < x->n_chunks &&
+    while (x->base < 0 && x->rc == 0 && x->next < x->n_chunks &&
            x->next >= x->written + x->n_slots)
         pthread_cond_wait(&x->cond, &x->lock);
     ok = x->rc == 0 && x->next < x->n_chunks;
@@ -57,13 +63,49 @@ static bool xfer_claim(struct xfer *x, uint64_t *index)
     return ok;
 }
 
+static int xfer_pwrite_all(int fd, const unsigned char *p, size_t len,
+                           off_t off)
+{
+    while (len > 0) {
+        ssize_t n = pwrite(fd, p, len, off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return tfs_err(-errno, "write failed");
+        p += n;
+        off += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/*
+ * Chunk i is in s: in place, write it to its offset and start its
+ * writeback, so the disk works while the network does and the caller's
+ * final fsync has little left to wait for.
+ */
+static int xfer_put_in_place(struct xfer *x, struct xfer_slot *s, uint64_t i)
+{
+    off_t at = x->base + (off_t)(i * x->chunk);
+    int rc = xfer_pwrite_all(x->fd, s->buf, s->got, at);
+
+    if (rc == 0)
+        (void)sync_file_range(x->fd, at, (off_t)s->got,
+                              SYNC_FILE_RANGE_WRITE);
+    return rc;
+}
+
 static void *xfer_worker(void *arg)
 {
     struct xfer *x = arg;
+    struct xfer_slot *own;
     uint64_t i;
 
+    pthread_mutex_lock(&x->lock);
+    own = &x->slots[x->n_workers++ % x->n_slots];
+    pthread_mutex_unlock(&x->lock);
     while (xfer_claim(x, &i)) {
-        struct xfer_slot *s = &x->slots[i % x->n_slots];
+        struct xfer_slot *s = x->base >= 0 ? own : &x->slots[i % x->n_slots];
         uint64_t off = x->off + i * x->chunk;
         size_t want = (size_t)TFS_MIN(x->chunk, x->len - i * x->chunk);
         size_t got = 0;
@@ -74,14 +116,20 @@ static void *xfer_worker(void *arg)
             rc = tfs_err(TFS_ECHANGED, "'%s' ended at %llu, before the "
                          "size it had", x->key,
                          (unsigned long long)(off + got));
+        s->got = got;
+        if (rc == 0 && x->base >= 0)
+            rc = xfer_put_in_place(x, s, i);
         pthread_mutex_lock(&x->lock);
         if (rc < 0 && x->rc == 0) {
             x->rc = rc;
             snprintf(x->detail, sizeof(x->detail), "%s", tfs_errdetail());
         }
-        s->index = i;
-        s->got = got;
-        s->ready = true;
+        if (x->base >= 0) {
+            x->written++;
+        } else {
+            s->index = i;
+            s->ready = true;
+        }
         pthread_cond_broadcast(&x->cond);
         pthread_mutex_unlock(&x->lock);
     }
@@ -117,22 +165,12 @@ static void xfer_progress(const struct xfer *x, uint64_t t0, uint64_t *last)
             (double)done * 1e3 / (double)(now - t0));
 }
 
-/*
- * The calling thread: write chunks in order as they become ready.  Into a
- * regular file, each chunk's writeback is started as soon as it is
- * written, so the disk works while the network does and the caller's
- * final fsync has little left to wait for.
- */
-static int xfer_drain(struct xfer *x, int fd, bool progress)
+/* The calling thread, into a stream: write chunks out in order. */
+static int xfer_drain(struct xfer *x, bool progress)
 {
     uint64_t t0 = tfs_now_ns();
     uint64_t last = t0;
-    struct stat sb;
-    off_t pos = -1;
     int rc = 0;
-
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
-        pos = lseek(fd, 0, SEEK_CUR);
 
     pthread_mutex_lock(&x->lock);
     while (x->written < x->n_chunks && rc == 0) {
@@ -143,12 +181,7 @@ static int xfer_drain(struct xfer *x, int fd, bool progress)
         if (x->rc != 0)
             break;
         pthread_mutex_unlock(&x->lock);
-        rc = xfer_write_all(fd, s->buf, s->got);
-        if (rc == 0 && pos >= 0) {
-            (void)sync_file_range(fd, pos, (off_t)s->got,
-                                  SYNC_FILE_RANGE_WRITE);
-            pos += (off_t)s->got;
-        }
+        rc = xfer_write_all(x->fd, s->buf, s->got);
         if (progress)
             xfer_progress(x, t0, &last);
         pthread_mutex_lock(&x->lock);
@@ -167,14 +200,44 @@ static int xfer_drain(struct xfer *x, int fd, bool progress)
     return rc;
 }
 
+/* The calling thread, into a file: wait for the workers' chunks. */
+static int xfer_wait(struct xfer *x, bool progress)
+{
+    uint64_t t0 = tfs_now_ns();
+    uint64_t last = t0;
+    int rc;
+
+    pthread_mutex_lock(&x->lock);
+    while (x->rc == 0 && x->written < x->n_chunks) {
+        if (progress) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 500000000;
+            ts.tv_sec += ts.tv_nsec / 1000000000;
+            ts.tv_nsec %= 1000000000;
+            pthread_cond_timedwait(&x->cond, &x->lock, &ts);
+            xfer_progress(x, t0, &last);
+        } else {
+            pthread_cond_wait(&x->cond, &x->lock);
+        }
+    }
+    rc = x->rc;
+    pthread_mutex_unlock(&x->lock);
+    if (progress)
+        fprintf(stderr, "\r%60s\r", "");
+    if (rc == 0 && lseek(x->fd, x->base + (off_t)x->len, SEEK_SET) < 0)
+        rc = tfs_err(-errno, "seek failed");
+    return rc;
+}
+
 static int xfer_alloc(struct xfer *x, unsigned jobs)
 {
-    x->n_slots = (size_t)jobs * 2;
+    x->n_slots = (size_t)jobs * (x->base >= 0 ? 1 : 2);
     x->slots = tfs_calloc(x->n_slots, sizeof(*x->slots));
     if (x->slots == NULL)
         return -ENOMEM;
     for (size_t i = 0; i < x->n_slots; i++) {
-        x->slots[i].buf = tfs_malloc((size_t)x->chunk);
+        x->slots[i].buf = tfs_malloc_faulted((size_t)x->chunk);
         if (x->slots[i].buf == NULL)
             return -ENOMEM;
     }
@@ -194,8 +257,9 @@ int cli_xfer_read(struct tfs_store *st, const char *key,
 {
     struct xfer x = {
         .st = st, .key = key, .version = version, .off = off, .len = len,
-        .chunk = opt->chunk,
+        .chunk = opt->chunk, .fd = fd, .base = -1,
     };
+    struct stat sb;
     pthread_t th[64];
     unsigned jobs = TFS_MAX(1u, TFS_MIN(opt->jobs, 64u));
     unsigned started = 0;
@@ -205,6 +269,9 @@ int cli_xfer_read(struct tfs_store *st, const char *key,
     if (x.n_chunks == 0)
         return 0;
     jobs = (unsigned)TFS_MIN((uint64_t)jobs, x.n_chunks);
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+        !(fcntl(fd, F_GETFL) & O_APPEND))
+        x.base = lseek(fd, 0, SEEK_CUR);
     pthread_mutex_init(&x.lock, NULL);
     pthread_cond_init(&x.cond, NULL);
     rc = xfer_alloc(&x, jobs);
@@ -215,7 +282,8 @@ int cli_xfer_read(struct tfs_store *st, const char *key,
     if (started == 0 && rc == 0)
         rc = -EAGAIN;
     if (rc == 0)
-        rc = xfer_drain(&x, fd, opt->progress);
+        rc = x.base >= 0 ? xfer_wait(&x, opt->progress)
+                         : xfer_drain(&x, opt->progress);
     pthread_mutex_lock(&x.lock);
     if (x.rc == 0 && rc < 0)
         x.rc = rc;

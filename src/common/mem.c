@@ -6,8 +6,15 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
-#include "tierfs/mem.h"
+#include "common/util.h"
+
+#ifdef MADV_POPULATE_WRITE
+#define TFS_MADV_POPULATE_WRITE MADV_POPULATE_WRITE
+#else
+#define TFS_MADV_POPULATE_WRITE 23      /* Linux 5.14; older: EINVAL */
+#endif
 
 static tfs_malloc_fn *mem_malloc = malloc;
 static tfs_realloc_fn *mem_realloc = realloc;
@@ -47,6 +54,17 @@ void tfs_free(void *ptr)
 {
     if (ptr != NULL)
         mem_free(ptr);
+}
+
+void *tfs_malloc_faulted(size_t size)
+{
+    void *p = tfs_malloc(size);
+    uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)p + size) & ~(uintptr_t)4095;
+
+    if (p != NULL && hi > lo)           /* best effort: EINVAL before 5.14 */
+        (void)madvise((void *)lo, hi - lo, TFS_MADV_POPULATE_WRITE);
+    return p;
 }
 
 char *tfs_strndup(const char *s, size_t n)

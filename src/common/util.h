@@ -26,6 +26,14 @@
 #define tfs_container_of(ptr, type, member)                                \
     ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
+/*
+ * A large buffer from tfs_malloc with its pages already faulted in, by one
+ * madvise call (mem.c): on a virtual machine each page fault is a trip
+ * through the hypervisor, and faulting a multi-MiB buffer page by page
+ * costs more than filling it.  Free with tfs_free.
+ */
+void *tfs_malloc_faulted(size_t size);
+
 /* ---- error detail (err.c) ---- */
 
 /* Set the calling thread's error detail; returns rc, for "return tfs_err". */

@@ -69,6 +69,14 @@ expect "cat range A+N past end" 0 "$tierfs" cat --range 4999990+100 "$base/dir/b
 expect "cat range A-" 0 "$tierfs" cat --range 4000000- "$base/dir/big.bin"
 [ "$(stat -c %s "$out")" = 1000000 ] && ok "open range" || bad "open range"
 
+# Into a regular file, the chunk threads write in place (pwrite); into an
+# O_APPEND file or a pipe, in order from one thread.  All three byte-exact.
+printf 'head:' >"$work/app.out"
+expect "get - appends" 0 sh -c "'$tierfs' get -q -j 3 --chunk 1M '$base/dir/big.bin' - >>'$work/app.out'"
+cmp -s "$work/app.out" <(printf 'head:'; cat "$work/big") && ok "O_APPEND output" || bad "O_APPEND output"
+expect "get - to a pipe" 0 sh -c "'$tierfs' get -q -j 3 --chunk 1M '$base/dir/big.bin' - | cmp -s - '$work/big'"
+expect "cat two objects" 0 sh -c "'$tierfs' cat '$base/dir/big.bin' '$base/dir/small' >'$work/two.out'"
+cmp -s "$work/two.out" <(cat "$work/big" "$work/small") && ok "second object after the first" || bad "second object after the first"
 expect "ls" 0 "$tierfs" ls "$base/dir/"
 [ "$(tr '\n' ' ' <"$out")" = "big.bin empty small stdin.txt " ] && ok "ls names" || { cat "$out" >"$err"; bad "ls names"; }
 expect "ls parent" 0 "$tierfs" ls "$base"
