@@ -31,6 +31,8 @@
 #define S3_KEY_MAX       1024           /* bytes of a full key (S3's cap) */
 #define S3_INI_MAX       (1u << 20)     /* bytes of an AWS config file */
 #define S3_MAX_THREADS   256            /* upload_concurrency cap */
+#define S3_AUTO_PART_MIN (8u << 20)     /* default part_size: from ... */
+#define S3_AUTO_PART_MAX (64u << 20)    /* ... to, by the object's size */
 
 /* ---- a small INI reader for ~/.aws/credentials and ~/.aws/config ---- */
 
@@ -506,9 +508,12 @@ static int s3_take_numbers(struct tfs_store *st, struct s3_priv *p,
                            uint64_t *max_conns)
 {
     uint64_t conc = 4;
+    const char *given = NULL;
     int rc;
 
-    p->part_size = 8u << 20;
+    (void)tfs_store_opt_str(st, "part_size", &given);
+    p->part_size_auto = given == NULL;
+    p->part_size = S3_AUTO_PART_MIN;
     p->multipart_threshold = 16u << 20;
     p->copy_threshold = S3_MAX_PART;
     p->copy_part_size = 512u << 20;
@@ -842,6 +847,26 @@ static uint64_t s3_part_size(uint64_t len, uint64_t min_part)
     return TFS_MAX(min_part, fit);
 }
 
+/*
+ * The upload part size when the user gave none: one part per upload thread,
+ * rounded up to a MiB, between 8 MiB and 64 MiB.  Every part is a request
+ * the server handles on its own (on Ceph RGW, its own head object and
+ * multipart bookkeeping), so fewer, larger parts cost it less; against a
+ * local RGW on two cores, 64 MiB parts put 256 MiB 15-20% faster than
+ * 8 MiB parts (docs/s3.md).  64 MiB keeps a retried part cheap.
+ */
+static uint64_t s3_upload_part_size(const struct s3_priv *p, uint64_t len)
+{
+    uint64_t per;
+
+    if (!p->part_size_auto)
+        return s3_part_size(len, p->part_size);
+    per = (len + p->upload_concurrency - 1) / p->upload_concurrency;
+    per = (per + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
+    per = TFS_MAX(S3_AUTO_PART_MIN, TFS_MIN(per, S3_AUTO_PART_MAX));
+    return s3_part_size(len, per);
+}
+
 /* Record the first failure of any thread, with its detail. */
 static void s3_mpu_fail(struct s3_mpu *m, int rc)
 {
@@ -1087,7 +1112,7 @@ static int s3_put(struct tfs_store *st, const char *key,
         return rc;
     if (src->len < p->multipart_threshold)
         return s3_put_single(p, full, src, out);
-    m.part_size = s3_part_size(src->len, p->part_size);
+    m.part_size = s3_upload_part_size(p, src->len);
     rc = s3_mpu(&m);
     /* the completion body's ETag is empty on RGW 16: ask for the stat */
     if (rc == 0 && out != NULL)

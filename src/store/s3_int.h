@@ -177,6 +177,7 @@ struct s3_priv {
     bool     tls_verify;
     bool     anonymous;                 /* unsigned requests */
     uint64_t part_size;                 /* bytes */
+    bool     part_size_auto;            /* not given: scale with the size */
     uint64_t multipart_threshold;       /* bytes */
     uint64_t copy_threshold;            /* bytes; above: UploadPartCopy */
     uint64_t copy_part_size;            /* bytes */
