@@ -73,7 +73,7 @@ void tfs_blockbuf_put(struct tfs_cache *c, void *p, size_t len)
         p = NULL;
     }
     pthread_mutex_unlock(&pl->lock);
-    tfs_free(p);
+    tfs_free_faulted(p);
 }
 
 static void pool_cleanup(struct tfs_bufpool *pl)
@@ -82,7 +82,7 @@ static void pool_cleanup(struct tfs_bufpool *pl)
         while (pl->free[k] != NULL) {
             void *p = pl->free[k];
             memcpy(&pl->free[k], p, sizeof(void *));
-            tfs_free(p);
+            tfs_free_faulted(p);
         }
     }
     pthread_mutex_destroy(&pl->lock);

@@ -247,7 +247,7 @@ static int xfer_alloc(struct xfer *x, unsigned jobs)
 static void xfer_free(struct xfer *x)
 {
     for (size_t i = 0; x->slots != NULL && i < x->n_slots; i++)
-        tfs_free(x->slots[i].buf);
+        tfs_free_faulted(x->slots[i].buf);
     tfs_free(x->slots);
 }
 

@@ -4,6 +4,7 @@
  * and are replaced at most once, before other calls.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -56,15 +57,50 @@ void tfs_free(void *ptr)
         mem_free(ptr);
 }
 
+#define MEM_HUGE  ((uintptr_t)2 << 20)
+#define MEM_ALIGN ((uintptr_t)64)
+
+/*
+ * Buffers of 2 MiB and more are 2 MiB-aligned and asked for huge pages.
+ * On the paravirtualised VMs we run on, every 4 KiB page a process maps
+ * for the first time costs a trip through the hypervisor: filling 1 GiB
+ * of fresh 4 KiB pages took 4.5-5.4 s, of huge pages 0.15 s (memory the
+ * guest had used before) to 2.7 s (memory the host had taken back).
+ * The pointer malloc gave sits just below the buffer, for tfs_free_faulted.
+ */
 void *tfs_malloc_faulted(size_t size)
 {
-    void *p = tfs_malloc(size);
-    uintptr_t lo = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
-    uintptr_t hi = ((uintptr_t)p + size) & ~(uintptr_t)4095;
+    uintptr_t align = size >= MEM_HUGE ? MEM_HUGE : MEM_ALIGN;
+    void *raw;
+    uintptr_t p;
+    uintptr_t lo;
+    uintptr_t hi;
 
-    if (p != NULL && hi > lo)           /* best effort: EINVAL before 5.14 */
+    if (size > SIZE_MAX - align - sizeof(void *))
+        return NULL;
+    raw = tfs_malloc(size + align + sizeof(void *));
+    if (raw == NULL)
+        return NULL;
+    p = ((uintptr_t)raw + sizeof(void *) + align - 1) & ~(align - 1);
+    memcpy((void *)(p - sizeof(void *)), &raw, sizeof(void *));
+    if (align == MEM_HUGE)              /* best effort, like the next */
+        (void)madvise((void *)p, size & ~(size_t)(MEM_HUGE - 1),
+                      MADV_HUGEPAGE);
+    lo = (p + 4095) & ~(uintptr_t)4095;
+    hi = (p + size) & ~(uintptr_t)4095;
+    if (hi > lo)                        /* EINVAL before Linux 5.14 */
         (void)madvise((void *)lo, hi - lo, TFS_MADV_POPULATE_WRITE);
-    return p;
+    return (void *)p;
+}
+
+void tfs_free_faulted(void *p)
+{
+    void *raw;
+
+    if (p == NULL)
+        return;
+    memcpy(&raw, (char *)p - sizeof(void *), sizeof(void *));
+    tfs_free(raw);
 }
 
 char *tfs_strndup(const char *s, size_t n)

@@ -27,12 +27,13 @@
     ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
 /*
- * A large buffer from tfs_malloc with its pages already faulted in, by one
- * madvise call (mem.c): on a virtual machine each page fault is a trip
- * through the hypervisor, and faulting a multi-MiB buffer page by page
- * costs more than filling it.  Free with tfs_free.
+ * A large buffer with its pages already faulted in, by madvise calls
+ * (mem.c), huge pages from 2 MiB up: on a virtual machine each page
+ * fault is a trip through the hypervisor, and faulting a multi-MiB buffer
+ * page by page costs more than filling it.  Free with tfs_free_faulted.
  */
 void *tfs_malloc_faulted(size_t size);
+void tfs_free_faulted(void *p);
 
 /* ---- error detail (err.c) ---- */
 
