@@ -284,23 +284,10 @@ void tfs_ram_publish(struct tfs_cache *c, struct tfs_block *b, int err,
         tfs_ram_trim(c);
 }
 
-/* Absolute CLOCK_MONOTONIC time ns from now. */
-static struct timespec ram_abstime(uint64_t ns)
-{
-    struct timespec ts;
-    uint64_t t;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    t = (uint64_t)ts.tv_nsec + ns % 1000000000u;
-    ts.tv_sec += (time_t)(ns / 1000000000u + t / 1000000000u);
-    ts.tv_nsec = (long)(t % 1000000000u);
-    return ts;
-}
-
 int tfs_ram_wait(struct tfs_cache *c, struct tfs_block *b,
                  uint64_t timeout_ns)
 {
-    struct timespec until = ram_abstime(timeout_ns);
+    struct timespec until = tfs_abstime(CLOCK_MONOTONIC, timeout_ns);
     int rc = 0;
 
     pthread_mutex_lock(&c->ram_lock);

@@ -192,13 +192,8 @@ int tfs_ckpt_reader_wait(struct tfs_ckpt_reader *r, uint64_t id,
         return tfs_err(-EINVAL, "no read with id %" PRIu64, id);
     if (rd_claim(r, q))
         rd_run(r, q);
-    clock_gettime(CLOCK_REALTIME, &ts);
-    if (timeout_ms > 0) {
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)timeout_ms * 1000000;
-
-        ts.tv_sec += (time_t)(ns / 1000000000u);
-        ts.tv_nsec = (long)(ns % 1000000000u);
-    }
+    ts = tfs_abstime(CLOCK_REALTIME,
+                     timeout_ms > 0 ? (uint64_t)timeout_ms * 1000000u : 0);
     pthread_mutex_lock(&r->lock);
     while (q->state != RD_DONE && rc == 0) {
         if (timeout_ms < 0)

@@ -773,19 +773,13 @@ int tfs_ckpt_writer_save(struct tfs_ckpt_writer *w)
 
 int tfs_ckpt_writer_wait(struct tfs_ckpt_writer *w, int64_t timeout_ms)
 {
-    uint64_t deadline = 0;
     struct timespec ts;
     int rc = 0;
 
     if (!w->saved)
         return tfs_err(-EINVAL, "wait: nothing was saved");
-    if (timeout_ms >= 0) {
-        clock_gettime(CLOCK_REALTIME, &ts);
-        deadline = (uint64_t)ts.tv_sec * 1000000000ull +
-                   (uint64_t)ts.tv_nsec + (uint64_t)timeout_ms * 1000000ull;
-        ts.tv_sec = (time_t)(deadline / 1000000000ull);
-        ts.tv_nsec = (long)(deadline % 1000000000ull);
-    }
+    if (timeout_ms >= 0)
+        ts = tfs_abstime(CLOCK_REALTIME, (uint64_t)timeout_ms * 1000000u);
     pthread_mutex_lock(&w->lock);
     while (!w->done && rc == 0) {
         if (timeout_ms < 0)

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -210,11 +209,8 @@ static int xfer_wait(struct xfer *x, bool progress)
     pthread_mutex_lock(&x->lock);
     while (x->rc == 0 && x->written < x->n_chunks) {
         if (progress) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 500000000;
-            ts.tv_sec += ts.tv_nsec / 1000000000;
-            ts.tv_nsec %= 1000000000;
+            struct timespec ts = tfs_abstime(CLOCK_REALTIME, 500000000u);
+
             pthread_cond_timedwait(&x->cond, &x->lock, &ts);
             xfer_progress(x, t0, &last);
         } else {

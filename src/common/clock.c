@@ -35,6 +35,18 @@ void tfs_sleep_ns(uint64_t ns)
         ;
 }
 
+struct timespec tfs_abstime(clockid_t clk, uint64_t ns)
+{
+    struct timespec ts;
+    uint64_t t;
+
+    clock_gettime(clk, &ts);
+    t = (uint64_t)ts.tv_nsec + ns % 1000000000u;
+    ts.tv_sec += (time_t)(ns / 1000000000u + t / 1000000000u);
+    ts.tv_nsec = (long)(t % 1000000000u);
+    return ts;
+}
+
 uint64_t tfs_deadline_get(void)
 {
     return clock_deadline_ns;

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "tierfs/api.h"
 #include "tierfs/err.h"
@@ -68,6 +69,8 @@ char *tfs_buf_steal(struct tfs_buf *b);
 uint64_t tfs_now_ns(void);              /* CLOCK_MONOTONIC */
 int64_t tfs_wall_ns(void);              /* CLOCK_REALTIME */
 void tfs_sleep_ns(uint64_t ns);         /* whole duration, EINTR retried */
+/* The time ns from now on clock clk, for pthread_cond_timedwait. */
+struct timespec tfs_abstime(clockid_t clk, uint64_t ns);
 
 /*
  * The calling thread's deadline for store requests, in tfs_now_ns()

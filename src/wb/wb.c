@@ -27,15 +27,8 @@
 
 void wb_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ms)
 {
-    struct timespec ts;
+    struct timespec ts = tfs_abstime(CLOCK_MONOTONIC, ms * 1000000u);
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
     pthread_cond_timedwait(c, m, &ts);
 }
 
