@@ -35,7 +35,6 @@
 
 #define WR_AGG_CAP (4u << 20)           /* bytes gathered before a write */
 #define WR_AGG_SMALL (1u << 20)         /* tensors below this are gathered */
-#define WR_IO_MAX (1u << 30)            /* bytes per read/write call */
 
 static void wr_entry(const struct wr_item *it, struct tfs_ckpt_st_entry *e)
 {
@@ -64,24 +63,6 @@ int tfs_ckpt_stage_header(const struct tfs_ckpt_writer *w,
     rc = tfs_ckpt_st_encode(b, e, f->n_items);
     tfs_free(e);
     return rc;
-}
-
-/* Write all of buf at off, retrying EINTR and short writes. */
-static int wr_pwrite(int fd, const void *buf, uint64_t len, uint64_t off)
-{
-    while (len > 0) {
-        ssize_t n = pwrite(fd, buf, (size_t)TFS_MIN(len, WR_IO_MAX),
-                           (off_t)off);
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return n < 0 ? -errno : -EIO;
-        buf = (const char *)buf + n;
-        len -= (uint64_t)n;
-        off += (uint64_t)n;
-    }
-    return 0;
 }
 
 /* Read all of [off, off+len), retrying EINTR; -EIO at an early end. */
@@ -129,11 +110,11 @@ int tfs_ckpt_stage_file(struct tfs_ckpt_writer *w, struct wr_file *f)
         const struct wr_item *it = &w->items[f->items[i]];
 
         if (it->len >= WR_AGG_SMALL || agg_len + it->len > WR_AGG_CAP) {
-            rc = wr_pwrite(f->fd, agg, agg_len, agg_off);
+            rc = tfs_pwrite_all(f->fd, agg, agg_len, agg_off);
             agg_len = 0;
         }
         if (rc == 0 && it->len >= WR_AGG_SMALL) {
-            rc = wr_pwrite(f->fd, it->data, it->len, off);
+            rc = tfs_pwrite_all(f->fd, it->data, it->len, off);
         } else if (rc == 0 && it->len > 0) {
             if (agg_len == 0)
                 agg_off = off;
@@ -143,7 +124,7 @@ int tfs_ckpt_stage_file(struct tfs_ckpt_writer *w, struct wr_file *f)
         off += it->len;
     }
     if (rc == 0)
-        rc = wr_pwrite(f->fd, agg, agg_len, agg_off);
+        rc = tfs_pwrite_all(f->fd, agg, agg_len, agg_off);
     if (rc < 0)
         rc = tfs_err(rc, "write to %s failed: %s", f->tmp, strerror(-rc));
     tfs_free(agg);
@@ -226,8 +207,11 @@ int tfs_ckpt_stage_finish(struct tfs_ckpt_writer *w, struct wr_file *f)
         rc = tfs_ckpt_stage_header(w, f, &hdr);
     if (rc == 0 && hdr.len != f->header_size)
         rc = tfs_err(-EIO, "%s: header changed size", f->tmp);
-    if (rc == 0 && wr_pwrite(f->fd, hdr.p, hdr.len, 0) < 0)
-        rc = tfs_err(-errno, "write to %s failed", f->tmp);
+    if (rc == 0) {
+        rc = tfs_pwrite_all(f->fd, hdr.p, hdr.len, 0);
+        if (rc < 0)
+            rc = tfs_err(rc, "write to %s failed", f->tmp);
+    }
     if (rc == 0) {
         f->header_xxh3 = XXH3_64bits(hdr.p, hdr.len);
         if (fsync(f->fd) < 0)

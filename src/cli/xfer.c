@@ -62,22 +62,6 @@ static bool xfer_claim(struct xfer *x, uint64_t *index)
     return ok;
 }
 
-static int xfer_pwrite_all(int fd, const unsigned char *p, size_t len,
-                           off_t off)
-{
-    while (len > 0) {
-        ssize_t n = pwrite(fd, p, len, off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return tfs_err(-errno, "write failed");
-        p += n;
-        off += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /*
  * Chunk i is in s: in place, write it to its offset and start its
  * writeback, so the disk works while the network does and the caller's
@@ -86,12 +70,12 @@ static int xfer_pwrite_all(int fd, const unsigned char *p, size_t len,
 static int xfer_put_in_place(struct xfer *x, struct xfer_slot *s, uint64_t i)
 {
     off_t at = x->base + (off_t)(i * x->chunk);
-    int rc = xfer_pwrite_all(x->fd, s->buf, s->got, at);
+    int rc = tfs_pwrite_all(x->fd, s->buf, s->got, (uint64_t)at);
 
-    if (rc == 0)
-        (void)sync_file_range(x->fd, at, (off_t)s->got,
-                              SYNC_FILE_RANGE_WRITE);
-    return rc;
+    if (rc < 0)
+        return tfs_err(rc, "write failed");
+    (void)sync_file_range(x->fd, at, (off_t)s->got, SYNC_FILE_RANGE_WRITE);
+    return 0;
 }
 
 static void *xfer_worker(void *arg)

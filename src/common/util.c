@@ -14,6 +14,24 @@
 
 #include "common/util.h"
 
+#define UTIL_IO_MAX ((size_t)1 << 30)   /* bytes per write call */
+
+int tfs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+    while (len > 0) {
+        ssize_t n = pwrite(fd, buf, TFS_MIN(len, UTIL_IO_MAX), (off_t)off);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? -errno : -EIO;
+        buf = (const char *)buf + n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
 static _Thread_local uint64_t rand_s[4];
 static _Thread_local bool rand_seeded;
 

@@ -89,6 +89,12 @@ uint64_t tfs_deadline_left_ms(uint64_t dflt_ms);
 
 /* ---- small utilities (util.c) ---- */
 
+/*
+ * pwrite all of buf at off, retrying EINTR and short writes (at most
+ * 1 GiB a call).  0, -errno, or -EIO if a write makes no progress.
+ */
+int tfs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
+
 /* A fast per-thread PRNG (xoshiro256**), seeded from the clock and tid. */
 uint64_t tfs_rand_u64(void);
 double tfs_rand_double(void);           /* in [0, 1) */
