@@ -327,7 +327,7 @@ static int cache_wait(struct tfs_cache *c, const struct tfs_block_ref *r,
 
         if (now < start + after) {
             rc = tfs_ram_wait(c, b, start + after - now);
-            if (rc != -ETIMEDOUT || !cache_is_loading(c, b))
+            if (rc != -ETIMEDOUT)
                 return rc;
             continue;                   /* its read may have started since */
         }
@@ -335,7 +335,7 @@ static int cache_wait(struct tfs_cache *c, const struct tfs_block_ref *r,
         case TFS_HEDGE_QUEUED:          /* look again once it could run */
         case TFS_HEDGE_BUSY:            /* or once the pool is less busy */
             rc = tfs_ram_wait(c, b, after);
-            if (rc != -ETIMEDOUT || !cache_is_loading(c, b))
+            if (rc != -ETIMEDOUT)
                 return rc;
             break;
         case TFS_HEDGE_SENT:

@@ -621,12 +621,18 @@ static void *hedge_reader(void *arg)
 
     for (int i = a->first; i < a->first + 80; i++) {
         struct tfs_file *f = NULL;
-        size_t n;
+        size_t n = 0;
         snprintf(name, sizeof(name), "h%03d", i);
-        if (tfs_file_open(a->c, name, &f) < 0 ||
-            tfs_file_read(f, buf, sizeof(buf), 0, &n) < 0 || n != 65536 ||
-            memcmp(buf, a->data, n) != 0)
+        int rc = tfs_file_open(a->c, name, &f);
+        if (rc == 0)
+            rc = tfs_file_read(f, buf, sizeof(buf), 0, &n);
+        if (rc < 0 || n != 65536 || memcmp(buf, a->data, n) != 0) {
+            printf("# %s: rc %d (%s) [%s], %zu bytes%s\n", name, rc,
+                   tfs_strerror(rc), rc < 0 ? tfs_errdetail() : "",
+                   rc < 0 ? (size_t)0 : n,
+                   rc == 0 && n == 65536 ? ", wrong bytes" : "");
             a->bad++;
+        }
         tfs_file_close(f);
     }
     return NULL;
