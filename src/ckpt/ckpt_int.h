@@ -411,6 +411,7 @@ struct wr_file {
     int                  fd;            /* the tmp file until finished */
     bool                 finished;      /* renamed into place */
     bool                 recycled;      /* tmp is an older staging file */
+    bool                 direct;        /* its data went out with O_DIRECT */
     struct tfs_pool_task task;          /* one phase, on the upload pool */
     struct tfs_ckpt_writer *w;
 };

@@ -569,6 +569,133 @@ TEST(recycle)
     memcpy(big, old, sizeof(big));
 }
 
+/*
+ * Save one odd-sized tensor from an odd address (more than one bounce
+ * buffer of it) and a few small ones as step, staged in dir; which of its
+ * two files were written with O_DIRECT, in *direct.
+ */
+static void save_odd(const char *uri, const char *dir, uint64_t step,
+                     const unsigned char *odd, size_t odd_len,
+                     unsigned direct[2])
+{
+    const int64_t shape[] = {(int64_t)odd_len};
+    struct tfs_ckpt_writer *w;
+    char name[32];
+
+    CHECK_OK(tfs_ckpt_writer_create(&w));
+    CHECK_OK(tfs_ckpt_writer_set_shard_size(w, 1 << 20));
+    CHECK_OK(tfs_ckpt_writer_set_staging_dir(w, dir));
+    CHECK_OK(tfs_ckpt_writer_set_timeout_ms(w, 20000));
+    CHECK_OK(tfs_ckpt_writer_open(w, uri, step));
+    CHECK_OK(tfs_ckpt_writer_add(w, "odd", "U8", 1, shape, odd, odd_len));
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof(name), "layers.%d.small", i);
+        CHECK_OK(tfs_ckpt_writer_add(w, name, "I32", 1, small_shape,
+                                     small[i], sizeof(small[i])));
+    }
+    CHECK_OK(tfs_ckpt_writer_save(w));
+    CHECK_OK(tfs_ckpt_writer_wait(w, -1));
+    CHECK_EQ(w->n_files, 2);
+    for (size_t i = 0; i < 2; i++)
+        direct[i] = w->files[i].direct;
+    tfs_ckpt_writer_destroy(w);
+}
+
+static void check_odd(const char *uri, const char *dir, uint64_t step,
+                      bool staging, const unsigned char *odd, size_t len)
+{
+    struct tfs_ckpt_reader *r;
+    size_t n;
+    bool local;
+    void *p;
+
+    CHECK_OK(tfs_ckpt_reader_create(&r));
+    CHECK_OK(tfs_ckpt_reader_set_staging_dir(r, dir));
+    CHECK_OK(tfs_ckpt_reader_set_use_staging(r, staging));
+    CHECK_OK(tfs_ckpt_reader_open(r, uri, (int64_t)step));
+    CHECK_OK(tfs_ckpt_reader_file(r, 0, NULL, NULL, NULL, &local));
+    CHECK(local == staging);
+    CHECK_OK(tfs_ckpt_reader_verify(r, NULL));
+    p = read_all(r, "odd", &n);
+    CHECK(n == len && memcmp(p, odd, len) == 0);
+    free(p);
+    p = read_all(r, "layers.2.small", &n);
+    CHECK(n == sizeof(small[2]) && memcmp(p, small[2], n) == 0);
+    free(p);
+    tfs_ckpt_reader_destroy(r);
+}
+
+/*
+ * A first save writes a large file's data with O_DIRECT through a bounce
+ * buffer (a header of no aligned size, a source at an odd address, a
+ * length past one buffer and not a multiple of a page): every byte and
+ * checksum right, from staging and from the store, and the file no
+ * longer than it should be.  The next save, recycling it, goes through
+ * the page cache; so does a file system that refuses O_DIRECT.
+ */
+TEST(direct_staging)
+{
+    size_t len = (9u << 20) + 4097;
+    unsigned char *mem = malloc(len + 3);
+    unsigned char *odd = mem + 3;
+    unsigned direct[2];
+    char uri[128];
+    char dir[128];
+    char shm[64] = "";
+    struct stat sb;
+    int fd;
+
+    CHECK(mem != NULL);
+    fill(odd, len, 21);
+    path(uri, sizeof(uri), "direct");
+    path(dir, sizeof(dir), "staging-direct");
+    save_odd(uri, dir, 1, odd, len, direct);
+    CHECK_EQ(direct[0], 1);             /* the big tensor's own file */
+    CHECK_EQ(direct[1], 0);             /* 3 small tensors: buffered */
+    check_odd(uri, dir, 1, true, odd, len);
+    check_odd(uri, dir, 1, false, odd, len);
+    {                                   /* padding cut: as long as the store's */
+        char staged[256];
+        char stored[256];
+        char id[160];
+        struct stat sb2;
+
+        snprintf(id, sizeof(id), "file://%s", uri);
+        snprintf(staged, sizeof(staged),
+                 "%s/%016llx/step-000001/model-rank00000-00001.safetensors",
+                 dir, (unsigned long long)XXH3_64bits(id, strlen(id)));
+        snprintf(stored, sizeof(stored),
+                 "%s/step-000001/model-rank00000-00001.safetensors", uri);
+        CHECK(stat(staged, &sb) == 0 && stat(stored, &sb2) == 0);
+        CHECK(sb.st_size > (off_t)len && sb.st_size == sb2.st_size);
+    }
+    fill(odd, len, 22);
+    save_odd(uri, dir, 2, odd, len, direct);
+    CHECK_EQ(direct[0], 0);             /* recycled: cached pages */
+    check_odd(uri, dir, 2, true, odd, len);
+
+    /* tmpfs refuses O_DIRECT before Linux 6.6. */
+    snprintf(shm, sizeof(shm), "/dev/shm/tfs-ckpt-direct-%d", (int)getpid());
+    if (mkdir(shm, 0700) == 0) {
+        char probe[96];
+
+        snprintf(probe, sizeof(probe), "%s/probe", shm);
+        fd = open(probe, O_WRONLY | O_CREAT | O_DIRECT, 0600);
+        bool refused = fd < 0 && errno == EINVAL;
+        if (fd >= 0)
+            close(fd);
+        unlink(probe);
+        fill(odd, len, 23);
+        save_odd(uri, shm, 3, odd, len, direct);
+        if (refused)
+            CHECK_EQ(direct[0], 0);
+        check_odd(uri, shm, 3, true, odd, len);
+        snprintf(probe, sizeof(probe), "rm -rf %s", shm);
+        CHECK(system(probe) == 0);
+    }
+    free(mem);
+}
+
 TEST(streaming)
 {
     struct tfs_ckpt_reader *r;
@@ -750,7 +877,8 @@ static void teardown(void)
 }
 
 TESTS(T(roundtrip), T(ranks), T(commit_protocol), T(retention),
-      T(checksums), T(recycle), T(streaming), T(allocation_failures));
+      T(checksums), T(recycle), T(direct_staging), T(streaming),
+      T(allocation_failures));
 
 int main(int argc, char **argv)
 {
