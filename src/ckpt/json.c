@@ -197,7 +197,7 @@ static int json_hex4(struct json_parser *jp, unsigned *out)
 /* A \uXXXX escape (the "\u" consumed), pairing surrogates. */
 static int json_unicode(struct json_parser *jp, unsigned *cp)
 {
-    unsigned lo;
+    unsigned lo = 0;                    /* set by json_hex4 when it succeeds */
     int rc = json_hex4(jp, cp);
 
     if (rc < 0)
@@ -224,7 +224,7 @@ static int json_escape(struct json_parser *jp, char *out, size_t *n)
     static const char from[] = "\"\\/bfnrt";
     static const char to[] = "\"\\/\b\f\n\r\t";
     const char *hit;
-    unsigned cp;
+    unsigned cp = 0;                    /* set by json_unicode when it succeeds */
     int rc;
 
     if (jp->pos >= jp->len)

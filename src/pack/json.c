@@ -110,8 +110,8 @@ static int json_utf8(struct tfs_buf *b, unsigned cp)
 /* A \u escape (the backslash and 'u' consumed), pairs included. */
 static int json_unicode(struct json_in *in, struct tfs_buf *b)
 {
-    unsigned cp;
-    unsigned lo;
+    unsigned cp = 0;                    /* json_hex4 sets both on success */
+    unsigned lo = 0;
     int rc = json_hex4(in, &cp);
 
     if (rc < 0)

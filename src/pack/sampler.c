@@ -159,8 +159,8 @@ static int it_span(const struct tfs_pack_iter *it, uint64_t n, uint64_t *a,
 
 int tfs_pack_iter_length(const struct tfs_pack_iter *it, uint64_t *n)
 {
-    uint64_t a;
-    uint64_t b;
+    uint64_t a = 0;                     /* it_span sets both on success */
+    uint64_t b = 0;
     int rc = it_span(it, tfs_pack_samples(it->p), &a, &b);
 
     if (rc == 0)
