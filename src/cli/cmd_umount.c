@@ -3,7 +3,9 @@
  * tierfs umount [-l] MOUNTPOINT: unmount a tierfs mount.  Only mounts of
  * type fuse.tierfs are touched.  As root it calls umount2() itself,
  * otherwise fusermount3 -u.  The daemon sees the unmount, closes its
- * cache and exits on its own.
+ * cache and exits on its own; without -l, umount waits for that exit
+ * (the daemon's pid is in its control file), so that a script may remove
+ * the cache directory or mount it again as soon as umount returns.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -12,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,7 +27,9 @@
 static void umount_help(FILE *f)
 {
     fprintf(f, "usage: tierfs umount [-l] MOUNTPOINT\n\n"
-               "Unmount a file system mounted with 'tierfs mount'.\n\n"
+               "Unmount a file system mounted with 'tierfs mount' and "
+               "wait for its\ndaemon to exit (it closes the cache "
+               "first).\n\n"
                "  -l, --lazy   detach now even if files are open; the "
                "daemon\n               exits once they are closed\n");
 }
@@ -103,6 +110,57 @@ static void umount_fstype(const char *path, char *type, size_t size)
     fclose(f);
 }
 
+#define UMOUNT_WAIT_MS 60000           /* for the daemon to exit */
+
+/*
+ * A pidfd for the daemon serving path, from the "pid" its control file
+ * reports; -1 when there is none to be had (an older daemon, no pidfd).
+ * Taken before the unmount, it names that process even if the pid is
+ * reused after it exits.
+ */
+static int umount_daemon_pidfd(const char *path)
+{
+    static const char key[] = "\"fuse\": {\"pid\": ";
+    char ctl[PATH_MAX + 32];
+    char chunk[16384];
+    struct tfs_buf text;
+    const char *at;
+    long pid = 0;
+    int fd;
+
+    snprintf(ctl, sizeof(ctl), "%s/.tierfs-stats", path);
+    fd = open(ctl, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    tfs_buf_init(&text, 1u << 20);
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof(chunk));
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0 || tfs_buf_append(&text, chunk, (size_t)n) < 0)
+            break;
+    }
+    close(fd);
+    at = text.len > 0 ? strstr(tfs_buf_str(&text), key) : NULL;
+    if (at != NULL)
+        pid = strtol(at + sizeof(key) - 1, NULL, 10);
+    tfs_buf_cleanup(&text);
+    return pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
+}
+
+/* Wait until the process behind pidfd has exited: 0, or -ETIMEDOUT. */
+static int umount_wait(int pidfd, int timeout_ms)
+{
+    struct pollfd p = {.fd = pidfd, .events = POLLIN};
+    int rc;
+
+    do {
+        rc = poll(&p, 1, timeout_ms);
+    } while (rc < 0 && errno == EINTR);
+    return rc > 0 ? 0 : rc == 0 ? -ETIMEDOUT : -errno;
+}
+
 /* Not root: fusermount3 -u [-z] path. */
 static int umount_fusermount(const char *path, bool lazy)
 {
@@ -133,6 +191,7 @@ int cmd_umount(int argc, char **argv)
     char path[PATH_MAX];
     char type[64];
     bool lazy = false;
+    int pidfd;
     int rc;
     int c;
 
@@ -162,14 +221,25 @@ int cmd_umount(int argc, char **argv)
                 argv[optind], type);
         return CLI_FAIL;
     }
+    pidfd = lazy ? -1 : umount_daemon_pidfd(path);
     if (geteuid() == 0)
         rc = umount2(path, lazy ? MNT_DETACH : 0) < 0 ? -errno : 0;
     else
         rc = umount_fusermount(path, lazy);
-    if (rc == -EBUSY) {
+    if (rc == 0 && pidfd >= 0 &&
+        umount_wait(pidfd, UMOUNT_WAIT_MS) == -ETIMEDOUT) {
+        fprintf(stderr, "tierfs: umount %s: unmounted, but the daemon is "
+                "still running after %d s\n", argv[optind],
+                UMOUNT_WAIT_MS / 1000);
+        rc = CLI_FAIL;
+    } else if (rc == -EBUSY) {
         fprintf(stderr, "tierfs: umount %s: busy (files open, or a "
                 "process inside); -l detaches anyway\n", argv[optind]);
-        return CLI_FAIL;
+        rc = CLI_FAIL;
+    } else {
+        rc = rc < 0 ? cli_fail("umount", argv[optind], rc) : CLI_OK;
     }
-    return rc < 0 ? cli_fail("umount", argv[optind], rc) : CLI_OK;
+    if (pidfd >= 0)
+        close(pidfd);
+    return rc;
 }

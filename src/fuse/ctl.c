@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/util.h"
 #include "fuse/fuse_int.h"
@@ -62,7 +63,8 @@ static int ctl_json_extra(struct tfs_fs *fs, struct tfs_buf *b)
 
     tfs_store_get_stats(fs->st, &ss);
     rc = tfs_buf_printf(b,
-        "\"fuse\": {\"lookups\": %" PRIuFAST64 ", \"opens\": %" PRIuFAST64
+        "\"fuse\": {\"pid\": %d, \"lookups\": %" PRIuFAST64
+        ", \"opens\": %" PRIuFAST64
         ", \"reads\": %" PRIuFAST64 ", \"read_bytes\": %" PRIuFAST64
         ", \"read_max\": %" PRIuFAST64 ", \"errors\": %" PRIuFAST64
         ", \"writes\": %" PRIuFAST64 ", \"write_bytes\": %" PRIuFAST64
@@ -70,7 +72,7 @@ static int ctl_json_extra(struct tfs_fs *fs, struct tfs_buf *b)
         "\"store\": {\"stats\": %" PRIu64 ", \"reads\": %" PRIu64
         ", \"lists\": %" PRIu64 ", \"errors\": %" PRIu64
         ", \"read_bytes\": %" PRIu64 "}",
-        atomic_load(&fs->n.lookups), atomic_load(&fs->n.opens),
+        (int)getpid(), atomic_load(&fs->n.lookups), atomic_load(&fs->n.opens),
         atomic_load(&fs->n.reads), atomic_load(&fs->n.read_bytes),
         atomic_load(&fs->n.read_max), atomic_load(&fs->n.errors),
         atomic_load(&fs->n.writes), atomic_load(&fs->n.write_bytes),

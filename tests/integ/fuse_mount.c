@@ -189,15 +189,15 @@ static void mnt_path(char *out, size_t size, const char *name)
     sfmt(out, size, "%s/%s", t_mnt.dir, name);
 }
 
-/* The whole control file (a JSON object) into buf. */
-static void read_stats(char *buf, size_t size)
+/* The whole control file (a JSON object) of the mount at dir into buf. */
+static void read_stats_at(const char *dir, char *buf, size_t size)
 {
     char path[PATH_MAX + 32];
     ssize_t n;
     size_t len = 0;
     int fd;
 
-    mnt_path(path, sizeof(path), ".tierfs-stats");
+    sfmt(path, sizeof(path), "%s/.tierfs-stats", dir);
     fd = open(path, O_RDONLY);
     CHECK(fd >= 0);
     while ((n = read(fd, buf + len, size - 1 - len)) > 0)
@@ -205,6 +205,32 @@ static void read_stats(char *buf, size_t size)
     close(fd);
     buf[len] = '\0';
     CHECK(len > 2 && buf[0] == '{');
+}
+
+static void read_stats(char *buf, size_t size)
+{
+    read_stats_at(t_mnt.dir, buf, size);
+}
+
+/* Whether process pid exists and has not exited (a zombie has). */
+static bool pid_running(pid_t pid)
+{
+    char path[64];
+    char text[512];
+    const char *paren;
+    FILE *f;
+    size_t n;
+
+    sfmt(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    paren = strrchr(text, ')');
+    return paren != NULL && paren[1] == ' ' && paren[2] != 'Z' &&
+           paren[2] != 'X';
 }
 
 /*
@@ -575,6 +601,7 @@ TEST(cli)
     char *mnt_daemon[] = {(char *)t_bin, "mount", uri, dir, NULL};
     char *mnt_nonempty[] = {(char *)t_bin, "mount", uri, t_work, NULL};
     int port = free_port();
+    pid_t daemon;
     uint64_t t0;
 
     new_prefix(pre, sizeof(pre));
@@ -595,13 +622,19 @@ TEST(cli)
     CHECK_EQ(run_cmd(mnt_nonempty, log, 10000), 1);
     CHECK_EQ(count_lines(log), 1);
 
-    /* Daemon mode: returns once mounted; tierfs umount ends it. */
+    /* Daemon mode: returns once mounted; tierfs umount ends it and
+       returns only once the daemon (its pid in the control file) has
+       exited. */
     CHECK_EQ(run_cmd(mnt_daemon, log, 20000), 0);
     CHECK(is_mounted(dir));
     sfmt(path, sizeof(path), "%s/f", dir);
     CHECK(file_equals(path, (const unsigned char *)"tierfs\n", 7));
+    read_stats_at(dir, resp, sizeof(resp));
+    daemon = (pid_t)json_num(resp, "fuse.pid");
+    CHECK(daemon > 1 && pid_running(daemon));
     CHECK_EQ(run_cmd(um, log, 20000), 0);
     CHECK(!is_mounted(dir));
+    CHECK(!pid_running(daemon));
 
     /* The metrics endpoint. */
     CHECK(port > 0);
