@@ -115,8 +115,8 @@ static size_t disk_page_up(size_t n)
 static bool disk_direct_ok(const struct tfs_disk *d, const void *data,
                            size_t len)
 {
-    return !__atomic_load_n(&d->no_direct, __ATOMIC_RELAXED) && len > 0 && len % DISK_PAGE == 0 &&
-           (uintptr_t)data % DISK_PAGE == 0;
+    return !__atomic_load_n(&d->no_direct, __ATOMIC_RELAXED) && len > 0 &&
+           len % DISK_PAGE == 0 && (uintptr_t)data % DISK_PAGE == 0;
 }
 
 static void disk_path(const struct tfs_disk *d, const uint8_t *id,

@@ -139,7 +139,8 @@ static int stage_direct(struct tfs_ckpt_writer *w, struct wr_file *f)
             }
             if (fill < WR_DIRECT_BUF && it != NULL)
                 break;                  /* the next tensor fills on */
-            out = (fill + WR_DIRECT_ALIGN - 1) & ~(size_t)(WR_DIRECT_ALIGN - 1);
+            out = (fill + WR_DIRECT_ALIGN - 1) &
+                  ~(size_t)(WR_DIRECT_ALIGN - 1);
             memset(buf + fill, 0, out - fill);
             rc = tfs_pwrite_all(fd, buf, out, pos);
             if (rc == -EINVAL && !wrote) {

@@ -167,8 +167,12 @@ static struct fetch_job *fetch_dequeue(struct fetch_queue *q)
 /*
  * A read finished with rc.  The first success hands its buffer to the
  * block and publishes it; a failure publishes only when no other read of
- * the block is still running.  A buffer has one owner at a time: its read
- * until it wins, then the block.
+ * the block is still running and none has won.  A buffer has one owner
+ * at a time: its read until it wins, then the block.  The block stays
+ * LOADING between the win (under the lock) and the publish (after it),
+ * so a win is told by the block's data, not by its state: a second
+ * success in that gap would otherwise replace (and leak) the winner's
+ * buffer, and a failure would publish the block as failed.
  */
 static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
 {
@@ -178,11 +182,12 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
 
     pthread_mutex_lock(&c->ram_lock);
     b->reads--;
-    if (b->state == TFS_BLK_LOADING && rc == 0) {
+    if (b->state == TFS_BLK_LOADING && b->data == NULL && rc == 0) {
         b->data = j->dst;
         j->dst = NULL;
         winner = true;
-    } else if (b->state == TFS_BLK_LOADING && b->reads == 0) {
+    } else if (b->state == TFS_BLK_LOADING && b->data == NULL &&
+               b->reads == 0) {
         failed = true;
     }
     pthread_mutex_unlock(&c->ram_lock);
@@ -366,7 +371,7 @@ enum tfs_hedge_result tfs_fetch_hedge(struct tfs_cache *c,
     bool go;
 
     pthread_mutex_lock(&c->ram_lock);
-    loading = b->state == TFS_BLK_LOADING && b->reads > 0;
+    loading = b->state == TFS_BLK_LOADING && b->reads > 0 && b->data == NULL;
     started = b->get_started;
     go = loading && started && !b->hedged;
     if (go)
