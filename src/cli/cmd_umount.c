@@ -16,6 +16,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -112,13 +113,10 @@ static void umount_fstype(const char *path, char *type, size_t size)
 
 #define UMOUNT_WAIT_MS 60000           /* for the daemon to exit */
 
-/*
- * A pidfd for the daemon serving path, from the "pid" its control file
- * reports; -1 when there is none to be had (an older daemon, no pidfd).
- * Taken before the unmount, it names that process even if the pid is
- * reused after it exits.
- */
-static int umount_daemon_pidfd(const char *path)
+#define UMOUNT_ASK_MS 2000             /* for the control file to answer */
+
+/* The "pid" in the control file of the mount at path; 0 when none. */
+static long umount_read_pid(const char *path)
 {
     static const char key[] = "\"fuse\": {\"pid\": ";
     char ctl[PATH_MAX + 32];
@@ -131,7 +129,7 @@ static int umount_daemon_pidfd(const char *path)
     snprintf(ctl, sizeof(ctl), "%s/.tierfs-stats", path);
     fd = open(ctl, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return -1;
+        return 0;
     tfs_buf_init(&text, 1u << 20);
     for (;;) {
         ssize_t n = read(fd, chunk, sizeof(chunk));
@@ -146,6 +144,46 @@ static int umount_daemon_pidfd(const char *path)
     if (at != NULL)
         pid = strtol(at + sizeof(key) - 1, NULL, 10);
     tfs_buf_cleanup(&text);
+    return pid;
+}
+
+/*
+ * A pidfd for the daemon serving path, from the pid its control file
+ * reports; -1 when there is none to be had (an older daemon, no pidfd,
+ * or no answer).  The file is read by a child that is given
+ * UMOUNT_ASK_MS: a hung daemon would never answer, and umount must
+ * still work then.  Taken before the unmount, the pidfd names that
+ * process even if the pid is reused after it exits.
+ */
+static int umount_daemon_pidfd(const char *path)
+{
+    struct pollfd pf;
+    long pid = 0;
+    pid_t child;
+    int p[2];
+
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -1;
+    child = fork();
+    if (child == 0) {
+        pid = umount_read_pid(path);
+        _exit(write(p[1], &pid, sizeof(pid)) == sizeof(pid) ? 0 : 1);
+    }
+    close(p[1]);
+    pf = (struct pollfd){.fd = p[0], .events = POLLIN};
+    if (child < 0 || poll(&pf, 1, UMOUNT_ASK_MS) <= 0 ||
+        read(p[0], &pid, sizeof(pid)) != sizeof(pid))
+        pid = 0;
+    close(p[0]);
+    if (child > 0 && pid > 0) {
+        (void)waitpid(child, NULL, 0);  /* it has written: it is exiting */
+    } else if (child > 0) {
+        /* Its request, not yet taken by the daemon, ends with it; a
+           child still inside the mount would make the unmount EBUSY. */
+        kill(child, SIGKILL);
+        for (int i = 0; i < 100 && waitpid(child, NULL, WNOHANG) == 0; i++)
+            usleep(10000);
+    }
     return pid > 0 ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
 }
 
