@@ -636,6 +636,21 @@ TEST(cli)
     CHECK(!is_mounted(dir));
     CHECK(!pid_running(daemon));
 
+    /* A daemon that does not answer (stopped) is still unmounted, after
+       umount's 2 s for the control file; once going again it exits. */
+    CHECK_EQ(run_cmd(mnt_daemon, log, 20000), 0);
+    read_stats_at(dir, resp, sizeof(resp));
+    daemon = (pid_t)json_num(resp, "fuse.pid");
+    CHECK(daemon > 1 && kill(daemon, SIGSTOP) == 0);
+    t0 = now_ms();
+    CHECK_EQ(run_cmd(um, log, 20000), 0);
+    CHECK(now_ms() - t0 < 10000);
+    CHECK(!is_mounted(dir));
+    CHECK(kill(daemon, SIGCONT) == 0);
+    for (int i = 0; i < 1000 && pid_running(daemon); i++)
+        sleep_ms(10);
+    CHECK(!pid_running(daemon));
+
     /* The metrics endpoint. */
     CHECK(port > 0);
     sfmt(port_s, sizeof(port_s), "127.0.0.1:%d", port);
