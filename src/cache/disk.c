@@ -255,15 +255,13 @@ static int disk_set_direct(struct tfs_disk *d, int fd, bool on)
     return 0;
 }
 
-/* pread all of [off, off+len) or fail: 0, -errno, or TFS_ECORRUPT short. */
+/* All of [off, off+len): 0, -errno, or TFS_ECORRUPT if the file is short. */
 static int disk_pread(int fd, void *buf, size_t len, uint64_t off)
 {
-    ssize_t n;
+    size_t n;
+    int rc = tfs_pread_full(fd, buf, len, off, &n);
 
-    do {
-        n = pread(fd, buf, len, (off_t)off);
-    } while (n < 0 && errno == EINTR);
-    return n < 0 ? -errno : n == (ssize_t)len ? 0 : TFS_ECORRUPT;
+    return rc < 0 ? rc : n == len ? 0 : TFS_ECORRUPT;
 }
 
 /*

@@ -120,26 +120,6 @@ int tfs_ckpt_reader_set_use_staging(struct tfs_ckpt_reader *r, bool use)
 
 /* ---- low-level reads ---- */
 
-static int rd_pread(int fd, void *buf, size_t len, uint64_t off, size_t *n)
-{
-    size_t done = 0;
-
-    while (done < len) {
-        ssize_t got = pread(fd, (char *)buf + done, len - done,
-                            (off_t)(off + done));
-
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0)
-            return -errno;
-        if (got == 0)
-            break;
-        done += (size_t)got;
-    }
-    *n = done;
-    return 0;
-}
-
 /* Read [off, off+len) of file f from the store, exactly. */
 int tfs_ckpt_rd_store(struct tfs_ckpt_reader *r, const struct rd_file *f,
                       void *buf, size_t len, uint64_t off)
@@ -160,7 +140,7 @@ static int rd_local_read(const struct rd_file *f, void *buf, size_t len,
                          uint64_t off)
 {
     size_t n = 0;
-    int rc = rd_pread(f->local_fd, buf, len, off, &n);
+    int rc = tfs_pread_full(f->local_fd, buf, len, off, &n);
 
     if (rc < 0)
         return tfs_err(rc, "%s: read failed", f->local_path);
@@ -186,7 +166,7 @@ static void rd_try_local(struct tfs_ckpt_reader *r, struct rd_file *f,
     if (fd < 0)
         return;
     if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size == fi->size &&
-        rd_pread(fd, hdr, (size_t)fi->header_size, 0, &n) == 0 &&
+        tfs_pread_full(fd, hdr, (size_t)fi->header_size, 0, &n) == 0 &&
         n == fi->header_size &&
         XXH3_64bits(hdr, n) == fi->header_xxh3) {
         f->local_fd = fd;

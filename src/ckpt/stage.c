@@ -77,21 +77,13 @@ int tfs_ckpt_stage_header(const struct tfs_ckpt_writer *w,
     return rc;
 }
 
-/* Read all of [off, off+len), retrying EINTR; -EIO at an early end. */
+/* Read all of [off, off+len); -EIO at an early end. */
 static int wr_pread(int fd, void *buf, size_t len, uint64_t off)
 {
-    while (len > 0) {
-        ssize_t n = pread(fd, buf, len, (off_t)off);
+    size_t n;
+    int rc = tfs_pread_full(fd, buf, len, off, &n);
 
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return n < 0 ? -errno : -EIO;
-        buf = (char *)buf + n;
-        len -= (size_t)n;
-        off += (uint64_t)n;
-    }
-    return 0;
+    return rc < 0 ? rc : n == len ? 0 : -EIO;
 }
 
 /*

@@ -14,7 +14,7 @@
 
 #include "common/util.h"
 
-#define UTIL_IO_MAX ((size_t)1 << 30)   /* bytes per write call */
+#define UTIL_IO_MAX ((size_t)1 << 30)   /* bytes per read or write call */
 
 int tfs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 {
@@ -29,6 +29,28 @@ int tfs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
         len -= (size_t)n;
         off += (uint64_t)n;
     }
+    return 0;
+}
+
+int tfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
+                   size_t *nread)
+{
+    size_t done = 0;
+
+    while (done < len) {
+        ssize_t n = pread(fd, (char *)buf + done,
+                          TFS_MIN(len - done, UTIL_IO_MAX),
+                          (off_t)(off + done));
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    *nread = done;
     return 0;
 }
 

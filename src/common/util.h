@@ -95,6 +95,13 @@ uint64_t tfs_deadline_left_ms(uint64_t dflt_ms);
  */
 int tfs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 
+/*
+ * pread until len bytes or the end of the file, retrying EINTR and short
+ * reads; *nread (< len only at the end of the file) or -errno.
+ */
+int tfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
+                   size_t *nread);
+
 /* A fast per-thread PRNG (xoshiro256**), seeded from the clock and tid. */
 uint64_t tfs_rand_u64(void);
 double tfs_rand_double(void);           /* in [0, 1) */

@@ -232,27 +232,6 @@ static int posix_stat(struct tfs_store *st, const char *key,
     return rc;
 }
 
-/* pread() until len bytes or end of file; EINTR retried here only. */
-static int posix_pread_full(int fd, void *buf, size_t len, uint64_t off,
-                            size_t *nread)
-{
-    size_t done = 0;
-
-    while (done < len) {
-        ssize_t n = pread(fd, (char *)buf + done, len - done,
-                          (off_t)(off + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        if (n == 0)
-            break;
-        done += (size_t)n;
-    }
-    *nread = done;
-    return 0;
-}
-
 static int posix_read(struct tfs_store *st, const char *key, void *buf,
                       size_t len, uint64_t off, const char *if_version,
                       size_t *nread)
@@ -280,7 +259,7 @@ static int posix_read(struct tfs_store *st, const char *key, void *buf,
                      key, cur.version, if_version);
         goto out_close;
     }
-    rc = posix_pread_full(fd, buf, len, off, nread);
+    rc = tfs_pread_full(fd, buf, len, off, nread);
     if (rc < 0)
         tfs_errdetail_set("read of '%s' failed", key);
 out_close:

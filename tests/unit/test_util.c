@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Common helpers: number and size parsing, percent-encoding, URIs, option
- * bags, capped buffers, the error space and the allocation hooks.
+ * bags, capped buffers, the error space, the allocation hooks and the
+ * positional read and write loops.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "tierfs/log.h"
@@ -255,6 +258,35 @@ TEST(allocation_failures)
     CHECK(system(cmd) == 0);
 }
 
+/* pwrite all at an offset; pread to the end, short only there; errors. */
+TEST(positional_io)
+{
+    char path[] = "/tmp/tfs-util-io-XXXXXX";
+    unsigned char out[10000];
+    unsigned char in[12000];
+    size_t n = 1;
+    int fd = mkstemp(path);
+
+    CHECK(fd >= 0);
+    unlink(path);
+    for (size_t i = 0; i < sizeof(out); i++)
+        out[i] = (unsigned char)(i * 7 + 3);
+    CHECK_OK(tfs_pwrite_all(fd, out, sizeof(out), 100));
+    CHECK_OK(tfs_pread_full(fd, in, sizeof(out), 100, &n));
+    CHECK_EQ(n, sizeof(out));
+    CHECK(memcmp(in, out, sizeof(out)) == 0);
+    CHECK_OK(tfs_pread_full(fd, in, sizeof(in), 0, &n));
+    CHECK_EQ(n, sizeof(out) + 100);     /* the end of the file */
+    CHECK(in[0] == 0 && memcmp(in + 100, out, sizeof(out)) == 0);
+    CHECK_OK(tfs_pread_full(fd, in, 10, sizeof(out) + 500, &n));
+    CHECK_EQ(n, 0);
+    CHECK_OK(tfs_pwrite_all(fd, out, 0, 0));
+    close(fd);
+    CHECK_RC(tfs_pread_full(fd, in, 10, 0, &n), -EBADF);
+    CHECK_RC(tfs_pwrite_all(fd, out, 10, 0), -EBADF);
+}
+
 TESTS(T(sizes), T(numbers), T(pct), T(uris), T(option_bags),
-      T(capped_buffer), T(errors), T(deadline), T(allocation_failures));
+      T(capped_buffer), T(errors), T(deadline), T(allocation_failures),
+      T(positional_io));
 TEST_MAIN()
