@@ -111,12 +111,14 @@ static size_t disk_page_up(size_t n)
     return (n + DISK_PAGE - 1) & ~(size_t)(DISK_PAGE - 1);
 }
 
-/* Can len bytes at data move with O_DIRECT (page-aligned both)? */
+/* Can len bytes at data move with O_DIRECT at file offset off (all three
+ * page-aligned)? */
 static bool disk_direct_ok(const struct tfs_disk *d, const void *data,
-                           size_t len)
+                           size_t len, uint64_t off)
 {
     return !__atomic_load_n(&d->no_direct, __ATOMIC_RELAXED) && len > 0 &&
-           len % DISK_PAGE == 0 && (uintptr_t)data % DISK_PAGE == 0;
+           len % DISK_PAGE == 0 && (uintptr_t)data % DISK_PAGE == 0 &&
+           off % DISK_PAGE == 0;
 }
 
 static void disk_path(const struct tfs_disk *d, const uint8_t *id,
@@ -320,8 +322,7 @@ int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
         h = tfs_malloc(hlen);
         data = tfs_blockbuf_get(c, r->len);
         rc = h && data ? disk_read_file(d, path, h, hlen, data, r->len,
-                                        hlen % DISK_PAGE == 0 &&
-                                        disk_direct_ok(d, data, r->len))
+                                        disk_direct_ok(d, data, r->len, hlen))
                        : -ENOMEM;
     }
     if (rc == 0)
@@ -415,7 +416,7 @@ static int disk_write_file(struct tfs_disk *d, const char *path,
     fd = disk_open_tmp(tmp, reuse);
     if (fd < 0)
         return fd;
-    if (hlen % DISK_PAGE == 0 && disk_direct_ok(d, data, len))
+    if (disk_direct_ok(d, data, len, hlen))
         rc = disk_write_direct(d, fd, h, hlen, data, len);
     if (rc == 1) {                      /* through the page cache */
         rc = 0;
@@ -488,7 +489,7 @@ static void disk_write_block(struct tfs_cache *c,
     int admit;
     int rc;
 
-    if (disk_direct_ok(d, b->data, r->len))
+    if (disk_direct_ok(d, b->data, r->len, 0))
         hlen = disk_page_up(hlen);      /* data on a page: O_DIRECT */
     admit = tfs_index_admit(d->ix, b->id, (uint32_t)(hlen + r->len),
                             disk_capacity(c), c->cfg.eviction, &v);
