@@ -148,7 +148,7 @@ TFS_API void tfs_pack_iter_destroy(struct tfs_pack_iter *it);
  *   prefetch        shards of lookahead hinted to the cache (default 2;
  *                   0: none): their indexes, and that many shards'
  *                   worth of samples of data ...
- *   prefetch_bytes  ... but at most this much data (default 64M)
+ *   prefetch_bytes  ... but at most this much data (default 32M)
  */
 TFS_API int tfs_pack_iter_set(struct tfs_pack_iter *it, const char *name,
                               const char *value);

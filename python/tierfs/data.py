@@ -437,10 +437,13 @@ class ShardDataset(_IterableBase):
     fields; a list picks some; decoders={ext: fn} adds or overrides.
     cache_dir shares a disk tier between workers, processes and mounts;
     cache_options go to the cache (mem_cache, block_size, ...).  Each
-    process (every DataLoader worker) has its own RAM tier, 256M by
+    process (every DataLoader worker) has its own RAM tier, 128M by
     default: a stream reads each sample once per epoch, so the RAM tier
-    need only hold the prefetch window (at most 64M ahead); the disk
-    tier, when given, keeps the dataset for the next epochs.
+    need only hold the prefetch window (at most 32M ahead) and the
+    blocks of the samples still in the shuffle buffer (about 6 x
+    shuffle_buffer x the average sample: 55M for 1000 samples of 9 KiB);
+    raise mem_cache for larger samples or buffers.  The disk tier, when
+    given, keeps the dataset for the next epochs.
     """
 
     def __init__(self, uri, rank=None, world_size=None, shuffle=True,
@@ -455,7 +458,7 @@ class ShardDataset(_IterableBase):
                         "drop_last": drop_last, "prefetch": prefetch,
                         "rank": self.rank, "world_size": self.world_size}
         self.decoders = _decoder_table(decode, decoders)
-        copts = {"mem_cache": "256M", "immutable": 1}
+        copts = {"mem_cache": "128M", "immutable": 1}
         copts.update(cache_options or {})
         self._opener = _Opener(uri, {"cache_dir": cache_dir,
                                      "cache_options": copts,

@@ -198,8 +198,13 @@ struct tfs_block *tfs_ram_find(struct tfs_cache *c, const uint8_t *id)
 
     pthread_mutex_lock(&c->ram_lock);
     b = ram_lookup(c, id, ram_hash(id));
-    if (b != NULL)
+    if (b != NULL) {
         b->refs++;
+        if (b->lru_next != NULL && c->lru.lru_next != b) {
+            lru_unlink(b);              /* a hit: most recently used */
+            lru_push_front(c, b);
+        }
+    }
     pthread_mutex_unlock(&c->ram_lock);
     return b;
 }

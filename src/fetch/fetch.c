@@ -129,8 +129,7 @@ static struct fetch_job *fetch_job_new(struct tfs_cache *c,
     j->key = tfs_strdup(r->key);
     j->version = tfs_strdup(r->version);
     j->len = r->len;
-    j->dst = tfs_blockbuf_get(c, r->len);
-    if (j->key == NULL || j->version == NULL || j->dst == NULL) {
+    if (j->key == NULL || j->version == NULL) {
         fetch_job_free(c, j);
         return NULL;
     }
@@ -221,8 +220,13 @@ static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
         pthread_mutex_unlock(&c->ram_lock);
     }
 
-    rc = tfs_store_read(c->st, j->key, j->dst, j->len, j->off, j->version,
-                        &n);
+    j->dst = tfs_blockbuf_get(c, j->len);
+    if (j->dst == NULL)
+        rc = tfs_err(-ENOMEM, "fetch: no memory for block %llu of '%s'",
+                     (unsigned long long)j->index, j->key);
+    else
+        rc = tfs_store_read(c->st, j->key, j->dst, j->len, j->off,
+                            j->version, &n);
     if (rc == 0 && n != j->len)
         rc = tfs_err(TFS_ECHANGED, "'%s' is shorter than its listed size",
                      j->key);

@@ -82,7 +82,7 @@ int tfs_pack_iter_create(struct tfs_pack *p, struct tfs_pack_iter **out)
     it->world = 1;
     it->workers = 1;
     it->prefetch = 2;
-    it->prefetch_bytes = 64u << 20;
+    it->prefetch_bytes = 32u << 20;
     *out = it;
     return 0;
 }

@@ -176,6 +176,50 @@ TEST(read_through_and_ram_hits)
     remove_dirs();
 }
 
+/*
+ * The RAM tier evicts the least recently used block: a hit makes a block
+ * the most recent.  Four one-block objects, room for three: a, b, c
+ * read, a read again, then d; the eviction must take b (first in, but
+ * not used since), not a.
+ */
+TEST(ram_tier_is_lru)
+{
+    size_t len = 1u << 20;
+    unsigned char *data[4];
+    const char *names[4] = {"lru/a", "lru/b", "lru/c", "lru/d"};
+    const char *kv[] = {"block_size", "1M", "mem_cache", "3M", "hedge", "0",
+                        NULL};
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    uint64_t reads;
+
+    setup_dirs();
+    for (int i = 0; i < 4; i++) {
+        data[i] = pattern(len, 40 + i);
+        write_remote(names[i], data[i], len);
+    }
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    for (int i = 0; i < 3; i++)
+        read_all_check(c, names[i], data[i], len, len);
+    CHECK_EQ(remote_reads(st), 3);
+    read_all_check(c, names[0], data[0], len, len);    /* a: a hit */
+    read_all_check(c, names[3], data[3], len, len);    /* d: evicts b */
+    reads = remote_reads(st);
+    CHECK_EQ(reads, 4);
+    read_all_check(c, names[0], data[0], len, len);
+    read_all_check(c, names[2], data[2], len, len);
+    CHECK_EQ(remote_reads(st), reads);  /* a and c stayed */
+    read_all_check(c, names[1], data[1], len, len);
+    CHECK_EQ(remote_reads(st), reads + 1);      /* b was the one evicted */
+    CHECK_EQ(stat_of(c, "evicted_bytes_ram") >= len, 1);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    for (int i = 0; i < 4; i++)
+        free(data[i]);
+    remove_dirs();
+}
+
 /* Block files under dir whose size is a multiple of a page, and others. */
 static void count_block_files(const char *dir, int *paged, int *other)
 {
@@ -963,7 +1007,7 @@ TEST(multi_process_sharing)
     remove_dirs();
 }
 
-TESTS(T(read_through_and_ram_hits), T(disk_tier_survives_reopen),
+TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru), T(disk_tier_survives_reopen),
       T(corrupt_blocks_are_refetched), T(changed_object_never_mixes),
       T(single_flight), T(capacity_bound), T(scan_resistance),
       T(immutable_snapshot), T(meta_ttl_and_negative_entries),
