@@ -74,6 +74,13 @@ TFS_API int tfs_cache_open(struct tfs_cache *c, struct tfs_store *st);
 /* Stop the workers, wait for them, free everything.  NULL is a no-op. */
 TFS_API void tfs_cache_close(struct tfs_cache *c);
 
+/*
+ * The RAM tier's bound (mem_cache) and the block size in force: after
+ * open, a cache_dir's recorded block size wins over the one set.
+ */
+TFS_API uint64_t tfs_cache_mem_limit(const struct tfs_cache *c);
+TFS_API uint64_t tfs_cache_block_size(const struct tfs_cache *c);
+
 /* ---- metadata ---- */
 
 /* Stat through the metadata cache (negative entries too). */

@@ -170,6 +170,18 @@ TFS_API int tfs_pack_iter_start(struct tfs_pack_iter *it, uint64_t epoch,
 TFS_API int tfs_pack_iter_length(const struct tfs_pack_iter *it,
                                  uint64_t *n);
 
+/*
+ * The RAM tier this iterator's stream needs, in bytes, from the options
+ * set so far: the prefetch window, the blocks of the samples waiting in
+ * the shuffle buffer (a block stays needed until its last sample leaves
+ * the buffer, about ln(samples per block) + 0.6 buffer lengths after it
+ * entered: counted as 6 x shuffle_buffer x the average sample), and two
+ * blocks.  With a smaller mem_cache, blocks are read again (from the disk
+ * tier or the store); tfs_pack_iter_start logs a warning, once per
+ * process.  docs/pack.md.
+ */
+TFS_API uint64_t tfs_pack_iter_ram_need(const struct tfs_pack_iter *it);
+
 /* Samples yielded since the start of the epoch (position included). */
 TFS_API uint64_t tfs_pack_iter_position(const struct tfs_pack_iter *it);
 

@@ -120,6 +120,7 @@ tfs_cache_open = _proto("tfs_cache_open", _I, _P, _P)
 tfs_cache_close = _proto("tfs_cache_close", None, _P)
 tfs_cache_stats_json = _proto("tfs_cache_stats_json", _I, _P, _P, _SZ,
                               ctypes.POINTER(_SZ))
+tfs_cache_mem_limit = _proto("tfs_cache_mem_limit", _U64, _P)
 tfs_pack_create = _proto("tfs_pack_create", _I, ctypes.POINTER(_P))
 tfs_pack_set = _proto("tfs_pack_set", _I, _P, _S, _S)
 tfs_pack_open = _proto("tfs_pack_open", _I, _P, _P, _S)
@@ -146,6 +147,7 @@ tfs_pack_iter_start = _proto("tfs_pack_iter_start", _I, _P, _U64, _U64)
 tfs_pack_iter_length = _proto("tfs_pack_iter_length", _I, _P,
                               ctypes.POINTER(_U64))
 tfs_pack_iter_position = _proto("tfs_pack_iter_position", _U64, _P)
+tfs_pack_iter_ram_need = _proto("tfs_pack_iter_ram_need", _U64, _P)
 tfs_pack_iter_next = _proto("tfs_pack_iter_next", _I, _P, _P,
                             ctypes.POINTER(ctypes.c_bool))
 # ---- end pack + loader ----

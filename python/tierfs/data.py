@@ -299,6 +299,28 @@ class PackedDataset(_capi.Handle):
             self.cache = None
 
 
+_ram_warned = [None]                    # the pid that warned
+
+
+def _check_ram(it):
+    """Warn once per process when the cache's RAM tier is smaller than the
+    stream needs: blocks would be read again (docs/pack.md)."""
+    if _ram_warned[0] == os.getpid():
+        return
+    need = it.ram_need()
+    have = _capi.tfs_cache_mem_limit(it.ds.cache.handle)
+    if have >= need:
+        return
+    _ram_warned[0] = os.getpid()
+    warnings.warn(
+        f"tierfs: the RAM tier (mem_cache {have / 2**20:.0f} MiB) is "
+        f"smaller than this epoch stream needs (about {need / 2**20:.0f} "
+        "MiB: the prefetch window and the blocks of the samples in the "
+        "shuffle buffer); blocks will be read more than once: raise "
+        "cache_options['mem_cache'] or lower shuffle_buffer",
+        RuntimeWarning, stacklevel=3)
+
+
 class _EpochIter:
     """tfs_pack_iter: one partition of one epoch."""
 
@@ -322,6 +344,13 @@ class _EpochIter:
 
     def start(self, epoch, position=0):
         _check(_capi.tfs_pack_iter_start(self._it, epoch, position))
+        _check_ram(self)
+
+    def ram_need(self):
+        """Bytes of RAM tier this stream needs (tfs_pack_iter_ram_need):
+        the prefetch window and the blocks of the samples waiting in the
+        shuffle buffer."""
+        return _capi.tfs_pack_iter_ram_need(self._it)
 
     @property
     def position(self):

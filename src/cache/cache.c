@@ -213,6 +213,16 @@ int tfs_cache_open(struct tfs_cache *c, struct tfs_store *st)
     return 0;
 }
 
+uint64_t tfs_cache_mem_limit(const struct tfs_cache *c)
+{
+    return c->cfg.mem_cache;
+}
+
+uint64_t tfs_cache_block_size(const struct tfs_cache *c)
+{
+    return c->cfg.block_size;
+}
+
 void tfs_cache_close(struct tfs_cache *c)
 {
     if (c == NULL)

@@ -29,11 +29,14 @@
  * it, and no single call queues a whole shard.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "common/util.h"
 #include "pack/pack_int.h"
+#include "tierfs/cache.h"
+#include "tierfs/log.h"
 
 struct tfs_pack_iter {
     struct tfs_pack *p;                 /* borrowed */
@@ -366,6 +369,48 @@ static uint64_t it_window(const struct tfs_pack_iter *it)
     return w < 1 ? 1 : (uint64_t)w;
 }
 
+uint64_t tfs_pack_iter_ram_need(const struct tfs_pack_iter *it)
+{
+    uint64_t n = tfs_pack_samples(it->p);
+    size_t shards = tfs_pack_shards(it->p);
+    uint64_t block = tfs_cache_block_size(tfs_pack_cache(it->p));
+    double per_sample;
+    double window = 0;
+    double buffered = 0;
+
+    if (n == 0 || shards == 0)
+        return 2 * block;
+    per_sample = (double)tfs_pack_tar_bytes(it->p) / (double)n;
+    if (it->prefetch > 0)
+        window = TFS_MIN((double)it->prefetch * (double)n / (double)shards *
+                             per_sample,
+                         (double)it->prefetch_bytes);
+    if (it->shuffle && it->buffer > 1)
+        buffered = 6.0 * (double)TFS_MIN(it->buffer, n) * per_sample;
+    return (uint64_t)(window + buffered) + 2 * block;
+}
+
+/* Say once per process when the RAM tier is smaller than a stream needs. */
+static void it_check_ram(const struct tfs_pack_iter *it)
+{
+    static atomic_bool warned;
+    struct tfs_cache *c = tfs_pack_cache(it->p);
+    uint64_t need = tfs_pack_iter_ram_need(it);
+    uint64_t have = tfs_cache_mem_limit(c);
+    char a[32];
+    char b[32];
+
+    if (have >= need || atomic_exchange(&warned, true))
+        return;
+    TFS_WARN("pack: the RAM tier (mem_cache %s) is smaller than this "
+             "epoch stream needs (about %s: the prefetch window and the "
+             "blocks of the samples in a shuffle buffer of %llu); blocks "
+             "will be read more than once: raise mem_cache",
+             tfs_fmt_bytes(a, sizeof(a), (double)have),
+             tfs_fmt_bytes(b, sizeof(b), (double)need),
+             (unsigned long long)it->buffer);
+}
+
 int tfs_pack_iter_start(struct tfs_pack_iter *it, uint64_t epoch,
                         uint64_t position)
 {
@@ -394,6 +439,7 @@ int tfs_pack_iter_start(struct tfs_pack_iter *it, uint64_t epoch,
     it->hint_visit = it->hint_pos < it->b ? it_visit(it, it->hint_pos)
                                           : it->last_visit + 1;
     it->started = true;
+    it_check_ram(it);
     it_hint(it);
     return 0;
 }

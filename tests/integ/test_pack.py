@@ -237,6 +237,46 @@ def loader_keys(ds, workers, batch_size=8):
     return out
 
 
+def test_ram_need_and_warning(packed, monkeypatch):
+    """The RAM tier a stream needs: prefetch window + 6 x buffer x the
+    average sample + 2 blocks; a smaller mem_cache warns, once."""
+    tree, dst = packed
+    _, paths = shard_paths(dst)
+    tar_bytes = sum(os.path.getsize(p) for p in paths)
+    n, shards = len(tree), len(paths)
+    per = tar_bytes / n
+    window = min(2 * n / shards * per, 32 << 20)
+    want = int(window + 6.0 * 100 * per) + 2 * (64 << 10)
+    ds = tdata.PackedDataset(dst, cache_options={"mem_cache": "64K",
+                                                 "block_size": "64K"})
+    try:
+        it = ds.iterator(shuffle_buffer=100)
+        assert abs(it.ram_need() - want) <= 2
+        monkeypatch.setattr(tdata, "_ram_warned", [None])
+        with pytest.warns(RuntimeWarning, match="RAM tier"):
+            it.start(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            it.start(1)                 # once per process
+        it.close()
+        it = ds.iterator(shuffle=False)
+        assert it.ram_need() == int(window) + 2 * (64 << 10)
+        it.close()
+    finally:
+        ds.close()
+    ds = tdata.PackedDataset(dst, cache_options={"mem_cache": "1G",
+                                                 "block_size": "64K"})
+    try:
+        monkeypatch.setattr(tdata, "_ram_warned", [None])
+        it = ds.iterator(shuffle_buffer=100)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            it.start(0)                 # enough: no warning
+        it.close()
+    finally:
+        ds.close()
+
+
 def test_dataloader_ranks_and_workers(packed):
     tree, dst = packed
     n = len(tree)
