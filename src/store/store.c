@@ -280,22 +280,17 @@ int tfs_source_read(const struct tfs_source *src, void *buf, size_t len,
                     uint64_t off)
 {
     size_t done = 0;
+    int rc;
 
     if (src->buf != NULL) {
         memcpy(buf, (const char *)src->buf + off, len);
         return 0;
     }
-    while (done < len) {
-        ssize_t n = pread(src->fd, (char *)buf + done, len - done,
-                          (off_t)(src->off + off + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return tfs_err(-errno, "read of the source file failed");
-        if (n == 0)
-            return tfs_err(-EIO, "source file shrank while being read");
-        done += (size_t)n;
-    }
+    rc = tfs_pread_full(src->fd, buf, len, src->off + off, &done);
+    if (rc < 0)
+        return tfs_err(rc, "read of the source file failed");
+    if (done < len)
+        return tfs_err(-EIO, "source file shrank while being read");
     return 0;
 }
 

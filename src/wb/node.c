@@ -304,24 +304,14 @@ int wb_node_read(struct wb_node *n, void *buf, size_t len, uint64_t off,
                  size_t *nread)
 {
     size_t done = 0;
-    int rc = 0;
+    int rc = -ESTALE;
 
     pthread_rwlock_rdlock(&n->rw);
-    while (n->fd >= 0 && done < len) {
-        ssize_t r = pread(n->fd, (char *)buf + done, len - done,
-                          (off_t)(off + done));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            rc = tfs_err(-errno, "staging: read failed");
-            break;
-        }
-        if (r == 0)
-            break;
-        done += (size_t)r;
+    if (n->fd >= 0) {
+        rc = tfs_pread_full(n->fd, buf, len, off, &done);
+        if (rc < 0)
+            rc = tfs_err(rc, "staging: read failed");
     }
-    if (n->fd < 0)
-        rc = -ESTALE;
     pthread_rwlock_unlock(&n->rw);
     *nread = done;
     return rc;
