@@ -193,6 +193,28 @@ TFS_API uint64_t tfs_pack_iter_position(const struct tfs_pack_iter *it);
 TFS_API int tfs_pack_iter_next(struct tfs_pack_iter *it,
                                struct tfs_pack_sample *s, bool *got);
 
+/* What tfs_pack_iter_next_info says about the sample besides the names. */
+struct tfs_pack_desc {
+    uint64_t index;                     /* tfs_pack_sample_index */
+    uint64_t shard;                     /* tfs_pack_sample_shard */
+    uint64_t names_len;                 /* as tfs_pack_sample_info */
+    uint64_t n_fields;                  /* as tfs_pack_sample_info */
+};
+
+/*
+ * tfs_pack_iter_next, then tfs_pack_sample_info and the sample's index and
+ * shard, in one call: for language bindings, where every call costs.
+ * Returns 1 with the sample in s and described; 0 at the end; 2 with the
+ * sample in s but names_size or max_fields too small (d->names_len and
+ * d->n_fields say what is needed: call tfs_pack_sample_info again); or an
+ * error of tfs_pack_iter_next.
+ */
+TFS_API int tfs_pack_iter_next_info(struct tfs_pack_iter *it,
+                                    struct tfs_pack_sample *s, char *names,
+                                    size_t names_size, uint64_t *sizes,
+                                    size_t max_fields,
+                                    struct tfs_pack_desc *d);
+
 #ifdef __cplusplus
 }
 #endif

@@ -150,6 +150,15 @@ tfs_pack_iter_position = _proto("tfs_pack_iter_position", _U64, _P)
 tfs_pack_iter_ram_need = _proto("tfs_pack_iter_ram_need", _U64, _P)
 tfs_pack_iter_next = _proto("tfs_pack_iter_next", _I, _P, _P,
                             ctypes.POINTER(ctypes.c_bool))
+
+
+class PackDesc(ctypes.Structure):
+    _fields_ = [("index", _U64), ("shard", _U64), ("names_len", _U64),
+                ("n_fields", _U64)]
+
+
+tfs_pack_iter_next_info = _proto("tfs_pack_iter_next_info", _I, _P, _P, _P,
+                                 _SZ, _P, _SZ, ctypes.POINTER(PackDesc))
 # ---- end pack + loader ----
 
 # ---- checkpoints (ckpt.h): python/tierfs/ckpt.py, tierfs.torch ----

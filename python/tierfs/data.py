@@ -215,14 +215,20 @@ class _Sample:
         """The filled sample as a dict; data copied once, into bytes."""
         h = self.h
         self._info()
-        parts = ctypes.string_at(self.names, self.names_len.value) \
-            .split(b"\0")
+        return self._dict(decoders, self.names_len.value, self.n.value,
+                          _capi.tfs_pack_sample_shard(h),
+                          _capi.tfs_pack_sample_index(h))
+
+    def _dict(self, decoders, names_len, n_fields, shard, index):
+        """The dict of the sample described (names and sizes filled)."""
+        h = self.h
+        parts = ctypes.string_at(self.names, names_len).split(b"\0")
         out = {"__key__": parts[0].decode("utf-8", "surrogateescape"),
-               "__url__": self.ds.shard_names[_capi.tfs_pack_sample_shard(h)],
-               "__index__": _capi.tfs_pack_sample_index(h)}
+               "__url__": self.ds.shard_names[shard],
+               "__index__": index}
         sizes = self.sizes
         read = _capi.tfs_pack_sample_read
-        for i in range(self.n.value):
+        for i in range(n_fields):
             size = sizes[i]
             if size:
                 data = _new_bytes(None, size)
@@ -357,17 +363,27 @@ class _EpochIter:
         return _capi.tfs_pack_iter_position(self._it)
 
     def samples(self, decoders=None):
-        got = ctypes.c_bool()
-        got_ref = ctypes.byref(got)
-        nxt = _capi.tfs_pack_iter_next
+        """The epoch's samples as dicts.  One C call per sample fetches
+        and describes it (tfs_pack_iter_next_info), one per field copies
+        its bytes."""
+        d = _capi.PackDesc()
+        d_ref = ctypes.byref(d)
+        nxt = _capi.tfs_pack_iter_next_info
         it, s = self._it, self._sample
         while True:
-            rc = nxt(it, s.h, got_ref)
+            rc = nxt(it, s.h, s.names, len(s.names), s.sizes, s.max_fields,
+                     d_ref)
+            if rc == 0:
+                return
             if rc < 0:
                 _check(rc)
-            if not got.value:
-                return
-            yield s.to_dict(decoders)
+            if rc == 2:                 # buffers too small: grown
+                s._info()
+                yield s._dict(decoders, s.names_len.value, s.n.value,
+                              d.shard, d.index)
+                continue
+            yield s._dict(decoders, d.names_len, d.n_fields, d.shard,
+                          d.index)
 
     def close(self):
         if self._pid != os.getpid():

@@ -463,3 +463,26 @@ int tfs_pack_iter_next(struct tfs_pack_iter *it, struct tfs_pack_sample *s,
     *got = rc == 0;
     return rc;
 }
+
+int tfs_pack_iter_next_info(struct tfs_pack_iter *it,
+                            struct tfs_pack_sample *s, char *names,
+                            size_t names_size, uint64_t *sizes,
+                            size_t max_fields, struct tfs_pack_desc *d)
+{
+    size_t len = 0;
+    size_t n = 0;
+    bool got = false;
+    int rc = tfs_pack_iter_next(it, s, &got);
+
+    if (rc < 0 || !got)
+        return rc;
+    d->index = tfs_pack_sample_index(s);
+    d->shard = tfs_pack_sample_shard(s);
+    rc = tfs_pack_sample_info(s, names, names_size, &len, sizes, max_fields,
+                              &n);
+    d->names_len = len;
+    d->n_fields = n;
+    if (rc == -ENOSPC)
+        return 2;
+    return rc < 0 ? rc : 1;
+}

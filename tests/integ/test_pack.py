@@ -237,6 +237,37 @@ def loader_keys(ds, workers, batch_size=8):
     return out
 
 
+def test_many_fields_and_long_names(tmp_path):
+    """A sample wider than the reader's first buffers (64 fields, 4 KiB of
+    names): the one-call path grows them and loses nothing."""
+    src = tmp_path / "src"
+    src.mkdir()
+    want = {}
+    for k in range(3):
+        key = f"s{k}-" + "n" * 60
+        fields = {}
+        for f in range(70):
+            name = f"f{f:03d}." + "x" * 40
+            data = bytes([k, f]) * (f + 1)
+            (src / f"{key}.{name}").write_bytes(data)
+            fields[name] = data
+        want[key] = fields
+    dst = str(tmp_path / "dst")
+    pack(str(src), dst)
+    ds = tdata.PackedDataset(dst)
+    try:
+        it = ds.iterator(shuffle=False)
+        it.start(0)
+        got = {}
+        for smp in it.samples():
+            got[smp["__key__"]] = {k: v for k, v in smp.items()
+                                   if not k.startswith("__")}
+        it.close()
+    finally:
+        ds.close()
+    assert got == want
+
+
 def test_ram_need_and_warning(packed, monkeypatch):
     """The RAM tier a stream needs: prefetch window + 6 x buffer x the
     average sample + 2 blocks; a smaller mem_cache warns, once."""

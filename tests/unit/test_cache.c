@@ -1007,12 +1007,12 @@ TEST(multi_process_sharing)
     remove_dirs();
 }
 
-TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru), T(disk_tier_survives_reopen),
-      T(corrupt_blocks_are_refetched), T(changed_object_never_mixes),
-      T(single_flight), T(capacity_bound), T(scan_resistance),
-      T(immutable_snapshot), T(meta_ttl_and_negative_entries),
-      T(prefetch_hint), T(sequential_readahead), T(hedged_reads),
-      T(multi_process_sharing), T(queued_reads_promoted_not_hedged),
-      T(cache_dir_settings_adopted),
+TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
+      T(disk_tier_survives_reopen), T(corrupt_blocks_are_refetched),
+      T(changed_object_never_mixes), T(single_flight), T(capacity_bound),
+      T(scan_resistance), T(immutable_snapshot),
+      T(meta_ttl_and_negative_entries), T(prefetch_hint),
+      T(sequential_readahead), T(hedged_reads), T(multi_process_sharing),
+      T(queued_reads_promoted_not_hedged), T(cache_dir_settings_adopted),
       T(pinned_reads), T(note_put_patches_listings));
 TEST_MAIN()

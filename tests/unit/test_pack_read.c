@@ -349,6 +349,68 @@ TEST(order_deterministic)
     teardown();
 }
 
+/*
+ * tfs_pack_iter_next_info: the same order as tfs_pack_iter_next, and the
+ * description tfs_pack_sample_info and the getters give; buffers too
+ * small give 2 with the sizes needed, the sample still filled.
+ */
+TEST(next_info)
+{
+    static const char *const shuf[] = {"seed", "7", "shuffle_buffer", "16",
+                                       NULL};
+    uint64_t order[N_SAMPLES];
+    struct tfs_pack_iter *it = NULL;
+    struct tfs_pack_sample *s = NULL;
+    struct tfs_pack_desc d;
+    char names[2048];
+    char names2[2048];
+    uint64_t sizes[8];
+    uint64_t sizes2[8];
+    size_t n = 0;
+    int rc;
+
+    setup();
+    do_pack(16 << 10, false);
+    open_reader("1");
+    CHECK_EQ(run_iter(shuf, 2, 0, order, N_SAMPLES), N_SAMPLES);
+    CHECK_OK(tfs_pack_iter_create(rp, &it));
+    CHECK_OK(tfs_pack_sample_create(&s));
+    for (const char *const *o = shuf; o[0] != NULL; o += 2)
+        CHECK_OK(tfs_pack_iter_set(it, o[0], o[1]));
+    CHECK_RC(tfs_pack_iter_next_info(it, s, names, sizeof(names), sizes, 8,
+                                     &d), -EINVAL);   /* not started */
+    CHECK_OK(tfs_pack_iter_start(it, 2, 0));
+    while ((rc = tfs_pack_iter_next_info(it, s, names, sizeof(names), sizes,
+                                         8, &d)) == 1) {
+        size_t len2 = 0;
+        size_t n2 = 0;
+
+        CHECK(n < N_SAMPLES);
+        CHECK_EQ(d.index, order[n]);
+        CHECK_EQ(d.index, tfs_pack_sample_index(s));
+        CHECK_EQ(d.shard, tfs_pack_sample_shard(s));
+        CHECK_OK(tfs_pack_sample_info(s, names2, sizeof(names2), &len2,
+                                      sizes2, 8, &n2));
+        CHECK_EQ(d.names_len, len2);
+        CHECK_EQ(d.n_fields, n2);
+        CHECK(memcmp(names, names2, len2) == 0);
+        CHECK(memcmp(sizes, sizes2, n2 * sizeof(uint64_t)) == 0);
+        check_sample(s);
+        n++;
+    }
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(n, N_SAMPLES);
+    CHECK_OK(tfs_pack_iter_start(it, 2, 0));
+    CHECK_EQ(tfs_pack_iter_next_info(it, s, names, 2, sizes, 8, &d), 2);
+    CHECK(d.names_len > 2);
+    CHECK_EQ(d.index, order[0]);
+    check_sample(s);                    /* filled all the same */
+    tfs_pack_sample_destroy(s);
+    tfs_pack_iter_destroy(it);
+    close_reader();
+    teardown();
+}
+
 /* All the samples the ranks (and their workers) read in one epoch. */
 static size_t run_ranks(unsigned world, unsigned workers, bool drop_last,
                         uint64_t epoch, uint64_t *all, size_t *per_rank)
@@ -933,8 +995,8 @@ TEST(allocation_failures)
 }
 
 TESTS(T(roundtrip), T(roundtrip_shuffled), T(order_deterministic),
-      T(partitions), T(resume), T(prefetch_hints), T(damaged_header),
-      T(damaged_data), T(truncated_shard), T(index_mismatch),
-      T(tar_mismatch), T(pack_resumes), T(pack_refuses), T(pack_large_member),
-      T(allocation_failures));
+      T(next_info), T(partitions), T(resume), T(prefetch_hints),
+      T(damaged_header), T(damaged_data), T(truncated_shard),
+      T(index_mismatch), T(tar_mismatch), T(pack_resumes), T(pack_refuses),
+      T(pack_large_member), T(allocation_failures));
 TEST_MAIN()
