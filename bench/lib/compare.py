@@ -8,7 +8,8 @@ same objects in the same Ceph RGW (bluestore on a sparse file, started on
 - cold sequential read of a 1 GiB object (dd bs=1M): the tierfs mount,
   s3fs with use_cache, rclone --vfs-cache-mode full, each on its own copy
   of the object, each right after the server's own ceiling on that copy:
-  8 parallel ranged GETs with curl;
+  8 parallel ranged GETs with curl; two rounds, the tools in opposite
+  orders (the server's speed drifts over a run), the mean of the two;
 - warm sequential read of the same object, kernel page cache dropped
   before the read (so each tool's own cache is measured);
 - small files: N x 64 KiB, warm, open+read+close latency (1 thread) and
@@ -37,6 +38,7 @@ S3SERVER = os.path.join(TOP, "scripts", "s3-server")
 QUICK = "--quick" in sys.argv
 BIG_MIB = 256 if QUICK else 1024
 N_SMALL = 2000 if QUICK else 10000
+COLD_ROUNDS = 2
 MIB = 1 << 20
 
 
@@ -249,8 +251,10 @@ def main():
             log("uploading the data")
             big = os.path.join(work, "big.bin")
             sh(f"head -c {BIG_MIB * MIB} /dev/urandom > {big}")
-            for k in TOOLS:                 # one object per tool (below)
-                sh(f"{TIERFS} put -q {big} s3://{srv.bucket}/cmp/big-{k}.bin")
+            for r in range(COLD_ROUNDS):    # one object per tool and round
+                for k in TOOLS:
+                    sh(f"{TIERFS} put -q {big} "
+                       f"s3://{srv.bucket}/cmp/{big_name(k, r)}")
             os.unlink(big)
             sh(f"{TIERFS} bench prepare --files {N_SMALL} --size 64K -j 8 "
                f"s3://{srv.bucket}/cmp")
@@ -264,28 +268,50 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
 
+def big_name(tool, rnd):
+    return f"big-{tool}-{rnd}.bin"
+
+
 def run_mounts(m, res, work, srv):
     """Cold reads: each tool reads its own copy of the big object, so no
     tool finds another's reads in the server's caches; right before it,
     the server's ceiling is measured on that same object (which also
-    leaves the server in the same state for every tool)."""
-    big = {k: os.path.join(d, f"big-{k}.bin") for k, d in m.dirs.items()}
+    leaves the server in the same state for every tool).  Two rounds on
+    fresh copies, the tools in opposite orders: the server's speed drifts
+    during a run (on this VM 129 to 154 MB/s in one run), and whoever goes
+    first would otherwise always meet it slowest."""
     log("cold and warm sequential reads")
     time.sleep(10)                      # let the server settle after uploads
-    res["ceiling_each"], res["cold"] = {}, {}
-    for k, p in big.items():
-        # Metadata first, untimed, for every tool alike: the mount's first
-        # lookup (for tierfs --immutable, the listing of the whole prefix:
-        # 10,000+ objects) is not part of reading the object's bytes.
-        os.listdir(m.dirs[k])
-        os.stat(p)
-        res["ceiling_each"][k] = curl_ceiling(srv, f"cmp/big-{k}.bin",
-                                              BIG_MIB * MIB)
-        res["cold"][k] = dd_mbps(p, drop=True)
+    res["ceiling_rounds"] = {k: [] for k in TOOLS}
+    res["cold_rounds"] = {k: [] for k in TOOLS}
+    for r in range(COLD_ROUNDS):
+        for k in (TOOLS if r % 2 == 0 else TOOLS[::-1]):
+            p = os.path.join(m.dirs[k], big_name(k, r))
+            # Metadata first, untimed, for every tool alike: the mount's
+            # first lookup (for tierfs --immutable, the listing of the
+            # whole prefix: 10,000+ objects) is not part of reading the
+            # object's bytes.
+            os.listdir(m.dirs[k])
+            os.stat(p)
+            res["ceiling_rounds"][k].append(
+                curl_ceiling(srv, f"cmp/{big_name(k, r)}", BIG_MIB * MIB))
+            res["cold_rounds"][k].append(dd_mbps(p, drop=True))
+    res["ceiling_each"] = {k: statistics.mean(v)
+                           for k, v in res["ceiling_rounds"].items()}
+    res["cold"] = {k: statistics.mean(v)
+                   for k, v in res["cold_rounds"].items()}
     res["ceiling"] = statistics.median(res["ceiling_each"].values())
-    res["warm"] = {k: statistics.median(dd_mbps(p, drop=True)
-                                        for _ in range(3))
-                   for k, p in big.items()}
+    # Warm: the copy each tool read last (the last round's), as in a run
+    # with one copy per tool; the first round's copy is also read once,
+    # reported beside it (tierfs serves it from its disk tier: the 1G RAM
+    # tier holds the later copy).
+    last = COLD_ROUNDS - 1
+    res["warm"] = {k: statistics.median(
+        dd_mbps(os.path.join(d, big_name(k, last)), drop=True)
+        for _ in range(3)) for k, d in m.dirs.items()}
+    res["warm_first"] = {k: dd_mbps(os.path.join(d, big_name(k, 0)),
+                                    drop=True)
+                         for k, d in m.dirs.items()}
     names = sorted(os.path.relpath(os.path.join(r, f), m.dirs["tierfs"])
                    for r, _, fs in os.walk(m.dirs["tierfs"]) for f in fs
                    if f.startswith("f"))
@@ -347,9 +373,22 @@ def write_report(res, plots, docs):
         "the server's ceiling is measured on that copy with 8 parallel "
         "ranged curl GETs (so every tool meets the server in the same "
         "state), after the mount's metadata was read (a listing of the "
-        "mount and a stat of the file, untimed): "
-        + ", ".join(f"{t['ceiling_each'][k]:.0f} MB/s before {k}"
+        "mount and a stat of the file, untimed).  Two rounds on fresh "
+        "copies, the tools in opposite orders (the server's speed drifts "
+        "during a run); the table has the mean of the two.  Cold MB/s per "
+        "round: "
+        + ", ".join(f"{k} " + " / ".join(f"{v:.0f}"
+                                         for v in t['cold_rounds'][k])
                     for k in TOOLS)
+        + "; ceiling before each: "
+        + ", ".join(f"{k} " + " / ".join(f"{v:.0f}"
+                                         for v in t['ceiling_rounds'][k])
+                    for k in TOOLS)
+        + ".  Warm: the copy each tool read last (as with one copy per "
+        "tool), median of 3; the other copy, read once: "
+        + ", ".join(f"{k} {t['warm_first'][k]:.0f}" for k in TOOLS)
+        + " MB/s (tierfs from its disk tier, its 1G RAM tier holding the "
+        "later copy)"
         + f".  tierfs cold is "
         f"{ratio(t['cold']['tierfs'], t['ceiling_each']['tierfs'])} of "
         "its ceiling (s3fs "
