@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/util.h"
 #include "integ_util.h"
 #include "test.h"
 #include "tierfs/mem.h"
@@ -266,19 +267,9 @@ static double stat_num(const char *path)
 static ssize_t pread_full(int fd, void *buf, size_t len, off_t off)
 {
     size_t done = 0;
+    int rc = tfs_pread_full(fd, buf, len, (uint64_t)off, &done);
 
-    while (done < len) {
-        ssize_t n = pread(fd, (char *)buf + done, len - done,
-                          off + (off_t)done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        if (n == 0)
-            break;
-        done += (size_t)n;
-    }
-    return (ssize_t)done;
+    return rc < 0 ? rc : (ssize_t)done;
 }
 
 /* Compare the file at path with want (len bytes). */
