@@ -54,6 +54,12 @@ set_tests_properties(cli.posix PROPERTIES LABELS cli TIMEOUT 300)
 tfs_s3_test(cli.s3 ${PROJECT_SOURCE_DIR}/tests/integ/cli.sh
   $<TARGET_FILE:tierfs> s3://tierfs-test/cli)
 
+# scripts/s3-server S3_TUNED=1: its own cluster, ports 7491/16791.
+add_test(NAME s3.tuned COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/s3_tuned.sh
+  $<TARGET_FILE:tierfs> ${TFS_S3_SERVER})
+set_tests_properties(s3.tuned PROPERTIES LABELS s3 TIMEOUT 180
+  RESOURCE_LOCK s3)
+
 # The cache tests again, with the S3 server as the remote.
 tfs_s3_test(unit.cache-s3 env TFS_TEST_REMOTE=s3://tierfs-test/cache
   $<TARGET_FILE:test_cache>)
