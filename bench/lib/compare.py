@@ -351,7 +351,12 @@ def write_report(res, plots, docs):
         f"({os.cpu_count()} CPUs, {platform.machine()}, "
         f"{platform.release()}): every figure below was measured in that "
         "one run, on the same data, in a Ceph RGW (Debian 16.2, "
-        "bluestore on a sparse file) on 127.0.0.1.  Peers: s3fs 1.90 with "
+        "bluestore on a sparse file"
+        + (", `S3_TUNED=1`: no data crc, malloc keeps freed memory"
+           if os.environ.get("S3_TUNED", "0") == "1" else
+           ", the recipe's settings: its receive thread is the bottleneck"
+           " on these VMs, see docs/s3-server.md") +
+        ") on 127.0.0.1.  Peers: s3fs 1.90 with "
         "`use_cache`, rclone 1.60 with `--vfs-cache-mode full`; tierfs with "
         "`--cache-dir` (8G), `--mem-cache 1G`, `--immutable`.  The machine "
         "is a shared 2-core VM: expect noise of 10-20%.",
