@@ -8,8 +8,9 @@ same objects in the same Ceph RGW (bluestore on a sparse file, started on
 - cold sequential read of a 1 GiB object (dd bs=1M): the tierfs mount,
   s3fs with use_cache, rclone --vfs-cache-mode full, each on its own copy
   of the object, each right after the server's own ceiling on that copy:
-  8 parallel ranged GETs with curl; two rounds, the tools in opposite
-  orders (the server's speed drifts over a run), the mean of the two;
+  8 parallel ranged GETs with curl; four rounds (two with --quick), the
+  tools' order reversed every round (the server's speed drifts over a
+  run), the mean of the rounds;
 - warm sequential read of the same object, kernel page cache dropped
   before the read (so each tool's own cache is measured);
 - small files: N x 64 KiB, warm, open+read+close latency (1 thread) and
@@ -38,7 +39,9 @@ S3SERVER = os.path.join(TOP, "scripts", "s3-server")
 QUICK = "--quick" in sys.argv
 BIG_MIB = 256 if QUICK else 1024
 N_SMALL = 2000 if QUICK else 10000
-COLD_ROUNDS = 2
+# One round's figures for one tool have ranged from 99 to 184 MB/s in one
+# run (the server, not the tool): four rounds average more of that out.
+COLD_ROUNDS = 2 if QUICK else 4
 MIB = 1 << 20
 
 
@@ -276,10 +279,10 @@ def run_mounts(m, res, work, srv):
     """Cold reads: each tool reads its own copy of the big object, so no
     tool finds another's reads in the server's caches; right before it,
     the server's ceiling is measured on that same object (which also
-    leaves the server in the same state for every tool).  Two rounds on
-    fresh copies, the tools in opposite orders: the server's speed drifts
-    during a run (on this VM 129 to 154 MB/s in one run), and whoever goes
-    first would otherwise always meet it slowest."""
+    leaves the server in the same state for every tool).  COLD_ROUNDS
+    rounds on fresh copies, the order reversed each round: the server's
+    speed drifts during a run (on this VM 129 to 154 MB/s in one run), and
+    whoever goes first would otherwise always meet it slowest."""
     log("cold and warm sequential reads")
     time.sleep(10)                      # let the server settle after uploads
     res["ceiling_rounds"] = {k: [] for k in TOOLS}
@@ -378,10 +381,10 @@ def write_report(res, plots, docs):
         "the server's ceiling is measured on that copy with 8 parallel "
         "ranged curl GETs (so every tool meets the server in the same "
         "state), after the mount's metadata was read (a listing of the "
-        "mount and a stat of the file, untimed).  Two rounds on fresh "
-        "copies, the tools in opposite orders (the server's speed drifts "
-        "during a run); the table has the mean of the two.  Cold MB/s per "
-        "round: "
+        f"mount and a stat of the file, untimed).  {COLD_ROUNDS} rounds on "
+        "fresh copies, the tools' order reversed every round (the "
+        "server's speed drifts during a run); the table has the mean of "
+        "the rounds.  Cold MB/s per round: "
         + ", ".join(f"{k} " + " / ".join(f"{v:.0f}"
                                          for v in t['cold_rounds'][k])
                     for k in TOOLS)
@@ -390,7 +393,7 @@ def write_report(res, plots, docs):
                                          for v in t['ceiling_rounds'][k])
                     for k in TOOLS)
         + ".  Warm: the copy each tool read last (as with one copy per "
-        "tool), median of 3; the other copy, read once: "
+        "tool), median of 3; the first round's copy, read once: "
         + ", ".join(f"{k} {t['warm_first'][k]:.0f}" for k in TOOLS)
         + " MB/s (tierfs from its disk tier, its 1G RAM tier holding the "
         "later copy)"
