@@ -26,6 +26,8 @@ rc=$?
 check "bad S3_TUNED: exit 1" [ "$rc" = 1 ]
 check "bad S3_TUNED: one line naming it" \
     grep -q "^s3-server: S3_TUNED must be 0 or 1, not 'yes'$" "$work/err"
+check "bad S3_TUNED: nothing else on stderr or stdout" \
+    test "$(wc -l <"$work/err")" = 1 -a ! -s "$work/out"
 check "bad S3_TUNED: nothing started" [ ! -e "$S3_DIR/pid/rgw" ]
 
 if S3_TUNED=1 "$server" start --owner s3tuned >"$work/env" 2>"$work/err"; then
