@@ -343,6 +343,12 @@ def ratio(a, b):
     return f"{a / b:.2f}x" if b else "-"
 
 
+def per_round(rounds):
+    """'tierfs 90 / 90, s3fs ...': each tool's figures, round by round."""
+    return ", ".join(f"{k} " + " / ".join(f"{v:.0f}" for v in rounds[k])
+                     for k in TOOLS)
+
+
 def write_report(res, plots, docs):
     tools = list(TOOLS)
     t = res
@@ -385,13 +391,9 @@ def write_report(res, plots, docs):
         "fresh copies, the tools' order reversed every round (the "
         "server's speed drifts during a run); the table has the mean of "
         "the rounds.  Cold MB/s per round: "
-        + ", ".join(f"{k} " + " / ".join(f"{v:.0f}"
-                                         for v in t['cold_rounds'][k])
-                    for k in TOOLS)
+        + per_round(t["cold_rounds"])
         + "; ceiling before each: "
-        + ", ".join(f"{k} " + " / ".join(f"{v:.0f}"
-                                         for v in t['ceiling_rounds'][k])
-                    for k in TOOLS)
+        + per_round(t["ceiling_rounds"])
         + ".  Warm: the copy each tool read last (as with one copy per "
         "tool), median of 3; the first round's copy, read once: "
         + ", ".join(f"{k} {t['warm_first'][k]:.0f}" for k in TOOLS)
