@@ -377,13 +377,11 @@ class _EpochIter:
                 return
             if rc < 0:
                 _check(rc)
+            names_len, n_fields = d.names_len, d.n_fields
             if rc == 2:                 # buffers too small: grown
                 s._info()
-                yield s._dict(decoders, s.names_len.value, s.n.value,
-                              d.shard, d.index)
-                continue
-            yield s._dict(decoders, d.names_len, d.n_fields, d.shard,
-                          d.index)
+                names_len, n_fields = s.names_len.value, s.n.value
+            yield s._dict(decoders, names_len, n_fields, d.shard, d.index)
 
     def close(self):
         if self._pid != os.getpid():
