@@ -409,15 +409,18 @@ void tfs_cache_block_prefetch(struct tfs_cache *c,
 
 int tfs_cache_account(struct tfs_cache *c, struct tfs_block *b, size_t n)
 {
+    bool again;
     size_t from_src;
     int src;
 
     pthread_mutex_lock(&c->ram_lock);
     src = b->src;
+    again = b->src_left == 0;
     from_src = TFS_MIN(n, b->src_left);
     b->src_left -= from_src;
     if (b->src_left == 0)
         b->src = TFS_SRC_NONE;
+    tfs_ram_read_locked(c, b, again);
     if (b->prefetched) {
         b->prefetched = false;
         TFS_COUNT(&c->ctr, prefetch_bytes_used, b->len);
@@ -459,6 +462,7 @@ int tfs_cache_fill(struct tfs_cache *c, const char *key, uint64_t *bytes)
         if (rc < 0)
             break;
         tfs_disk_store(c, &r, b, true);
+        tfs_ram_spend(c, b);
         TFS_COUNT(&c->ctr, warmup_bytes, r.len);
         tfs_ram_put(c, b);
     }

@@ -118,6 +118,13 @@ struct tfs_block {
     bool               get_started;     /* a worker began its store read;
                                            c->ram_lock */
     bool               in_table;        /* c->ram_lock */
+    bool               probation;       /* from the store, not yet read
+                                           a second time (ram.c); lock */
+    bool               spent;           /* on probation and read
+                                           through: at the LRU's cold end,
+                                           in c->spent_bytes; lock */
+    bool               on_disk;         /* written to (or found in) the
+                                           disk tier; lock */
     unsigned           reads;           /* store reads in flight; lock */
     size_t             src_left;        /* bytes still counted as coming
                                            from src; c->ram_lock */
@@ -194,6 +201,8 @@ struct tfs_cache {
                                            unpinned-or-pinned blocks */
     uint64_t             ram_bytes;     /* ram_lock: bytes of READY
                                            blocks in the table */
+    uint64_t             spent_bytes;   /* ram_lock: of spent blocks */
+    uint64_t             spent_cap;     /* most spent bytes kept */
     struct tfs_bufpool   pool;
 
     struct tfs_disk     *disk;          /* NULL without a cache dir */
@@ -254,8 +263,20 @@ int tfs_ram_wait(struct tfs_cache *c, struct tfs_block *b,
                  uint64_t timeout_ns);
 /* Unpin; the last unpin of a FAILED or evicted block frees it. */
 void tfs_ram_put(struct tfs_cache *c, struct tfs_block *b);
-/* Evict unpinned READY blocks until the RAM tier fits its bound. */
+/*
+ * Evict unpinned READY blocks until the RAM tier fits its bound, and
+ * spent ones until they fit spent_cap.
+ */
 void tfs_ram_trim(struct tfs_cache *c);
+/*
+ * A reader took bytes of pinned b (caller holds ram_lock): again is
+ * whether all of b had been read before.  A block on probation is spent
+ * once read through, promoted when read again.
+ */
+void tfs_ram_read_locked(struct tfs_cache *c, struct tfs_block *b,
+                         bool again);
+/* Warmup filled b (pinned): spend it now if on probation. */
+void tfs_ram_spend(struct tfs_cache *c, struct tfs_block *b);
 
 /* ---- disk.c ---- */
 

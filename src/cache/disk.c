@@ -478,7 +478,8 @@ static int disk_put_file(struct tfs_cache *c, const struct tfs_block_ref *r,
 }
 
 /* Admit and write one block (the calling thread does the I/O). */
-static void disk_write_block(struct tfs_cache *c,
+/* Store b in the disk tier; true when it is there afterwards. */
+static bool disk_write_block(struct tfs_cache *c,
                              const struct tfs_block_ref *r,
                              const struct tfs_block *b)
 {
@@ -498,7 +499,7 @@ static void disk_write_block(struct tfs_cache *c,
         TFS_COUNT(&c->ctr, admission_rejects, 1);
     if (admit != 1) {                   /* declined, present, or -ENOMEM */
         tfs_victims_cleanup(&v);
-        return;
+        return admit == -EEXIST;
     }
     if (v.n > 0)
         disk_path(d, v.ids[0], reuse, sizeof(reuse));
@@ -507,11 +508,25 @@ static void disk_write_block(struct tfs_cache *c,
     tfs_index_commit(d->ix, b->id, rc == 0);
     if (rc == 0) {
         TFS_COUNT(&c->ctr, disk_write_bytes, hlen + r->len);
-        return;
+        return true;
     }
     TFS_COUNT(&c->ctr, disk_write_dropped, 1);
     tfs_log(TFS_LOG_WARNING, "cache: cannot write a block of '%s' to %s: "
             "%s", r->key, d->dir, tfs_strerror(rc));
+    return false;
+}
+
+/* Write b and note whether it is on disk (ram.c evicts spent blocks only
+   then). */
+static void disk_write_note(struct tfs_cache *c,
+                            const struct tfs_block_ref *r,
+                            struct tfs_block *b)
+{
+    bool on_disk = disk_write_block(c, r, b);
+
+    pthread_mutex_lock(&c->ram_lock);
+    b->on_disk = on_disk;
+    pthread_mutex_unlock(&c->ram_lock);
 }
 
 static void disk_job_free(struct tfs_cache *c, struct disk_job *j)
@@ -548,7 +563,7 @@ static void *disk_writer(void *arg)
         r = (struct tfs_block_ref){.key = j->key, .version = j->version,
                                    .obj_size = j->obj_size,
                                    .index = j->index, .len = j->b->len};
-        disk_write_block(c, &r, j->b);
+        disk_write_note(c, &r, j->b);
         disk_job_free(c, j);
         pthread_mutex_lock(&d->lock);
         d->busy = false;
@@ -566,7 +581,7 @@ void tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
     if (d == NULL)
         return;
     if (sync) {
-        disk_write_block(c, r, b);
+        disk_write_note(c, r, b);
         return;
     }
     j = tfs_calloc(1, sizeof(*j));

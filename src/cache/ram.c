@@ -8,6 +8,19 @@
  * the LOADING block and waits on its condition, so concurrent misses on one
  * block cause one load.  A load that fails takes the block out of the
  * table (waiters see the error, later readers try again).
+ *
+ * Admission, with a disk tier under it: a block loaded from the store
+ * starts on probation.  Once readers have taken all of its bytes it is
+ * spent: it moves to the cold end of the LRU, and only spent_cap bytes
+ * of spent blocks are kept (a sixteenth of mem_cache, two blocks at
+ * least).  A spent block read again is promoted to an ordinary one; one
+ * is evicted for room only once it is on disk, and comes back from there
+ * as an ordinary block.
+ * So a stream read once (a cold epoch, a checkpoint restore) passes
+ * through a small window instead of pushing out the blocks that are
+ * read again, and its buffers are recycled through the pool instead of
+ * claiming fresh memory for every block (on a VM, the first touch of a
+ * fresh page is what a cold read mostly costs: docs/cache.md).
  */
 #include <errno.h>
 #include <string.h>
@@ -105,6 +118,9 @@ int tfs_ram_init(struct tfs_cache *c)
     pthread_condattr_setclock(&c->cond_attr, CLOCK_MONOTONIC);
     c->lru.lru_prev = &c->lru;
     c->lru.lru_next = &c->lru;
+    c->spent_cap = TFS_MIN(TFS_MAX(c->cfg.mem_cache / 16,
+                                   2 * c->cfg.block_size),
+                           c->cfg.mem_cache);
     return 0;
 }
 
@@ -182,6 +198,31 @@ static void lru_push_front(struct tfs_cache *c, struct tfs_block *b)
     c->lru.lru_next = b;
 }
 
+static void lru_push_back(struct tfs_cache *c, struct tfs_block *b)
+{
+    b->lru_prev = c->lru.lru_prev;
+    b->lru_next = &c->lru;
+    c->lru.lru_prev->lru_next = b;
+    c->lru.lru_prev = b;
+}
+
+/* A hit: most recently used; a spent block stays where it is. */
+static void lru_touch(struct tfs_cache *c, struct tfs_block *b)
+{
+    if (b->lru_next != NULL && !b->spent && c->lru.lru_next != b) {
+        lru_unlink(b);
+        lru_push_front(c, b);
+    }
+}
+
+static void ram_unspend(struct tfs_cache *c, struct tfs_block *b)
+{
+    if (b->spent) {
+        b->spent = false;
+        c->spent_bytes -= b->len;
+    }
+}
+
 static uint64_t ram_hash(const uint8_t *id)
 {
     uint64_t h;
@@ -200,10 +241,7 @@ struct tfs_block *tfs_ram_find(struct tfs_cache *c, const uint8_t *id)
     b = ram_lookup(c, id, ram_hash(id));
     if (b != NULL) {
         b->refs++;
-        if (b->lru_next != NULL && c->lru.lru_next != b) {
-            lru_unlink(b);              /* a hit: most recently used */
-            lru_push_front(c, b);
-        }
+        lru_touch(c, b);
     }
     pthread_mutex_unlock(&c->ram_lock);
     return b;
@@ -224,8 +262,7 @@ static struct tfs_block *ram_insert(struct tfs_cache *c,
         *ram_slot(c, b->hash) = b;
         b->in_table = true;
     } else if (b->state == TFS_BLK_READY) {
-        lru_unlink(b);
-        lru_push_front(c, b);
+        lru_touch(c, b);
     }
     b->refs++;
     pthread_mutex_unlock(&c->ram_lock);
@@ -277,6 +314,7 @@ void tfs_ram_publish(struct tfs_cache *c, struct tfs_block *b, int err,
             b->state = TFS_BLK_READY;
             b->src = src;
             b->src_left = b->len;
+            b->probation = src == TFS_SRC_STORE && c->disk != NULL;
             if (b->in_table) {
                 lru_push_front(c, b);
                 c->ram_bytes += b->len;
@@ -322,7 +360,8 @@ void tfs_ram_put(struct tfs_cache *c, struct tfs_block *b)
     pthread_mutex_lock(&c->ram_lock);
     b->refs--;
     free_it = b->refs == 0 && !b->in_table;
-    trim = b->refs == 0 && c->ram_bytes > c->cfg.mem_cache;
+    trim = b->refs == 0 && (c->ram_bytes > c->cfg.mem_cache ||
+                            (b->spent && c->spent_bytes > c->spent_cap));
     pthread_mutex_unlock(&c->ram_lock);
     if (free_it)
         ram_free_block(c, b);
@@ -337,11 +376,19 @@ void tfs_ram_trim(struct tfs_cache *c)
 
     pthread_mutex_lock(&c->ram_lock);
     b = c->lru.lru_prev;
-    while (c->ram_bytes > c->cfg.mem_cache && b != &c->lru) {
+    while (b != &c->lru) {
         struct tfs_block *prev = b->lru_prev;
-        if (b->refs == 0) {
+        /* Spent blocks sit at the cold end: past them, only a full tier
+           evicts more; one not on disk (declined, or its write queued) is
+           kept while the tier has room. */
+        bool full = c->ram_bytes > c->cfg.mem_cache;
+
+        if (!full && !(b->spent && c->spent_bytes > c->spent_cap))
+            break;
+        if (b->refs == 0 && (full || b->on_disk)) {
             lru_unlink(b);
             ram_unhash(c, b);
+            ram_unspend(c, b);
             c->ram_bytes -= b->len;
             TFS_COUNT(&c->ctr, evicted_bytes_ram, b->len);
             if (b->prefetched)
@@ -357,4 +404,37 @@ void tfs_ram_trim(struct tfs_cache *c)
         ram_free_block(c, dead);
         dead = b;
     }
+}
+
+/* Caller holds ram_lock; b is pinned, READY and on probation. */
+static void ram_make_spent(struct tfs_cache *c, struct tfs_block *b)
+{
+    if (b->spent || b->lru_next == NULL)
+        return;
+    b->spent = true;
+    c->spent_bytes += b->len;
+    lru_unlink(b);
+    lru_push_back(c, b);
+}
+
+void tfs_ram_read_locked(struct tfs_cache *c, struct tfs_block *b,
+                         bool again)
+{
+    if (!b->probation)
+        return;
+    if (again) {                        /* read a second time: promoted */
+        b->probation = false;
+        ram_unspend(c, b);
+        lru_touch(c, b);
+    } else if (b->src_left == 0) {
+        ram_make_spent(c, b);
+    }
+}
+
+void tfs_ram_spend(struct tfs_cache *c, struct tfs_block *b)
+{
+    pthread_mutex_lock(&c->ram_lock);
+    if (b->state == TFS_BLK_READY && b->probation)
+        ram_make_spent(c, b);
+    pthread_mutex_unlock(&c->ram_lock);
 }

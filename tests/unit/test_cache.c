@@ -220,6 +220,59 @@ TEST(ram_tier_is_lru)
     remove_dirs();
 }
 
+/*
+ * With a disk tier, a block from the store is on probation in RAM: read
+ * through once, it is spent, and only spent_cap bytes of spent blocks
+ * stay (mem_cache / 16, at least two blocks: 2M here).  A 16-block stream
+ * read once leaves a block read twice in place, the stream comes back
+ * from disk, and a block read again from there is an ordinary one.
+ */
+TEST(stream_read_once_is_not_kept)
+{
+    size_t blen = 1u << 20;
+    size_t len = 16u << 20;
+    unsigned char *hot = pattern(blen, 7);
+    unsigned char *data = pattern(len, 8);
+    const char *kv[] = {"block_size", "1M", "mem_cache", "32M", "cache_dir",
+                        NULL, "hedge", "0", NULL};
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    uint64_t reads;
+    uint64_t ram;
+    uint64_t disk;
+
+    setup_dirs();
+    kv[5] = cdir;
+    write_remote("hot", hot, blen);
+    write_remote("stream", data, len);
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    read_all_check(c, "hot", hot, blen, blen);
+    read_all_check(c, "hot", hot, blen, 65536);    /* promoted */
+    read_all_check(c, "stream", data, len, 1u << 20);
+    tfs_cache_flush(c);                 /* on disk: spent ones may go */
+    reads = remote_reads(st);
+    CHECK_EQ(reads, 17);
+    CHECK(stat_of(c, "cache_bytes_ram") <= 3 * blen);
+    CHECK(stat_of(c, "evicted_bytes_ram") >= 14 * blen);
+    ram = stat_of(c, "hit_bytes_ram");
+    read_all_check(c, "hot", hot, blen, blen);
+    CHECK_EQ(stat_of(c, "hit_bytes_ram"), ram + blen);
+    disk = stat_of(c, "hit_bytes_disk");
+    read_all_check(c, "stream", data, len, 1u << 20);
+    CHECK(stat_of(c, "hit_bytes_disk") >= disk + 14 * blen);
+    ram = stat_of(c, "hit_bytes_ram");
+    read_all_check(c, "stream", data, len, 1u << 20);  /* now kept */
+    CHECK_EQ(stat_of(c, "hit_bytes_ram"), ram + len);
+    CHECK_EQ(remote_reads(st), reads);
+    CHECK_EQ(stat_of(c, "cache_bytes_ram"), len + blen);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(hot);
+    free(data);
+    remove_dirs();
+}
+
 /* Block files under dir whose size is a multiple of a page, and others. */
 static void count_block_files(const char *dir, int *paged, int *other)
 {
@@ -1010,6 +1063,7 @@ TEST(multi_process_sharing)
 }
 
 TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
+      T(stream_read_once_is_not_kept),
       T(disk_tier_survives_reopen), T(corrupt_blocks_are_refetched),
       T(changed_object_never_mixes), T(single_flight), T(capacity_bound),
       T(scan_resistance), T(immutable_snapshot),
