@@ -9,18 +9,23 @@
  * block cause one load.  A load that fails takes the block out of the
  * table (waiters see the error, later readers try again).
  *
- * Admission, with a disk tier under it: a block loaded from the store
- * starts on probation.  Once readers have taken all of its bytes it is
- * spent: it moves to the cold end of the LRU, and only spent_cap bytes
- * of spent blocks are kept (a sixteenth of mem_cache, two blocks at
- * least).  A spent block read again is promoted to an ordinary one; one
- * is evicted for room only once it is on disk, and comes back from there
- * as an ordinary block.
- * So a stream read once (a cold epoch, a checkpoint restore) passes
- * through a small window instead of pushing out the blocks that are
- * read again, and its buffers are recycled through the pool instead of
- * claiming fresh memory for every block (on a VM, the first touch of a
- * fresh page is what a cold read mostly costs: docs/cache.md).
+ * Admission, with a disk tier under it: a full-size block loaded from
+ * the store (a piece of a large object) starts on probation.  Once
+ * readers have taken all of its bytes it is spent: it moves to the cold
+ * end of the LRU, and only spent_cap bytes of spent blocks are kept (a
+ * sixteenth of mem_cache, two blocks at least).  A spent block read
+ * again is promoted to an ordinary one.  One is evicted for room only
+ * once it is on disk, and comes back from there as an ordinary block.
+ *
+ * So a large object read once (a cold read, a checkpoint restore, a
+ * shard) passes through a small window instead of pushing out the
+ * blocks that are read again, and its buffers are recycled through the
+ * pool instead of claiming fresh memory for every block (on a VM, the
+ * first touch of a fresh page is what a cold read mostly costs:
+ * docs/cache.md).  Smaller blocks (small objects, the tail of a large
+ * one) are admitted as before: a dataset of small files is read again
+ * every epoch, and a second pass from disk would cost every file a disk
+ * read.
  */
 #include <errno.h>
 #include <string.h>
@@ -314,7 +319,8 @@ void tfs_ram_publish(struct tfs_cache *c, struct tfs_block *b, int err,
             b->state = TFS_BLK_READY;
             b->src = src;
             b->src_left = b->len;
-            b->probation = src == TFS_SRC_STORE && c->disk != NULL;
+            b->probation = src == TFS_SRC_STORE && c->disk != NULL &&
+                           b->len >= c->cfg.block_size;
             if (b->in_table) {
                 lru_push_front(c, b);
                 c->ram_bytes += b->len;

@@ -221,11 +221,12 @@ TEST(ram_tier_is_lru)
 }
 
 /*
- * With a disk tier, a block from the store is on probation in RAM: read
- * through once, it is spent, and only spent_cap bytes of spent blocks
- * stay (mem_cache / 16, at least two blocks: 2M here).  A 16-block stream
- * read once leaves a block read twice in place, the stream comes back
- * from disk, and a block read again from there is an ordinary one.
+ * With a disk tier, a full-size block from the store is on probation in
+ * RAM: read through once, it is spent, and only spent_cap bytes of spent
+ * blocks stay (mem_cache / 16, at least two blocks: 2M here).  A
+ * 16-block stream read once leaves in place a block read twice and a
+ * small object read once; the stream comes back from disk, and a block
+ * read again from there is an ordinary one.
  */
 TEST(stream_read_once_is_not_kept)
 {
@@ -233,6 +234,7 @@ TEST(stream_read_once_is_not_kept)
     size_t len = 16u << 20;
     unsigned char *hot = pattern(blen, 7);
     unsigned char *data = pattern(len, 8);
+    unsigned char *small = pattern(100000, 9);
     const char *kv[] = {"block_size", "1M", "mem_cache", "32M", "cache_dir",
                         NULL, "hedge", "0", NULL};
     struct tfs_store *st;
@@ -245,19 +247,22 @@ TEST(stream_read_once_is_not_kept)
     kv[5] = cdir;
     write_remote("hot", hot, blen);
     write_remote("stream", data, len);
+    write_remote("small", small, 100000);
     st = open_remote(NULL);
     c = open_cache(st, kv);
     read_all_check(c, "hot", hot, blen, blen);
     read_all_check(c, "hot", hot, blen, 65536);    /* promoted */
+    read_all_check(c, "small", small, 100000, 65536);
     read_all_check(c, "stream", data, len, 1u << 20);
     tfs_cache_flush(c);                 /* on disk: spent ones may go */
     reads = remote_reads(st);
-    CHECK_EQ(reads, 17);
-    CHECK(stat_of(c, "cache_bytes_ram") <= 3 * blen);
+    CHECK_EQ(reads, 18);
+    CHECK(stat_of(c, "cache_bytes_ram") <= 3 * blen + 100000);
     CHECK(stat_of(c, "evicted_bytes_ram") >= 14 * blen);
     ram = stat_of(c, "hit_bytes_ram");
     read_all_check(c, "hot", hot, blen, blen);
-    CHECK_EQ(stat_of(c, "hit_bytes_ram"), ram + blen);
+    read_all_check(c, "small", small, 100000, 100000);
+    CHECK_EQ(stat_of(c, "hit_bytes_ram"), ram + blen + 100000);
     disk = stat_of(c, "hit_bytes_disk");
     read_all_check(c, "stream", data, len, 1u << 20);
     CHECK(stat_of(c, "hit_bytes_disk") >= disk + 14 * blen);
@@ -265,11 +270,12 @@ TEST(stream_read_once_is_not_kept)
     read_all_check(c, "stream", data, len, 1u << 20);  /* now kept */
     CHECK_EQ(stat_of(c, "hit_bytes_ram"), ram + len);
     CHECK_EQ(remote_reads(st), reads);
-    CHECK_EQ(stat_of(c, "cache_bytes_ram"), len + blen);
+    CHECK_EQ(stat_of(c, "cache_bytes_ram"), len + blen + 100000);
     tfs_cache_close(c);
     tfs_store_close(st);
     free(hot);
     free(data);
+    free(small);
     remove_dirs();
 }
 
