@@ -346,6 +346,7 @@ TEST(disk_tier_survives_reopen)
     remove_dirs();
 }
 
+
 /* Flip one byte in the data part of every block file under dir. */
 static int flip_blocks(const char *dir)
 {
@@ -403,6 +404,50 @@ TEST(corrupt_blocks_are_refetched)
     read_all_check(c, "obj", data, len, 1u << 20);
     CHECK_EQ(stat_of(c, "corrupt_blocks"), 0);
     CHECK_EQ(stat_of(c, "hit_bytes_disk"), len);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
+/*
+ * Readahead of blocks the disk tier has runs in the fetch pool (with a
+ * RAM tier to keep them): a sequential read with the store refused is
+ * served whole from disk; with every block file damaged, the pool's
+ * disk reads fail their checksums and the same jobs fetch from the
+ * store: right bytes, every block counted corrupt, no disk hits.
+ */
+TEST(disk_readahead_in_the_pool)
+{
+    size_t len = 8u << 20;
+    unsigned char *data = pattern(len, 10);
+    const char *kv[] = {"block_size", "1M", "mem_cache", "32M", "cache_dir",
+                        NULL, "hedge", "0", "immutable", "1", NULL};
+    struct tfs_store *st;
+    struct tfs_cache *c;
+
+    setup_dirs();
+    kv[5] = cdir;
+    write_remote("ra", data, len);
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    read_all_check(c, "ra", data, len, 1u << 20);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    st = open_remote("partition=0+600000&partition_mode=refuse");
+    c = open_cache(st, kv);
+    read_all_check(c, "ra", data, len, 1u << 20);
+    CHECK_EQ(stat_of(c, "hit_bytes_disk"), len);
+    CHECK_EQ(stat_of(c, "backend_get_count"), 0);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    CHECK_EQ(flip_blocks(cdir), 8);
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    read_all_check(c, "ra", data, len, 1u << 20);
+    CHECK_EQ(stat_of(c, "corrupt_blocks"), 8);
+    CHECK_EQ(stat_of(c, "hit_bytes_disk"), 0);
+    CHECK_EQ(stat_of(c, "miss_bytes"), len);
     tfs_cache_close(c);
     tfs_store_close(st);
     free(data);
@@ -1071,6 +1116,7 @@ TEST(multi_process_sharing)
 TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
       T(stream_read_once_is_not_kept),
       T(disk_tier_survives_reopen), T(corrupt_blocks_are_refetched),
+      T(disk_readahead_in_the_pool),
       T(changed_object_never_mixes), T(single_flight), T(capacity_bound),
       T(scan_resistance), T(immutable_snapshot),
       T(meta_ttl_and_negative_entries), T(prefetch_hint),
