@@ -285,10 +285,6 @@ static int cache_load(struct tfs_cache *c, const struct tfs_block_ref *r,
 {
     int rc = -ENOENT;
 
-    /* A readahead the disk has: the pool reads it, not this reader. */
-    if (c->disk != NULL && want == TFS_WANT_PREFETCH &&
-        tfs_disk_has(c, id) && tfs_fetch_submit_disk(c, r, b) == 0)
-        return 0;
     if (c->disk != NULL)
         rc = tfs_disk_load(c, r, id, b);
     if (rc == 0) {

@@ -289,9 +289,6 @@ void tfs_disk_close(struct tfs_cache *c);
  */
 int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
                   const uint8_t *id, struct tfs_block *b);
-/* The same into a block buffer of its own (*out; tfs_blockbuf_put). */
-int tfs_disk_read(struct tfs_cache *c, const struct tfs_block_ref *r,
-                  const uint8_t *id, unsigned char **out);
 /* True when the disk tier holds the block (no data read). */
 bool tfs_disk_has(struct tfs_cache *c, const uint8_t *id);
 /*
@@ -317,13 +314,6 @@ void tfs_fetch_stop(struct tfs_cache *c);
  */
 int tfs_fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
                      struct tfs_block *b, bool prio_demand, bool fill);
-/*
- * A prefetch of b from the disk tier, run by the pool like a store read
- * (a reader's readahead never waits for it); when the disk no longer has
- * it, or it fails its checksum, the same job reads it from the store.
- */
-int tfs_fetch_submit_disk(struct tfs_cache *c, const struct tfs_block_ref *r,
-                          struct tfs_block *b);
 /*
  * The caller waited long enough for b.  If b's read is still queued
  * behind prefetches, it is moved to the demand queue (TFS_HEDGE_QUEUED:

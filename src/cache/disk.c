@@ -305,17 +305,6 @@ static int disk_read_file(struct tfs_disk *d, const char *path,
 int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
                   const uint8_t *id, struct tfs_block *b)
 {
-    unsigned char *data = NULL;
-    int rc = tfs_disk_read(c, r, id, &data);
-
-    if (rc == 0)
-        b->data = data;
-    return rc;
-}
-
-int tfs_disk_read(struct tfs_cache *c, const struct tfs_block_ref *r,
-                  const uint8_t *id, unsigned char **out)
-{
     struct tfs_disk *d = c->disk;
     char path[4200];
     uint8_t *h = NULL;
@@ -340,7 +329,7 @@ int tfs_disk_read(struct tfs_cache *c, const struct tfs_block_ref *r,
         rc = disk_verify(h, hlen, id, r, data);
     tfs_free(h);
     if (rc == 0) {
-        *out = data;
+        b->data = data;
         return 0;
     }
     tfs_blockbuf_put(c, data, r->len);

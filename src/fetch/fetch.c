@@ -42,7 +42,6 @@ struct fetch_job {
                                            until handed to the block */
     bool              hedge;
     bool              fill;             /* warmup writes to disk itself */
-    bool              disk;             /* try the disk tier first */
 };
 
 struct fetch_queue {
@@ -208,55 +207,11 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
     }
 }
 
-/*
- * A prefetch of a block the disk tier has: read and verify it here, off
- * the reader's thread.  True when done (published, or beaten by a store
- * read); false to read it from the store instead: gone from the disk, or
- * failed its checksum (dropped and counted by disk.c).
- */
-static bool fetch_run_disk(struct tfs_cache *c, struct fetch_job *j)
-{
-    struct tfs_block_ref r = {
-        .key = j->key, .version = j->version, .obj_size = j->obj_size,
-        .index = j->index, .off = j->off, .len = j->len};
-    struct tfs_block *b = j->b;
-    unsigned char *data = NULL;
-    bool winner = false;
-    int rc = tfs_disk_read(c, &r, b->id, &data);
-
-    if (rc < 0) {
-        if (rc != -ENOENT && rc != TFS_ECORRUPT)
-            tfs_log(TFS_LOG_WARNING, "cache: disk tier read of '%s' "
-                    "failed: %s; reading from the store", j->key,
-                    tfs_strerror(rc));
-        pthread_mutex_lock(&c->ram_lock);
-        b->prefetched = true;
-        pthread_mutex_unlock(&c->ram_lock);
-        TFS_COUNT(&c->ctr, prefetch_bytes_issued, j->len);
-        return false;
-    }
-    pthread_mutex_lock(&c->ram_lock);
-    b->reads--;
-    if (b->state == TFS_BLK_LOADING && b->data == NULL) {
-        b->data = data;
-        data = NULL;
-        winner = true;
-    }
-    pthread_mutex_unlock(&c->ram_lock);
-    tfs_blockbuf_put(c, data, j->len);
-    if (winner)
-        tfs_ram_publish(c, b, 0, TFS_SRC_DISK);
-    return true;
-}
-
 static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
 {
     uint64_t t0 = tfs_now_ns();
     size_t n = 0;
     int rc;
-
-    if (j->disk && fetch_run_disk(c, j))
-        return;
 
     if (!j->hedge) {                    /* the hedging clock starts now */
         pthread_mutex_lock(&c->ram_lock);
@@ -352,9 +307,8 @@ static int fetch_queue_job(struct tfs_cache *c, struct fetch_job *j,
     return 0;
 }
 
-static int fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
-                        struct tfs_block *b, bool prio_demand, bool fill,
-                        bool disk)
+int tfs_fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
+                     struct tfs_block *b, bool prio_demand, bool fill)
 {
     struct fetch_job *j = fetch_job_new(c, r, b);
     int rc;
@@ -362,7 +316,6 @@ static int fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
     if (j == NULL)
         return -ENOMEM;
     j->fill = fill;
-    j->disk = disk;
     pthread_mutex_lock(&c->ram_lock);
     b->refs++;                          /* the job's pin */
     b->reads++;
@@ -376,18 +329,6 @@ static int fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
         fetch_job_free(c, j);
     }
     return rc;
-}
-
-int tfs_fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
-                     struct tfs_block *b, bool prio_demand, bool fill)
-{
-    return fetch_submit(c, r, b, prio_demand, fill, false);
-}
-
-int tfs_fetch_submit_disk(struct tfs_cache *c, const struct tfs_block_ref *r,
-                          struct tfs_block *b)
-{
-    return fetch_submit(c, r, b, false, false, true);
 }
 
 /* Are more than half the workers reading? */

@@ -411,13 +411,13 @@ TEST(corrupt_blocks_are_refetched)
 }
 
 /*
- * Readahead of blocks the disk tier has runs in the fetch pool (with a
- * RAM tier to keep them): a sequential read with the store refused is
- * served whole from disk; with every block file damaged, the pool's
- * disk reads fail their checksums and the same jobs fetch from the
- * store: right bytes, every block counted corrupt, no disk hits.
+ * Sequential reads with readahead over the disk tier (a RAM tier keeps
+ * what readahead loads): with the store refused, the whole object comes
+ * from disk; with every block file damaged, readahead and reads alike
+ * find the checksums wrong and fetch from the store: right bytes, every
+ * block counted corrupt once, no disk hits.
  */
-TEST(disk_readahead_in_the_pool)
+TEST(disk_readahead)
 {
     size_t len = 8u << 20;
     unsigned char *data = pattern(len, 10);
@@ -1116,7 +1116,7 @@ TEST(multi_process_sharing)
 TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
       T(stream_read_once_is_not_kept),
       T(disk_tier_survives_reopen), T(corrupt_blocks_are_refetched),
-      T(disk_readahead_in_the_pool),
+      T(disk_readahead),
       T(changed_object_never_mixes), T(single_flight), T(capacity_bound),
       T(scan_resistance), T(immutable_snapshot),
       T(meta_ttl_and_negative_entries), T(prefetch_hint),
