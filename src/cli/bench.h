@@ -7,6 +7,7 @@
  *                 dir or RAM tier is given)
  *   bench_run.c   the workloads (prepare, seq, rand, mix, meta, small,
  *                 train) and their results
+ *   bench_ckpt.c  ckpt: save and restore of a synthetic checkpoint
  *   svg.c         line plots as SVG files
  *   cmd_bench.c   options, dispatch, the table and JSON output
  */
@@ -25,7 +26,8 @@ struct bench_opts {
     unsigned    threads;                /* -j */
     double      duration_s;             /* time-bounded workloads */
     uint64_t    files;                  /* prepare */
-    uint64_t    file_size;              /* prepare */
+    uint64_t    file_size;              /* prepare; ckpt: its total */
+    unsigned    shards;                 /* ckpt: shard files to aim for */
     uint64_t    bs;                     /* request size: seq 1M, rand 4K */
     double      rand_ratio;             /* mix: share of random ops */
     bool        drop;                   /* fadvise DONTNEED after a file */
@@ -102,10 +104,19 @@ struct bench_result {
     double          stall[BENCH_MAX_EPOCHS];
     double          hit[BENCH_MAX_EPOCHS];      /* -1 when unknown */
     double          samples_s[BENCH_MAX_EPOCHS];
+    /* ckpt */
+    double          ckpt_blocked_s;     /* save() returned */
+    double          ckpt_durable_s;     /* committed in the store */
+    double          ckpt_first_s;       /* restore: first tensor in */
+    double          ckpt_restore_s;     /* restore: all of it */
+    size_t          ckpt_files;         /* shard files written */
 };
 
 int bench_run(const char *workload, const struct bench_opts *o,
               struct bench_io *io, struct bench_result *r);
+/* ckpt (bench_ckpt.c): no bench_io; the checkpoint library opens the
+   target itself. */
+int bench_ckpt(const struct bench_opts *o, struct bench_result *r);
 
 /* ---- plots (svg.c) ---- */
 

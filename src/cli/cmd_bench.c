@@ -30,11 +30,17 @@ static void bench_help(FILE *f)
         "  small    open + read + close per file: latency and files/s\n"
         "  train    emulated training: read threads feed --accelerators "
         "that take\n           --batch samples and compute --compute-ms "
-        "each step; accelerator\n           utilisation (AU) per epoch\n\n"
+        "each step; accelerator\n           utilisation (AU) per epoch\n"
+        "  ckpt     save a synthetic checkpoint of --size bytes (256M) in "
+        "--shards\n           files (4) under TARGET/tierfs-bench-ckpt, "
+        "then restore it from\n           the store: time save() "
+        "blocked, time to durable, restore\n           time; the step "
+        "is removed afterwards\n\n"
         "options:\n"
         "  -j, --threads N      reader threads (default 8)\n"
         "  --duration S         seconds for rand and mix (default 10)\n"
         "  --files N, --size S  prepare (default 1000 x 1M)\n"
+        "  --size S, --shards N ckpt (default 256M in 4 shards)\n"
         "  --bs SIZE            request size\n"
         "  --rand-ratio R       mix (default 0.5)\n"
         "  --drop               drop each file from the page cache after "
@@ -52,7 +58,7 @@ static void bench_help(FILE *f)
 enum {
     OPT_DURATION = 1000, OPT_FILES, OPT_SIZE, OPT_BS, OPT_RATIO, OPT_DROP,
     OPT_ACCEL, OPT_BATCH, OPT_COMPUTE, OPT_EPOCHS, OPT_SEED, OPT_CDIR,
-    OPT_CSIZE, OPT_MEM, OPT_JSON, OPT_PLOT,
+    OPT_CSIZE, OPT_MEM, OPT_JSON, OPT_PLOT, OPT_SHARDS,
 };
 
 static int bench_double(const char *opt, const char *s, double *out)
@@ -99,6 +105,9 @@ static int bench_opt(struct bench_opts *o, int c)
             return cli_usage_error("bench", "--seed wants a number");
         o->seed = v;
         return 0;
+    case OPT_SHARDS:
+        return cli_parse_uint("bench", "--shards", optarg, 1, 1024,
+                              &o->shards);
     case OPT_CDIR: o->cache_dir = optarg; return 0;
     case OPT_CSIZE: o->cache_size = optarg; return 0;
     case OPT_MEM: o->mem_cache = optarg; return 0;
@@ -130,6 +139,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         {"mem-cache", required_argument, NULL, OPT_MEM},
         {"json", no_argument, NULL, OPT_JSON},
         {"plot", required_argument, NULL, OPT_PLOT},
+        {"shards", required_argument, NULL, OPT_SHARDS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -167,7 +177,8 @@ static void print_json(const struct bench_opts *o, struct bench_io *io,
            "\"ops\": %llu, \"bytes\": %llu, \"errors\": %llu, "
            "\"ops_per_s\": %.1f, \"mb_per_s\": %.2f, \"lat_p50_us\": %.1f, "
            "\"lat_p95_us\": %.1f, \"lat_p99_us\": %.1f, "
-           "\"lat_p999_us\": %.1f", bench_io_kind(io), o->threads,
+           "\"lat_p999_us\": %.1f",
+           io != NULL ? bench_io_kind(io) : "checkpoint", o->threads,
            r->seconds, (unsigned long long)r->ops,
            (unsigned long long)r->bytes, (unsigned long long)r->errors,
            r->seconds > 0 ? (double)r->ops / r->seconds : 0,
@@ -178,6 +189,15 @@ static void print_json(const struct bench_opts *o, struct bench_io *io,
         printf(", \"stat_ops_per_s\": %.1f, \"open_ops_per_s\": %.1f, "
                "\"readdir_ops_per_s\": %.1f", r->stat_ops_s, r->open_ops_s,
                r->readdir_ops_s);
+    if (strcmp(r->workload, "ckpt") == 0)
+        printf(", \"files\": %zu, \"save_blocked_s\": %.4f, "
+               "\"save_durable_s\": %.4f, \"restore_first_s\": %.4f, "
+               "\"restore_s\": %.4f, \"save_mb_per_s\": %.2f, "
+               "\"restore_mb_per_s\": %.2f", r->ckpt_files,
+               r->ckpt_blocked_s, r->ckpt_durable_s, r->ckpt_first_s,
+               r->ckpt_restore_s,
+               (double)r->bytes / TFS_MAX(r->ckpt_durable_s, 1e-9) / 1e6,
+               (double)r->bytes / TFS_MAX(r->ckpt_restore_s, 1e-9) / 1e6);
     if (strcmp(r->workload, "train") == 0) {
         printf(", \"epochs\": [");
         for (unsigned e = 0; e < r->epochs; e++)
@@ -188,6 +208,22 @@ static void print_json(const struct bench_opts *o, struct bench_io *io,
         printf("]");
     }
     printf("}\n");
+}
+
+static void print_ckpt(const struct bench_opts *o,
+                       const struct bench_result *r)
+{
+    double mb = (double)r->bytes / 1e6;
+
+    printf("ckpt on %s: %.0f MB in %u tensors, %zu files, %u threads\n",
+           o->target, mb, (unsigned)r->ops, r->ckpt_files, o->threads);
+    printf("  %-30s %9.3f s\n", "save: blocked", r->ckpt_blocked_s);
+    printf("  %-30s %9.3f s  %8.1f MB/s\n", "save: durable (committed)",
+           r->ckpt_durable_s, mb / TFS_MAX(r->ckpt_durable_s, 1e-9));
+    printf("  %-30s %9.3f s\n", "restore: first tensor",
+           r->ckpt_first_s);
+    printf("  %-30s %9.3f s  %8.1f MB/s\n", "restore: all (verified)",
+           r->ckpt_restore_s, mb / TFS_MAX(r->ckpt_restore_s, 1e-9));
 }
 
 static void print_table(const struct bench_opts *o, struct bench_io *io,
@@ -270,10 +306,30 @@ static int bench_plots(const struct bench_opts *o,
                     2, false);
 }
 
+/* ckpt: no target to open here, no plots; r is freed. */
+static int bench_ckpt_main(struct bench_opts *o, struct bench_result *r)
+{
+    int rc;
+
+    if (o->file_size == 0)
+        o->file_size = 256u << 20;
+    rc = bench_ckpt(o, r);
+    if (rc < 0)
+        cli_fail("bench", o->target, rc);
+    else if (o->json)
+        print_json(o, NULL, r);
+    else
+        print_ckpt(o, r);
+    tfs_free(r);
+    if (rc < 0)
+        return rc == -EINVAL ? CLI_USAGE : CLI_FAIL;
+    return CLI_OK;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     struct bench_opts o = {
-        .threads = 8, .duration_s = 10, .files = 1000, .file_size = 1u << 20,
+        .threads = 8, .duration_s = 10, .files = 1000, .shards = 4,
         .rand_ratio = 0.5, .accelerators = 1, .batch = 32, .compute_ms = 50,
         .epochs = 3, .seed = 1,
     };
@@ -288,6 +344,10 @@ int cmd_bench(int argc, char **argv)
     r = tfs_calloc(1, sizeof(*r));
     if (r == NULL)
         return cli_fail("bench", o.target, -ENOMEM);
+    if (strcmp(argv[optind], "ckpt") == 0)
+        return bench_ckpt_main(&o, r);
+    if (o.file_size == 0)
+        o.file_size = 1u << 20;
     rc = bench_io_open(&io, &o);
     if (rc == 0)
         rc = bench_run(argv[optind], &o, io, r);

@@ -86,6 +86,25 @@ check "profile of the mount's trace" "$j" "j['files'] == 64 and j['size_median']
 "$tierfs" profile "$work/trace" | grep -q "miss-ratio curve" && ok "profile text report" || bad "profile text report"
 j=$("$tierfs" profile --json "$work/ds")
 check "profile of a directory" "$j" "j['files'] == 64 and j['bytes'] == 64 * 65536"
+# ckpt: a checkpoint root's own steps are never touched (the bench
+# writes under TARGET/tierfs-bench-ckpt and removes its step).
+mkdir -p "$work/ck/step-000001"
+echo keep >"$work/ck/step-000001/mine"
+ckpt_ok='j["workload"] == "ckpt" and j["errors"] == 0 and j["ops"] == 16 and
+    j["bytes"] == 4 << 20 and j["files"] >= 2 and
+    0 < j["save_blocked_s"] <= j["save_durable_s"] and
+    0 < j["restore_first_s"] <= j["restore_s"] and j["restore_mb_per_s"] > 0'
+j=$("$tierfs" bench ckpt --size 4M --shards 2 -j 2 --json "$work/ck")
+check "ckpt on a directory" "$j" "$ckpt_ok"
+j=$("$tierfs" bench ckpt --size 4M --shards 2 -j 2 --json "file://$work/ck")
+check "ckpt on a store URI (a second run replaces the first)" "$j" "$ckpt_ok"
+[ "$(cat "$work/ck/step-000001/mine")" = keep ] && [ -z "$(ls -A "$work/ck/tierfs-bench-ckpt")" ] &&
+    ok "ckpt leaves the root's own steps and removes its own" ||
+    bad "ckpt leaves the root's own steps and removes its own"
+"$tierfs" bench ckpt --size 4M "$work/ck" | grep -q "restore: all (verified)" &&
+    ok "ckpt table" || bad "ckpt table"
+"$tierfs" bench ckpt --size 8 "$work/ck" >/dev/null 2>&1
+[ $? = 2 ] && ok "ckpt --size below 16 bytes is a usage error" || bad "ckpt --size below 16 bytes is a usage error"
 "$tierfs" bench nonsense "$work/ds" >/dev/null 2>&1
 [ $? = 2 ] && ok "unknown workload is a usage error" || bad "unknown workload is a usage error"
 "$tierfs" bench seq /nonexistent/dir >/dev/null 2>&1
