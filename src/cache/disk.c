@@ -477,8 +477,10 @@ static int disk_put_file(struct tfs_cache *c, const struct tfs_block_ref *r,
     return rc;
 }
 
-/* Admit and write one block (the calling thread does the I/O). */
-/* Store b in the disk tier; true when it is there afterwards. */
+/*
+ * Admit and write one block (the calling thread does the I/O); true when
+ * the block is on disk afterwards (written now, or there already).
+ */
 static bool disk_write_block(struct tfs_cache *c,
                              const struct tfs_block_ref *r,
                              const struct tfs_block *b)

@@ -306,26 +306,6 @@ static int bench_plots(const struct bench_opts *o,
                     2, false);
 }
 
-/* ckpt: no target to open here, no plots; r is freed. */
-static int bench_ckpt_main(struct bench_opts *o, struct bench_result *r)
-{
-    int rc;
-
-    if (o->file_size == 0)
-        o->file_size = 256u << 20;
-    rc = bench_ckpt(o, r);
-    if (rc < 0)
-        cli_fail("bench", o->target, rc);
-    else if (o->json)
-        print_json(o, NULL, r);
-    else
-        print_ckpt(o, r);
-    tfs_free(r);
-    if (rc < 0)
-        return rc == -EINVAL ? CLI_USAGE : CLI_FAIL;
-    return CLI_OK;
-}
-
 int cmd_bench(int argc, char **argv)
 {
     struct bench_opts o = {
@@ -335,28 +315,32 @@ int cmd_bench(int argc, char **argv)
     };
     struct bench_result *r;
     struct bench_io *io = NULL;
+    bool ckpt;
     int rc = bench_parse(argc, argv, &o);
 
     if (rc != 0)
         return rc < 0 ? CLI_OK : rc;
+    /* ckpt opens its target through the checkpoint library, and has no
+       distribution to plot. */
+    ckpt = strcmp(argv[optind], "ckpt") == 0;
     if (o.bs == 0)
         o.bs = strcmp(argv[optind], "rand") == 0 ? 4096 : 1u << 20;
+    if (o.file_size == 0)
+        o.file_size = ckpt ? 256u << 20 : 1u << 20;
     r = tfs_calloc(1, sizeof(*r));
     if (r == NULL)
         return cli_fail("bench", o.target, -ENOMEM);
-    if (strcmp(argv[optind], "ckpt") == 0)
-        return bench_ckpt_main(&o, r);
-    if (o.file_size == 0)
-        o.file_size = 1u << 20;
-    rc = bench_io_open(&io, &o);
-    if (rc == 0)
+    rc = ckpt ? bench_ckpt(&o, r) : bench_io_open(&io, &o);
+    if (rc == 0 && !ckpt)
         rc = bench_run(argv[optind], &o, io, r);
-    if (rc == 0 && o.plot_dir != NULL)
+    if (rc == 0 && !ckpt && o.plot_dir != NULL)
         rc = bench_plots(&o, r);
     if (rc < 0) {
         cli_fail("bench", o.target, rc);
     } else if (o.json) {
         print_json(&o, io, r);
+    } else if (ckpt) {
+        print_ckpt(&o, r);
     } else {
         print_table(&o, io, r);
     }
