@@ -346,7 +346,6 @@ TEST(disk_tier_survives_reopen)
     remove_dirs();
 }
 
-
 /* Flip one byte in the data part of every block file under dir. */
 static int flip_blocks(const char *dir)
 {
