@@ -159,3 +159,11 @@ tfs_s3_test(ckpt.torch-s3 ${TFS_CKPT_ENV} TFS_CKPT_STORE=s3
   ${TFS_CKPT_DIR}/test_ckpt_torch.py ${TFS_CKPT_DIR}/test_ckpt_cli.py)
 set_tests_properties(ckpt.torch-s3 PROPERTIES LABELS "python;ckpt;s3")
 # ---- end of checkpoints ----
+
+# ---- the fault matrix, short form (docs/reliability.md) ----
+# The relay bench/faults puts between tierfs and the S3 server, tested on
+# its own; then the CI rows of the matrix (tests/integ/faults.sh).
+add_test(NAME faults.relay COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/faults_relay.sh
+  $<TARGET_FILE:relay>)
+set_tests_properties(faults.relay PROPERTIES LABELS faults TIMEOUT 60)
+# ---- end of the fault matrix ----
