@@ -4,7 +4,9 @@
  * it (include/tierfs/retry.h, docs/wrappers.md).
  *
  * Every operation becomes an attempt function and goes through one loop,
- * retry_run(): attempt under a per-attempt deadline; on a retryable error
+ * retry_run(): attempt under a per-attempt deadline (timeout_ms, plus
+ * bytes / min_rate for the bytes a put, a copy or a large read moves, so
+ * a transfer is never cut for being big); on a retryable error
  * (tfs_err_is_retryable) back off with full jitter and attempt again,
  * until it succeeds, fails for good, runs out of attempts or reaches the
  * overall deadline.  The deadline travels to the layers below in the
@@ -25,6 +27,7 @@
 
 #define RETRY_NS_PER_MS 1000000ull
 #define RETRY_MAX_MS    1000000000ull   /* about 11.6 days */
+#define RETRY_SMALL_READ (4ull << 20)   /* reads up to this: no allowance */
 
 struct retry_priv {
     uint64_t             retries;       /* attempts after the first */
@@ -32,6 +35,8 @@ struct retry_priv {
     uint64_t             max_ms;        /* cap of any one backoff */
     uint64_t             timeout_ms;    /* per attempt; 0 = none */
     uint64_t             deadline_ms;   /* per operation; 0 = none */
+    uint64_t             min_rate;      /* bytes/s a transfer is allowed;
+                                           0 = no allowance */
     atomic_uint_fast64_t n_calls;
     atomic_uint_fast64_t n_retries;
     atomic_uint_fast64_t n_giveups;
@@ -46,6 +51,8 @@ struct retry_op {
     const char       *key;              /* for logs */
     retry_attempt_fn *attempt;
     void             *arg;              /* the operation's arguments */
+    uint64_t          bytes;            /* moved by one attempt, for the
+                                           time allowance */
 };
 
 /* ---- settings ---- */
@@ -55,16 +62,19 @@ static const struct retry_option {
     size_t      off;                    /* of a uint64_t in retry_priv */
     uint64_t    dflt;
     uint64_t    max;
+    bool        size;                   /* "256K" suffixes allowed */
 } retry_options[] = {
-    {"retries", offsetof(struct retry_priv, retries), 4, UINT32_MAX},
+    {"retries", offsetof(struct retry_priv, retries), 4, UINT32_MAX, false},
     {"retry_base_ms", offsetof(struct retry_priv, base_ms), 50,
-     RETRY_MAX_MS},
+     RETRY_MAX_MS, false},
     {"retry_max_ms", offsetof(struct retry_priv, max_ms), 5000,
-     RETRY_MAX_MS},
+     RETRY_MAX_MS, false},
     {"timeout_ms", offsetof(struct retry_priv, timeout_ms), 30000,
-     RETRY_MAX_MS},
+     RETRY_MAX_MS, false},
     {"deadline_ms", offsetof(struct retry_priv, deadline_ms), 120000,
-     RETRY_MAX_MS},
+     RETRY_MAX_MS, false},
+    {"min_rate", offsetof(struct retry_priv, min_rate), 256u << 10,
+     UINT64_MAX, true},
 };
 
 /* The earlier of two deadlines, where 0 means none. */
@@ -81,6 +91,27 @@ static uint64_t retry_earlier(uint64_t a, uint64_t b)
 static uint64_t retry_after_ms(uint64_t now, uint64_t ms)
 {
     return ms == 0 ? 0 : now + ms * RETRY_NS_PER_MS;
+}
+
+/*
+ * The time one attempt may take to move op->bytes at min_rate, added to
+ * timeout_ms and deadline_ms: without it an upload longer than one
+ * attempt could never finish (each attempt cut, then retried forever).
+ */
+static uint64_t retry_allowance_ms(const struct retry_priv *p,
+                                   const struct retry_op *op)
+{
+    if (p->min_rate == 0 || op->bytes == 0)
+        return 0;
+    return TFS_MIN(op->bytes / p->min_rate * 1000 +
+                   op->bytes % p->min_rate * 1000 / p->min_rate,
+                   RETRY_MAX_MS);
+}
+
+/* ms + extra_ms, where 0 stays "none". */
+static uint64_t retry_plus_ms(uint64_t ms, uint64_t extra_ms)
+{
+    return ms == 0 ? 0 : ms + extra_ms;
 }
 
 /*
@@ -156,15 +187,19 @@ static int retry_deadline(struct retry_priv *p, const struct retry_op *op,
  * Run op: attempt, and while it fails with a retryable error and both
  * attempts and time remain, back off and attempt again.  Each attempt
  * runs under the earliest of its timeout, the overall deadline and the
- * caller's deadline; the caller's deadline is restored after each.
+ * caller's deadline; the caller's deadline is restored after each.  The
+ * timeout and the overall deadline both grow by the op's allowance.
  */
 static int retry_run(struct tfs_store *st, const struct retry_op *op)
 {
     struct retry_priv *p = tfs_store_priv(st);
     uint64_t caller = tfs_deadline_get();
     uint64_t now = tfs_now_ns();
-    uint64_t overall = retry_earlier(retry_after_ms(now, p->deadline_ms),
-                                     caller);
+    uint64_t extra_ms = retry_allowance_ms(p, op);
+    uint64_t timeout_ms = retry_plus_ms(p->timeout_ms, extra_ms);
+    uint64_t overall = retry_earlier(
+        retry_after_ms(now, retry_plus_ms(p->deadline_ms, extra_ms)),
+        caller);
     uint64_t attempts = 0;
     int rc;
 
@@ -172,7 +207,7 @@ static int retry_run(struct tfs_store *st, const struct retry_op *op)
     if (overall != 0 && now >= overall)
         return retry_deadline(p, op, 0, 0);
     for (;;) {
-        uint64_t attempt_dl = retry_after_ms(tfs_now_ns(), p->timeout_ms);
+        uint64_t attempt_dl = retry_after_ms(tfs_now_ns(), timeout_ms);
 
         tfs_deadline_set(retry_earlier(attempt_dl, overall));
         rc = op->attempt(tfs_store_next(st), op->arg);
@@ -206,7 +241,7 @@ static int retry_stat(struct tfs_store *st, const char *key,
                       struct tfs_stat *out)
 {
     struct retry_stat_args a = {key, out};
-    struct retry_op op = {"stat", key, retry_stat_once, &a};
+    struct retry_op op = {"stat", key, retry_stat_once, &a, 0};
 
     return retry_run(st, &op);
 }
@@ -218,22 +253,25 @@ struct retry_read_args {
     uint64_t    off;
     const char *if_version;
     size_t     *nread;
+    struct tfs_read_info *info;         /* the last attempt's, passed up */
 };
 
 static int retry_read_once(struct tfs_store *next, void *arg)
 {
     struct retry_read_args *a = arg;
 
-    return tfs_store_read(next, a->key, a->buf, a->len, a->off,
-                          a->if_version, a->nread);
+    return tfs_store_read_ex(next, a->key, a->buf, a->len, a->off,
+                             a->if_version, a->nread, a->info);
 }
 
 static int retry_read(struct tfs_store *st, const char *key, void *buf,
                       size_t len, uint64_t off, const char *if_version,
-                      size_t *nread)
+                      size_t *nread, struct tfs_read_info *info)
 {
-    struct retry_read_args a = {key, buf, len, off, if_version, nread};
-    struct retry_op op = {"read", key, retry_read_once, &a};
+    struct retry_read_args a = {key, buf, len, off, if_version, nread,
+                                info};
+    struct retry_op op = {"read", key, retry_read_once, &a,
+                          len > RETRY_SMALL_READ ? len : 0};
 
     return retry_run(st, &op);
 }
@@ -260,7 +298,7 @@ static int retry_list(struct tfs_store *st, const char *prefix,
                       struct tfs_list_page *page)
 {
     struct retry_list_args a = {prefix, delim, token, max_keys, page};
-    struct retry_op op = {"list", prefix, retry_list_once, &a};
+    struct retry_op op = {"list", prefix, retry_list_once, &a, 0};
 
     return retry_run(st, &op);
 }
@@ -283,7 +321,7 @@ static int retry_put(struct tfs_store *st, const char *key,
                      const struct tfs_source *src, struct tfs_stat *out)
 {
     struct retry_put_args a = {key, src, out};
-    struct retry_op op = {"put", key, retry_put_once, &a};
+    struct retry_op op = {"put", key, retry_put_once, &a, src->len};
 
     return retry_run(st, &op);
 }
@@ -295,7 +333,8 @@ static int retry_remove_once(struct tfs_store *next, void *arg)
 
 static int retry_remove(struct tfs_store *st, const char *key)
 {
-    struct retry_op op = {"remove", key, retry_remove_once, (void *)key};
+    struct retry_op op = {"remove", key, retry_remove_once,
+                          (void *)key, 0};
 
     return retry_run(st, &op);
 }
@@ -304,6 +343,28 @@ struct retry_pair_args {
     const char *src;
     const char *dst;
 };
+
+/*
+ * The size of key, for the allowance of a copy (even a server-side copy
+ * moves every byte): one stat under the plain per-attempt timeout,
+ * 0 when that fails (the operation then reports the error itself).
+ */
+static uint64_t retry_size(struct tfs_store *st, const char *key)
+{
+    struct retry_priv *p = tfs_store_priv(st);
+    uint64_t caller = tfs_deadline_get();
+    struct tfs_stat sb;
+    int rc;
+
+    if (p->min_rate == 0 || (p->timeout_ms == 0 && p->deadline_ms == 0))
+        return 0;                       /* no limit to widen */
+    tfs_deadline_set(retry_earlier(retry_after_ms(tfs_now_ns(),
+                                                  p->timeout_ms), caller));
+    rc = tfs_store_stat(tfs_store_next(st), key, &sb);
+    tfs_deadline_set(caller);
+    tfs_errdetail_clear();
+    return rc == 0 ? sb.size : 0;
+}
 
 static int retry_copy_once(struct tfs_store *next, void *arg)
 {
@@ -316,7 +377,8 @@ static int retry_copy(struct tfs_store *st, const char *src,
                       const char *dst)
 {
     struct retry_pair_args a = {src, dst};
-    struct retry_op op = {"copy", src, retry_copy_once, &a};
+    struct retry_op op = {"copy", src, retry_copy_once, &a,
+                          retry_size(st, src)};
 
     return retry_run(st, &op);
 }
@@ -332,7 +394,7 @@ static int retry_rename(struct tfs_store *st, const char *src,
                         const char *dst)
 {
     struct retry_pair_args a = {src, dst};
-    struct retry_op op = {"rename", src, retry_rename_once, &a};
+    struct retry_op op = {"rename", src, retry_rename_once, &a, 0};
 
     return retry_run(st, &op);
 }
@@ -350,7 +412,8 @@ static int retry_open(struct tfs_store *st, const char *location)
         int rc;
 
         *v = o->dflt;
-        rc = tfs_store_opt_u64(st, o->name, v);
+        rc = o->size ? tfs_store_opt_size(st, o->name, v)
+                     : tfs_store_opt_u64(st, o->name, v);
         if (rc < 0)
             return rc;
         if (*v > o->max)
@@ -374,7 +437,7 @@ const struct tfs_store_ops tfs_retry_ops = {
     .open      = retry_open,
     .close     = retry_close,
     .stat      = retry_stat,
-    .read      = retry_read,
+    .read_ex   = retry_read,
     .list      = retry_list,
     .put       = retry_put,
     .remove    = retry_remove,

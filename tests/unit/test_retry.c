@@ -246,6 +246,62 @@ TEST(attempt_timeout)
     unlink(make_cut("cut-timeout"));
 }
 
+/*
+ * D2: an upload longer than one attempt.  8 MB through a 4 MB/s link
+ * take 2 s, four times timeout_ms and more than deadline_ms: the
+ * attempt's time grows by bytes / min_rate, so one attempt finishes.
+ * With min_rate above the link's speed the allowance is too short and
+ * the put fails as before, at about timeout_ms + 8 MB / min_rate.
+ */
+TEST(transfer_allowance)
+{
+    const size_t len = 8000000;
+    struct tfs_store *st;
+    struct tfs_fault_stats fs;
+    struct tfs_stat sb;
+    unsigned char *data = malloc(len);
+    unsigned char *back = malloc(len);
+    size_t n = 0;
+    uint64_t t0;
+    double secs;
+
+    CHECK(data != NULL && back != NULL);
+    for (size_t i = 0; i < len; i++)
+        data[i] = (unsigned char)(i * 7 + i / 4096);
+    use_dir("allowance");
+    st = open_retry("bw=4M&timeout_ms=500&deadline_ms=1500&retries=3"
+                    "&retry_base_ms=1");
+    t0 = tfs_now_ns();
+    CHECK_OK(tfs_store_put(st, "big", data, len, NULL));
+    secs = secs_since(t0);
+    if (secs < 1.5)
+        TEST_FAIL_("the put took %.3f s: the link was not slow", secs);
+    tfs_fault_get_stats(st, &fs);
+    CHECK_EQ(fs.calls, 1);              /* one attempt, not cut */
+    CHECK_EQ(fs.timeouts, 0);
+    /* a large read gets the same allowance */
+    CHECK_OK(tfs_store_read(st, "big", back, len, 0, NULL, &n));
+    CHECK_EQ(n, len);
+    CHECK(memcmp(back, data, len) == 0);
+    tfs_store_close(st);
+    st = open_at("file", "");
+    CHECK_OK(tfs_store_stat(st, "big", &sb));
+    CHECK_EQ(sb.size, len);
+    tfs_store_close(st);
+
+    st = open_retry("bw=4M&timeout_ms=500&deadline_ms=1500&retries=0"
+                    "&min_rate=64M");
+    t0 = tfs_now_ns();
+    CHECK_RC(tfs_store_put(st, "big2", data, len, NULL), -ETIMEDOUT);
+    secs = secs_since(t0);
+    if (secs < 0.55 || secs > 1.4)
+        TEST_FAIL_("gave up after %.3f s, want about 0.62", secs);
+    CHECK(strstr(tfs_errdetail(), "throttled by bw") != NULL);
+    tfs_store_close(st);
+    free(data);
+    free(back);
+}
+
 TEST(caller_deadline)
 {
     struct tfs_store *st;
@@ -384,8 +440,10 @@ TEST(failed_put_no_partial)
     tfs_store_close(st);
     CHECK_EQ(count_dir_entries(), 0);
 
-    /* Cut off mid-upload by the per-attempt timeout, twice. */
-    st = open_retry("bw=1M&timeout_ms=100&retries=1&retry_base_ms=1");
+    /* Cut off mid-upload by the per-attempt timeout, twice (min_rate=0:
+       no allowance for the bytes). */
+    st = open_retry("bw=1M&timeout_ms=100&retries=1&retry_base_ms=1"
+                    "&min_rate=0");
     CHECK_RC(tfs_store_put(st, "k", data, len, NULL), -ETIMEDOUT);
     tfs_store_close(st);
     CHECK_EQ(count_dir_entries(), 0);
@@ -475,6 +533,8 @@ TEST(options)
     snprintf(uri, sizeof(uri), "retry+file://%s?timeout_ms=99999999999", dir);
     CHECK_RC(tfs_store_open(&st, uri, NULL), TFS_EOPTION);
     CHECK(strstr(tfs_errdetail(), "timeout_ms") != NULL);
+    snprintf(uri, sizeof(uri), "retry+file://%s?min_rate=fast", dir);
+    CHECK_RC(tfs_store_open(&st, uri, NULL), TFS_EOPTION);
     snprintf(uri, sizeof(uri), "retry+file://%s?deadline_ms=0&timeout_ms=0"
              "&retries=0&retry_base_ms=0&retry_max_ms=0", dir);
     CHECK_OK(tfs_store_open(&st, uri, NULL));
@@ -483,6 +543,7 @@ TEST(options)
 }
 
 TESTS(T(flaky_reads), T(non_retryable), T(overall_deadline),
-      T(attempt_timeout), T(caller_deadline), T(put_and_list),
+      T(attempt_timeout), T(transfer_allowance), T(caller_deadline),
+      T(put_and_list),
       T(other_ops), T(failed_put_no_partial), T(logging), T(options));
 TEST_MAIN()
