@@ -132,6 +132,36 @@ struct tfs_uri {
     int    n_schemes;
     char  *location;                    /* decoded, without scheme/query */
     char  *query;                       /* raw query without '?', or NULL */
+/* ---- private directories (dir.c) ---- */
+
+/* An existing leaf of ours with bits beyond mode is chmodded, not refused. */
+#define TFS_DIR_TIGHTEN 1u
+
+/*
+ * Open directory root/sub for the caller's own use, creating missing
+ * components with exactly mode (0700; 0770 for a group-shared cache),
+ * and return a new O_DIRECTORY descriptor in *out_fd.  root is trusted
+ * as named (symlinks followed) but must be owned by the euid or by root,
+ * and sticky if others may write in it (/var/tmp).  Every component of
+ * sub is opened with openat(O_NOFOLLOW) from the one above and fstat'ed:
+ * it must be a directory, not a symlink, owned by the euid (a group-mode
+ * leaf: or by a member of one of our groups, giving others nothing),
+ * with no group/other write bits outside mode; the leaf gives nothing
+ * beyond mode.  A refusal is -EPERM/-ELOOP/-ENOTDIR with a one-line
+ * detail naming the path and the cause.
+ */
+int tfs_dir_open(const char *root, const char *sub, unsigned mode,
+                 unsigned flags, int *out_fd);
+/* The same below an open, already trusted root_fd (named root_name). */
+int tfs_dir_openat(int root_fd, const char *root_name, const char *sub,
+                   unsigned mode, unsigned flags, int *out_fd);
+/*
+ * A path the user chose: the root is its deepest existing ancestor above
+ * the leaf (the current directory for a relative path with none).
+ */
+int tfs_dir_open_path(const char *path, unsigned mode, unsigned flags,
+                      int *out_fd);
+
 };
 
 /*
