@@ -120,6 +120,11 @@ static int ix_get_file(const struct tfs_ckpt_json *e,
         ix_get_hex(tfs_ckpt_json_get(e, "data_xxh3"), &f->data_xxh3) < 0 ||
         ix_get_u64(e, "tensors", &n) < 0 || f->header_size > f->size)
         return TFS_EFORMAT;
+    /* Readers allocate header_size bytes: cap it here, not there. */
+    if (f->header_size > 8 + (uint64_t)TFS_CKPT_ST_MAX_HEADER)
+        return tfs_err(TFS_EFORMAT, "a header of %" PRIu64 " bytes is over "
+                       "the limit of 8 + %u", f->header_size,
+                       TFS_CKPT_ST_MAX_HEADER);
     f->n_tensors = (size_t)n;
     return 0;
 }
@@ -372,11 +377,85 @@ static void ix_box(const struct tfs_ckpt_tensor_info *t,
     }
 }
 
-static bool ix_box_eq(const struct tfs_ckpt_box *a,
-                      const struct tfs_ckpt_box *b)
+/* A piece's box, keyed for the sweep by its start in the sweep dimension. */
+struct ix_sbox {
+    int64_t             key;
+    struct tfs_ckpt_box b;
+};
+
+static int ix_i64_cmp(const void *a, const void *b)
 {
-    return memcmp(a->off, b->off, sizeof(a->off[0]) * (size_t)a->ndim) == 0 &&
-           memcmp(a->len, b->len, sizeof(a->len[0]) * (size_t)a->ndim) == 0;
+    int64_t x = *(const int64_t *)a;
+    int64_t y = *(const int64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* Sweep order; equal boxes compare equal, so they end up adjacent. */
+static int ix_sbox_cmp(const void *a, const void *b)
+{
+    const struct ix_sbox *x = a;
+    const struct ix_sbox *y = b;
+    size_t dims = sizeof(int64_t) * (size_t)x->b.ndim;
+    int c;
+
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    c = memcmp(x->b.off, y->b.off, dims);
+    return c != 0 ? c : memcmp(x->b.len, y->b.len, dims);
+}
+
+/* The dimension in which the boxes start at the most distinct offsets. */
+static int ix_sweep_dim(const struct ix_sbox *v, size_t n, int64_t *tmp)
+{
+    size_t best_n = 0;
+    int best = 0;
+
+    for (int d = 0; d < v[0].b.ndim; d++) {
+        size_t distinct = 0;
+
+        for (size_t i = 0; i < n; i++)
+            tmp[i] = v[i].b.off[d];
+        qsort(tmp, n, sizeof(*tmp), ix_i64_cmp);
+        for (size_t i = 0; i < n; i++)
+            distinct += i == 0 || tmp[i] != tmp[i - 1];
+        if (distinct > best_n) {
+            best_n = distinct;
+            best = d;
+        }
+    }
+    return best;
+}
+
+/*
+ * Whether any two of the sorted, distinct boxes v[0..n) overlap: a sweep
+ * along dimension d that compares each box only with the earlier ones
+ * still open at its start.  O(n log n) when the slices cut the tensor
+ * along one dimension (the sweep picks it), O(n * k) for a grid with k
+ * slices across the sweep.
+ */
+static bool ix_any_overlap(const struct ix_sbox *v, size_t n, int d,
+                           size_t *open)
+{
+    size_t n_open = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        size_t keep = 0;
+
+        for (size_t k = 0; k < n_open; k++) {
+            const struct tfs_ckpt_box *b = &v[open[k]].b;
+            struct tfs_ckpt_box x;
+
+            if (b->off[d] + b->len[d] <= v[i].key)
+                continue;               /* closed: drop it */
+            if (tfs_ckpt_box_intersect(&v[i].b, b, &x))
+                return true;
+            open[keep++] = open[k];
+        }
+        n_open = keep;
+        open[n_open++] = i;
+    }
+    return false;
 }
 
 /*
@@ -387,37 +466,52 @@ static int ix_check_group(const struct ix_piece *p, size_t n)
 {
     const struct tfs_ckpt_tensor_info *t0 = p[0].t;
     struct tfs_ckpt_box full = {.ndim = t0->ndim};
+    struct ix_sbox *v = tfs_calloc(n, sizeof(*v));
+    size_t *open = tfs_calloc(n, sizeof(*open));
+    int64_t *tmp = tfs_calloc(n, sizeof(*tmp));
     uint64_t covered = 0;
+    size_t m = 0;
+    int rc = 0;
+    int d;
 
+    if (v == NULL || open == NULL || tmp == NULL) {
+        rc = -ENOMEM;
+        goto out;
+    }
     memcpy(full.len, t0->full_shape, sizeof(full.len));
     for (size_t i = 0; i < n; i++) {
-        struct tfs_ckpt_box a;
-        struct tfs_ckpt_box x;
-        bool dup = false;
-
         if (p[i].t->dtype != t0->dtype || p[i].t->ndim != t0->ndim ||
             memcmp(p[i].t->full_shape, t0->full_shape,
-                   sizeof(int64_t) * (size_t)t0->ndim) != 0)
-            return tfs_err(TFS_EFORMAT, "tensor '%s': ranks disagree on its "
-                           "dtype or shape", t0->name);
-        ix_box(p[i].t, &a);
-        for (size_t j = 0; j < i && !dup; j++) {
-            struct tfs_ckpt_box b;
-
-            ix_box(p[j].t, &b);
-            dup = ix_box_eq(&a, &b);
-            if (!dup && tfs_ckpt_box_intersect(&a, &b, &x))
-                return tfs_err(TFS_EFORMAT, "tensor '%s': saved slices "
-                               "overlap", t0->name);
+                   sizeof(int64_t) * (size_t)t0->ndim) != 0) {
+            rc = tfs_err(TFS_EFORMAT, "tensor '%s': ranks disagree on its "
+                         "dtype or shape", t0->name);
+            goto out;
         }
-        if (!dup)
-            covered += tfs_ckpt_box_volume(&a);
+        ix_box(p[i].t, &v[i].b);
     }
+    d = ix_sweep_dim(v, n, tmp);
+    for (size_t i = 0; i < n; i++)
+        v[i].key = t0->ndim > 0 ? v[i].b.off[d] : 0;
+    qsort(v, n, sizeof(*v), ix_sbox_cmp);
+    for (size_t i = 0; i < n; i++)      /* equal boxes count once */
+        if (i == 0 || ix_sbox_cmp(&v[i], &v[m - 1]) != 0)
+            v[m++] = v[i];
+    if (t0->ndim > 0 && ix_any_overlap(v, m, d, open)) {
+        rc = tfs_err(TFS_EFORMAT, "tensor '%s': saved slices overlap",
+                     t0->name);
+        goto out;
+    }
+    for (size_t i = 0; i < m; i++)
+        covered += tfs_ckpt_box_volume(&v[i].b);
     if (covered != tfs_ckpt_box_volume(&full))
-        return tfs_err(TFS_EFORMAT, "tensor '%s': saved slices cover %" PRIu64
-                       " of %" PRIu64 " elements", t0->name, covered,
-                       tfs_ckpt_box_volume(&full));
-    return 0;
+        rc = tfs_err(TFS_EFORMAT, "tensor '%s': saved slices cover %" PRIu64
+                     " of %" PRIu64 " elements", t0->name, covered,
+                     tfs_ckpt_box_volume(&full));
+out:
+    tfs_free(v);
+    tfs_free(open);
+    tfs_free(tmp);
+    return rc;
 }
 
 /* The pieces of one tensor, and where it first appears. */

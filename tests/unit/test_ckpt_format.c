@@ -451,6 +451,118 @@ TEST(index_bad)
     tfs_ckpt_index_cleanup(&ix);
 }
 
+/* An index with one file whose header is hsize bytes (R10). */
+static int parse_header_size(uint64_t hsize, struct tfs_ckpt_index *ix)
+{
+    char text[512];
+
+    snprintf(text, sizeof(text),
+             "{\"metadata\":{\"total_size\":0},\"weight_map\":{},"
+             "\"tierfs\":{\"step\":1,\"world_size\":1,\"files\":{\"f\":"
+             "{\"rank\":0,\"size\":%" PRIu64 ",\"header_size\":%" PRIu64 ","
+             "\"header_xxh3\":\"0000000000000001\",\"data_xxh3\":"
+             "\"0000000000000002\",\"tensors\":0}},\"sharded\":{},"
+             "\"extra\":[null]}}", hsize + 16, hsize);
+    return tfs_ckpt_index_parse(text, strlen(text), "ix", ix);
+}
+
+TEST(index_header_cap)
+{
+    struct tfs_ckpt_index ix;
+
+    /* The largest header a reader accepts parses ... */
+    CHECK_OK(parse_header_size(8 + (uint64_t)TFS_CKPT_ST_MAX_HEADER, &ix));
+    CHECK_EQ(ix.files[0].header_size, 8 + (uint64_t)TFS_CKPT_ST_MAX_HEADER);
+    tfs_ckpt_index_cleanup(&ix);
+    /* ... one byte more, or a hostile 2^60, is a format error before any
+     * reader allocates it. */
+    CHECK_RC(parse_header_size(9 + (uint64_t)TFS_CKPT_ST_MAX_HEADER, &ix),
+             TFS_EFORMAT);
+    CHECK(strstr(tfs_errdetail(), "ix: ") == tfs_errdetail());
+    CHECK(strstr(tfs_errdetail(), "over the limit") != NULL);
+    CHECK_RC(parse_header_size(1ull << 60, &ix), TFS_EFORMAT);
+}
+
+/* n slices of w[rows x cols]: piece i at box (r0, c0, nr, nc). */
+static void slice_at(struct tfs_ckpt_tensor_info *t, int64_t r0, int64_t c0,
+                     int64_t nr, int64_t nc, int64_t rows, int64_t cols)
+{
+    memset(t, 0, sizeof(*t));
+    t->name = (char *)"w";
+    t->file = (char *)"f0";
+    t->dtype = tfs_ckpt_dtype_find("F32", 3);
+    t->ndim = 2;
+    t->shape[0] = nr;
+    t->shape[1] = nc;
+    t->offsets[0] = r0;
+    t->offsets[1] = c0;
+    t->full_shape[0] = rows;
+    t->full_shape[1] = cols;
+    t->sliced = true;
+    t->nbytes = (uint64_t)(nr * nc * 4);
+}
+
+static int build_one(struct tfs_ckpt_tensor_info *t, size_t n)
+{
+    struct tfs_ckpt_file_info f[] = {finfo("f0", 0)};
+    struct tfs_ckpt_marker m = {0, 1, 7, (char *)"", f, 1, t, n, NULL};
+    struct tfs_ckpt_index ix;
+    int rc = tfs_ckpt_index_build(&m, 1, 0, &ix);
+
+    if (rc == 0)
+        tfs_ckpt_index_cleanup(&ix);
+    return rc;
+}
+
+TEST(index_slices)
+{
+    enum { N = 20000 };
+    struct tfs_ckpt_tensor_info *t = calloc(N, sizeof(*t));
+    uint64_t t0;
+
+    CHECK(t != NULL);
+    /* Rows, columns, and a 4 x 5 grid, each in a scrambled order, some
+     * slices saved twice (replicas count once). */
+    for (int i = 0; i < 8; i++)
+        slice_at(&t[i], (i * 5) % 8, 0, 1, 6, 8, 6);
+    slice_at(&t[8], 3, 0, 1, 6, 8, 6);
+    CHECK_OK(build_one(t, 9));
+    for (int i = 0; i < 6; i++)
+        slice_at(&t[i], 0, (i * 5) % 6, 8, 1, 8, 6);
+    CHECK_OK(build_one(t, 6));
+    for (int i = 0; i < 20; i++)
+        slice_at(&t[i], ((i * 7) % 20) / 5 * 2, ((i * 7) % 20) % 5, 2, 1,
+                 8, 5);
+    slice_at(&t[20], 6, 4, 2, 1, 8, 5);
+    CHECK_OK(build_one(t, 21));
+    /* One cell moved half a cell down: it overlaps the cell below by as
+     * much as it leaves uncovered, so only the overlap test can see it. */
+    for (int i = 0; i < 20; i++)
+        if (t[i].offsets[0] == 0 && t[i].offsets[1] == 0)
+            t[i].offsets[0] = 1;
+    CHECK_RC(build_one(t, 21), TFS_EFORMAT);
+    CHECK(strstr(tfs_errdetail(), "overlap") != NULL);
+    /* The same across columns (the sweep runs along the other dimension):
+     * column 7's slice is two wide, over column 8's, and none has 9. */
+    for (int i = 0; i < 9; i++)
+        slice_at(&t[i], 0, (i * 4) % 9, 4, 1, 4, 10);
+    CHECK_RC(build_one(t, 9), TFS_EFORMAT);
+    CHECK(strstr(tfs_errdetail(), "cover 36 of 40") != NULL);
+    for (int i = 0; i < 9; i++)
+        if (t[i].offsets[1] == 7)
+            t[i].shape[1] = 2;
+    CHECK_RC(build_one(t, 9), TFS_EFORMAT);
+    CHECK(strstr(tfs_errdetail(), "overlap") != NULL);
+    /* 20000 row slices: a sort, not 2 * 10^8 box comparisons. */
+    for (int i = 0; i < N; i++)
+        slice_at(&t[i], (int64_t)(((uint64_t)i * 7919) % N), 0, 1, 4, N, 4);
+    t0 = tfs_now_ns();
+    CHECK_OK(build_one(t, N));
+    fprintf(stderr, "index_slices: %d slices checked in %.1f ms\n", N,
+            (double)(tfs_now_ns() - t0) / 1e6);
+    free(t);
+}
+
 TEST(uris)
 {
     static const struct {
@@ -493,5 +605,6 @@ TEST(uris)
 }
 
 TESTS(T(json_values), T(json_errors), T(json_strings), T(st_roundtrip),
-      T(st_bad), T(boxes), T(index_build), T(index_bad), T(uris));
+      T(st_bad), T(boxes), T(index_build), T(index_bad), T(index_header_cap),
+      T(index_slices), T(uris));
 TEST_MAIN()
