@@ -253,23 +253,21 @@ struct retry_read_args {
     uint64_t    off;
     const char *if_version;
     size_t     *nread;
-    struct tfs_read_info *info;         /* the last attempt's, passed up */
 };
 
 static int retry_read_once(struct tfs_store *next, void *arg)
 {
     struct retry_read_args *a = arg;
 
-    return tfs_store_read_ex(next, a->key, a->buf, a->len, a->off,
-                             a->if_version, a->nread, a->info);
+    return tfs_store_read(next, a->key, a->buf, a->len, a->off,
+                          a->if_version, a->nread);
 }
 
 static int retry_read(struct tfs_store *st, const char *key, void *buf,
                       size_t len, uint64_t off, const char *if_version,
-                      size_t *nread, struct tfs_read_info *info)
+                      size_t *nread)
 {
-    struct retry_read_args a = {key, buf, len, off, if_version, nread,
-                                info};
+    struct retry_read_args a = {key, buf, len, off, if_version, nread};
     struct retry_op op = {"read", key, retry_read_once, &a,
                           len > RETRY_SMALL_READ ? len : 0};
 
@@ -437,7 +435,7 @@ const struct tfs_store_ops tfs_retry_ops = {
     .open      = retry_open,
     .close     = retry_close,
     .stat      = retry_stat,
-    .read_ex   = retry_read,
+    .read      = retry_read,
     .list      = retry_list,
     .put       = retry_put,
     .remove    = retry_remove,

@@ -27,12 +27,15 @@
 #include <openssl/crypto.h>
 
 #include "store/s3_int.h"
+#include "tierfs/log.h"
 
 #define S3_KEY_MAX       1024           /* bytes of a full key (S3's cap) */
 #define S3_INI_MAX       (1u << 20)     /* bytes of an AWS config file */
 #define S3_MAX_THREADS   256            /* upload_concurrency cap */
 #define S3_AUTO_PART_MIN (8u << 20)     /* default part_size: from ... */
 #define S3_AUTO_PART_MAX (64u << 20)    /* ... to, by the object's size */
+#define S3_PART_BACKOFF_MS 100u        /* first backoff cap of a part */
+#define S3_PART_BACKOFF_MAX_MS 5000u    /* cap of any part backoff */
 
 /* ---- a small INI reader for ~/.aws/credentials and ~/.aws/config ---- */
 
@@ -504,6 +507,24 @@ static int s3_opt_range(struct tfs_store *st, const char *name, bool size,
     return rc;
 }
 
+/* The options of transfers: stall limit, bandwidth, part retries. */
+static int s3_take_transfer(struct tfs_store *st, struct s3_priv *p)
+{
+    uint64_t retries = p->part_retries;
+    int rc = s3_opt_range(st, "stall_ms", false, 1, 86400000, &p->stall_ms);
+
+    if (rc == 0)
+        rc = s3_opt_range(st, "conn_bw", true, 0, UINT64_MAX / 2,
+                          &p->conn_bw);
+    if (rc == 0)
+        rc = s3_opt_range(st, "part_retries", false, 0, 100, &retries);
+    if (rc == 0)
+        rc = s3_opt_range(st, "fail_request", false, 0, UINT64_MAX,
+                          &p->fail_request);
+    p->part_retries = (unsigned)retries;
+    return rc;
+}
+
 static int s3_take_numbers(struct tfs_store *st, struct s3_priv *p,
                            uint64_t *max_conns)
 {
@@ -519,6 +540,8 @@ static int s3_take_numbers(struct tfs_store *st, struct s3_priv *p,
     p->copy_part_size = 512u << 20;
     p->connect_timeout_ms = 3000;
     p->timeout_ms = 60000;
+    p->stall_ms = 30000;
+    p->part_retries = 4;
     *max_conns = 16;
     rc = s3_opt_range(st, "part_size", true, 4096, S3_MAX_PART,
                       &p->part_size);
@@ -542,6 +565,8 @@ static int s3_take_numbers(struct tfs_store *st, struct s3_priv *p,
     if (rc == 0)
         rc = s3_opt_range(st, "timeout_ms", false, 1, 86400000,
                           &p->timeout_ms);
+    if (rc == 0)
+        rc = s3_take_transfer(st, p);
     p->upload_concurrency = (unsigned)conc;
     return rc;
 }
@@ -964,6 +989,47 @@ static int s3_mpu_part(struct s3_mpu *m, unsigned i)
     return rc;
 }
 
+/*
+ * Sleep before retry n of a part: full jitter under a cap doubling from
+ * S3_PART_BACKOFF_MS to S3_PART_BACKOFF_MAX_MS.  False, without sleeping,
+ * when the thread's deadline would pass first.
+ */
+static bool s3_part_backoff(unsigned n)
+{
+    uint64_t cap_ms = TFS_MIN((uint64_t)S3_PART_BACKOFF_MS << TFS_MIN(n, 16u),
+                              S3_PART_BACKOFF_MAX_MS);
+    uint64_t ns = tfs_rand_u64() % (cap_ms * 1000000u + 1);
+    uint64_t dl = tfs_deadline_get();
+
+    if (dl != 0 && tfs_now_ns() + ns >= dl)
+        return false;
+    tfs_sleep_ns(ns);
+    return true;
+}
+
+/*
+ * Part i, sent again while it fails with a retryable error, up to
+ * part_retries times, so one lost connection costs one part, not the
+ * whole upload (the parts already sent stay).
+ */
+static int s3_mpu_part_retried(struct s3_mpu *m, unsigned i)
+{
+    int rc = s3_mpu_part(m, i);
+
+    for (unsigned n = 0; rc < 0 && tfs_err_is_retryable(rc) &&
+                         n < m->p->part_retries &&
+                         !atomic_load(&m->failed); n++) {
+        TFS_DEBUG("s3: part %u of /%s/%s failed: %s (%s); retry %u", i + 1,
+                  m->p->bucket, m->key, tfs_strerror(rc), tfs_errdetail(),
+                  n + 1);
+        if (!s3_part_backoff(n))
+            break;
+        atomic_fetch_add(&m->p->n_part_retries, 1);
+        rc = s3_mpu_part(m, i);
+    }
+    return rc;
+}
+
 static void *s3_mpu_worker(void *arg)
 {
     struct s3_mpu *m = arg;
@@ -975,7 +1041,7 @@ static void *s3_mpu_worker(void *arg)
 
         if (i >= m->n_parts)
             break;
-        rc = s3_mpu_part(m, i);
+        rc = s3_mpu_part_retried(m, i);
         if (rc < 0)
             s3_mpu_fail(m, rc);
     }
@@ -1049,7 +1115,10 @@ static void s3_mpu_abort(struct s3_mpu *m)
     tfs_errdetail_set("%s", saved);
 }
 
-/* Initiate, run every part, complete; abort on any failure. */
+/*
+ * Initiate, run every part (each retried on its own), complete; abort
+ * when a part fails for good or runs out of retries.
+ */
 static int s3_mpu(struct s3_mpu *m)
 {
     int rc;

@@ -20,6 +20,7 @@
  * Authorization header, the secret and the session token stay inside.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,9 @@ struct s3_xfer {
     struct s3_resp      *resp;
     struct tfs_buf       errbody;       /* a non-2xx body, capped */
     uint64_t             sent;          /* body bytes handed to curl */
+    uint64_t             recvd;         /* body bytes taken from curl */
+    uint64_t             bw;            /* conn_bw: bytes/s, 0 = any */
+    uint64_t             t0_ns;         /* start, for the pacing */
     int                  cb_rc;         /* error raised in a callback */
     bool                 full;          /* dst_prefix: stopped on purpose */
 };
@@ -399,6 +403,24 @@ static size_t http_on_header(char *b, size_t size, size_t n, void *arg)
 
 /* ---- bodies ---- */
 
+/*
+ * The conn_bw cap: wait until moved bytes are due at bw since the start.
+ * Done here rather than with curl's MAX_RECV_SPEED, which curl 7.88
+ * applies only between bursts of up to 100 reads of its buffer.
+ */
+static void http_pace(const struct s3_xfer *x, uint64_t moved)
+{
+    uint64_t due;
+    uint64_t now;
+
+    if (x->bw == 0)
+        return;
+    due = x->t0_ns + (uint64_t)((double)moved * 1e9 / (double)x->bw);
+    now = tfs_now_ns();
+    if (due > now)
+        tfs_sleep_ns(due - now);
+}
+
 /* A 2xx body for the caller's buffer; 0 stops the transfer. */
 static size_t http_body_dst(struct s3_xfer *x, const char *b, size_t len)
 {
@@ -433,6 +455,8 @@ static size_t http_on_body(char *b, size_t size, size_t n, void *arg)
             tfs_buf_reset(&x->errbody); /* no memory: lose the detail */
         return len;
     }
+    x->recvd += len;
+    http_pace(x, x->recvd);
     if (x->req->dst != NULL)
         return http_body_dst(x, b, len);
     if (x->req->xml == NULL)
@@ -465,6 +489,7 @@ static size_t http_on_read(char *b, size_t size, size_t n, void *arg)
         return CURL_READFUNC_ABORT;
     }
     x->sent += len;
+    http_pace(x, x->sent);
     return len;
 }
 
@@ -735,7 +760,42 @@ static int http_headers(struct s3_priv *p, struct s3_conn *c,
     return rc;
 }
 
-/* Per-request options: method, body, timeouts, callback data. */
+/*
+ * Whether req moves a body whose time grows with its size: a PUT with
+ * one, a large GET, a server-side copy (the server sends progress while
+ * it copies).  These are bounded by progress, not by a total time.
+ */
+static bool http_is_transfer(const struct s3_req *req)
+{
+    if (req->body.src != NULL ||
+        (req->dst != NULL && req->dst_len > S3_SMALL_GET))
+        return true;
+    for (size_t i = 0; i < req->n_hdrs; i++) {
+        if (strcmp(req->hdrs[i].name, "x-amz-copy-source") == 0)
+            return true;
+    }
+    return false;
+}
+
+/* curl's stall limit: under 1 byte/s for stall_ms (whole seconds). */
+static void http_set_limits(struct s3_priv *p, CURL *h, bool transfer,
+                            uint64_t left_ms)
+{
+    uint64_t conn_ms = p->connect_timeout_ms;
+
+    if (left_ms != 0)
+        conn_ms = TFS_MIN(left_ms, conn_ms);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)conn_ms);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, transfer ? 1L : 0L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
+                     transfer ? (long)((p->stall_ms + 999) / 1000) : 0L);
+}
+
+/*
+ * Per-request options: method, body, timeouts, callback data.  left_ms
+ * is the total limit, 0 for none (a transfer without a deadline).
+ */
 static void http_set_request(struct s3_priv *p, struct s3_conn *c,
                              struct s3_xfer *x, uint64_t left_ms)
 {
@@ -760,9 +820,7 @@ static void http_set_request(struct s3_priv *p, struct s3_conn *c,
     } else if (strcmp(req->method, "GET") != 0) {
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
     }
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left_ms);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-                     (long)TFS_MIN(left_ms, p->connect_timeout_ms));
+    http_set_limits(p, h, http_is_transfer(req), left_ms);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(h, CURLOPT_READDATA, x);
@@ -795,7 +853,8 @@ static int http_perform(struct s3_priv *p, struct s3_conn *c,
                         const struct s3_req *req, struct s3_resp *resp,
                         uint64_t left_ms)
 {
-    struct s3_xfer x = {.req = req, .resp = resp};
+    struct s3_xfer x = {.req = req, .resp = resp, .bw = p->conn_bw,
+                        .t0_ns = tfs_now_ns()};
     struct curl_slist *hdrs = NULL;
     CURLcode cc;
     int rc;
@@ -818,26 +877,57 @@ out_free:
     return rc;
 }
 
+/*
+ * The total time req may still take into *ms, 0 meaning none (a transfer
+ * without a deadline); false when the thread's deadline has passed.
+ */
+static bool http_time_left(const struct s3_priv *p, bool transfer,
+                           uint64_t *ms)
+{
+    if (transfer && tfs_deadline_get() == 0) {
+        *ms = 0;
+        return true;
+    }
+    *ms = tfs_deadline_left_ms(transfer ? 0 : p->timeout_ms);
+    return *ms > 0;
+}
+
+/* The fail_request option: an injected reset before sending, once. */
+static int http_injected(struct s3_priv *p, const struct s3_req *req)
+{
+    uint64_t nth = atomic_fetch_add(&p->n_requests, 1) + 1;
+
+    if (p->fail_request == 0 || nth != p->fail_request)
+        return 0;
+    return tfs_err(-ECONNRESET, "s3: injected reset of request %" PRIu64
+                   " (fail_request; %s /%s%s%s)", nth, req->method,
+                   p->bucket, req->key ? "/" : "", req->key ? req->key : "");
+}
+
 int tfs_s3_request(struct s3_priv *p, const struct s3_req *req,
                    struct s3_resp *resp)
 {
-    uint64_t left_ms = tfs_deadline_left_ms(p->timeout_ms);
+    bool transfer = http_is_transfer(req);
     uint64_t t0 = tfs_now_ns();
     struct s3_conn *c = NULL;
+    uint64_t left_ms;
     int rc;
 
     memset(resp, 0, sizeof(*resp));
-    if (left_ms == 0)
+    if (!http_time_left(p, transfer, &left_ms))
         return tfs_err(-ETIMEDOUT, "deadline passed before sending (%s /%s"
                        "%s%s)", req->method, p->bucket, req->key ? "/" : "",
                        req->key ? req->key : "");
-    rc = http_pool_get(p, left_ms, &c);
+    rc = http_injected(p, req);
     if (rc < 0)
         return rc;
-    left_ms = tfs_deadline_left_ms(p->timeout_ms);
-    rc = left_ms == 0 ? tfs_err(-ETIMEDOUT, "deadline passed waiting for "
-                                "an S3 connection")
-                      : http_perform(p, c, req, resp, left_ms);
+    rc = http_pool_get(p, left_ms ? left_ms : p->timeout_ms, &c);
+    if (rc < 0)
+        return rc;
+    rc = !http_time_left(p, transfer, &left_ms)
+             ? tfs_err(-ETIMEDOUT, "deadline passed waiting for an S3 "
+                       "connection")
+             : http_perform(p, c, req, resp, left_ms);
     TFS_DEBUG("s3: %s /%s/%s -> %ld %s (%.1f ms)", req->method, p->bucket,
               req->key ? req->key : "", resp->status, tfs_errname(rc),
               (double)(tfs_now_ns() - t0) / 1e6);

@@ -29,6 +29,7 @@
 #define S3_MAX_PARTS    10000u          /* S3's limit per upload */
 #define S3_MAX_PART     (5ull << 30)    /* bytes per part (and CopyObject) */
 #define S3_MAX_HDRS     8               /* extra headers of one request */
+#define S3_SMALL_GET    (1u << 20)      /* GETs up to this: timeout_ms */
 
 /* SHA-256 of the empty string, hex: the payload hash of bodiless requests */
 #define S3_EMPTY_SHA256 \
@@ -183,7 +184,16 @@ struct s3_priv {
     uint64_t copy_part_size;            /* bytes */
     unsigned upload_concurrency;
     uint64_t connect_timeout_ms;
-    uint64_t timeout_ms;                /* per request */
+    uint64_t timeout_ms;                /* total, of a small request */
+    uint64_t stall_ms;                  /* a transfer this long without
+                                           progress fails */
+    uint64_t conn_bw;                   /* bytes/s each way per
+                                           connection; 0 = no cap */
+    unsigned part_retries;              /* per multipart part */
+    uint64_t fail_request;              /* tests: this request (1-based)
+                                           fails once; 0 = none */
+    atomic_uint_fast64_t n_requests;    /* sent or refused, all kinds */
+    atomic_uint_fast64_t n_part_retries;
     struct s3_keycache keys;
     struct s3_pool     pool;
 };
@@ -234,8 +244,11 @@ int tfs_s3_pool_init(struct s3_priv *p, unsigned max_conns);
 void tfs_s3_pool_cleanup(struct s3_priv *p);
 
 /*
- * Send req and wait for the answer, with the per-request timeout taken
- * from the calling thread's deadline (tfs_deadline_left_ms).  resp is
+ * Send req and wait for the answer.  A transfer (a PUT with a body, a
+ * GET of more than S3_SMALL_GET bytes, a server-side copy) is bounded by
+ * progress: it fails when it moves nothing for stall_ms, and otherwise
+ * only at the calling thread's deadline.  Every other request has a
+ * total limit, timeout_ms or the thread's deadline if earlier.  resp is
  * always filled as far as the exchange got.  Returns 0 for a 2xx status;
  * otherwise the mapped error (the same mapping as tfs_s3_map_status)
  * with the detail set.  A status the caller handles itself (404 on

@@ -25,6 +25,7 @@
 
 #include "test.h"
 #include "store/s3_int.h"
+#include "tierfs/retry.h"
 
 static const char *live_bucket;
 static char live_prefix[64];            /* "live-PID-RAND" */
@@ -207,6 +208,60 @@ TEST(multipart_failure_aborts)
     tfs_buf_cleanup(&xml);
     free(data);
     tfs_store_close(st);
+}
+
+/*
+ * R14: a part that fails is sent again on its own.  fail_request=3 makes
+ * the third request (a part: the first is the initiation) fail once with
+ * a reset, as a dropped connection would; the upload completes with that
+ * one part sent twice and the others once: 1 + 5 + 1 + 1 requests.
+ * Through retry+ the upload is not restarted either.  With
+ * part_retries=0 the same failure aborts the upload, as before.
+ */
+TEST(multipart_part_retried)
+{
+    const char *opts = "part_size=256K&multipart_threshold=1M"
+                       "&upload_concurrency=2&fail_request=3";
+    size_t len = (1u << 20) + 1000;     /* 5 parts */
+    unsigned char *data = pattern(len, 7);
+    struct tfs_source src = {.buf = data, .fd = -1, .len = len};
+    char uri[300];
+    struct tfs_store *st = live_open(opts);
+    struct s3_priv *p = tfs_store_priv(tfs_store_find(st, "s3"));
+    struct tfs_retry_stats rs;
+    struct tfs_buf xml;
+
+    CHECK_OK(tfs_store_put_source(st, "part/one", &src, NULL));
+    CHECK_EQ(atomic_load(&p->n_part_retries), 1);
+    CHECK_EQ(atomic_load(&p->n_requests), 8);
+    check_content(st, "part/one", data, len);
+    tfs_store_close(st);
+
+    snprintf(uri, sizeof(uri), "retry+%s", live_uri);
+    st = NULL;
+    CHECK_OK(tfs_store_open(&st, uri, opts));
+    p = tfs_store_priv(tfs_store_find(st, "s3"));
+    CHECK_OK(tfs_store_put_source(st, "part/retry", &src, NULL));
+    CHECK_EQ(atomic_load(&p->n_part_retries), 1);
+    CHECK_EQ(atomic_load(&p->n_requests), 8);
+    tfs_retry_get_stats(st, &rs);
+    CHECK_EQ(rs.retries, 0);            /* the put itself did not fail */
+    check_content(st, "part/retry", data, len);
+    tfs_store_close(st);
+
+    snprintf(uri, sizeof(uri), "%s&part_retries=0", opts);
+    st = live_open(uri);
+    CHECK_RC(tfs_store_put_source(st, "part/none", &src, NULL),
+             -ECONNRESET);
+    CHECK(strstr(tfs_errdetail(), "fail_request") != NULL);
+    CHECK_RC(tfs_store_stat(st, "part/none", &(struct tfs_stat){0}),
+             -ENOENT);
+    tfs_buf_init(&xml, S3_XML_MAX);
+    list_uploads(st, "part/none", &xml);
+    CHECK(strstr(tfs_buf_str(&xml), "<UploadId>") == NULL);
+    tfs_buf_cleanup(&xml);
+    tfs_store_close(st);
+    free(data);
 }
 
 /* ---- copy ---- */
@@ -482,6 +537,77 @@ TEST(unresponsive_server_times_out)
     close(fd);
 }
 
+/*
+ * D2: a transfer is bounded by progress, not by timeout_ms.  Each
+ * connection capped at 1 MB/s (conn_bw), a 3 MiB PUT and GET take about
+ * 3 s, three times timeout_ms, and succeed; timeout_ms still bounds the
+ * small requests.
+ */
+TEST(slow_transfer_outlasts_timeout)
+{
+    struct tfs_store *st = live_open("timeout_ms=1000&stall_ms=2000"
+                                     "&conn_bw=1M");
+    size_t len = 3u << 20;
+    unsigned char *data = pattern(len, 9);
+    unsigned char *back = malloc(len);
+    uint64_t t0 = tfs_now_ns();
+    double secs;
+    size_t n = 0;
+
+    CHECK(back != NULL);
+    CHECK_OK(tfs_store_put(st, "slow/obj", data, len, NULL));
+    secs = (double)(tfs_now_ns() - t0) / 1e9;
+    if (secs < 2.0)
+        TEST_FAIL_("the 3 MiB PUT took %.2f s: not throttled", secs);
+    t0 = tfs_now_ns();
+    CHECK_OK(tfs_store_read(st, "slow/obj", back, len, 0, NULL, &n));
+    secs = (double)(tfs_now_ns() - t0) / 1e9;
+    if (secs < 2.0)
+        TEST_FAIL_("the 3 MiB GET took %.2f s: not throttled", secs);
+    CHECK_EQ(n, len);
+    CHECK(memcmp(back, data, len) == 0);
+    tfs_store_close(st);
+    free(back);
+    free(data);
+}
+
+/*
+ * ... and a stalled transfer fails after stall_ms without progress, long
+ * before timeout_ms (a server that accepts and never answers).
+ */
+TEST(stalled_transfer_fails)
+{
+    struct tfs_store *st = NULL;
+    size_t len = 8u << 20;
+    unsigned char *buf = malloc(len);
+    char opts[160];
+    size_t n;
+    uint64_t t0;
+    double secs;
+    int port;
+    int fd = silent_listener(&port);
+
+    CHECK(buf != NULL);
+    memset(buf, 'x', len);
+    snprintf(opts, sizeof(opts), "endpoint=http://127.0.0.1:%d&"
+             "timeout_ms=60000&stall_ms=1000&multipart_threshold=1G",
+             port);
+    CHECK_OK(tfs_store_open(&st, live_uri, opts));
+    t0 = tfs_now_ns();
+    CHECK_RC(tfs_store_read(st, "k", buf, len, 0, NULL, &n), -ETIMEDOUT);
+    secs = (double)(tfs_now_ns() - t0) / 1e9;
+    if (secs < 0.9 || secs > 5.0)
+        TEST_FAIL_("the stalled GET failed after %.2f s, want ~1", secs);
+    t0 = tfs_now_ns();
+    CHECK_RC(tfs_store_put(st, "k", buf, len, NULL), -ETIMEDOUT);
+    secs = (double)(tfs_now_ns() - t0) / 1e9;
+    if (secs < 0.9 || secs > 10.0)
+        TEST_FAIL_("the stalled PUT failed after %.2f s, want < 10", secs);
+    tfs_store_close(st);
+    close(fd);
+    free(buf);
+}
+
 TEST(refused_connection)
 {
     struct tfs_store *st = NULL;
@@ -667,9 +793,11 @@ static void live_cleanup(void)
 }
 
 TESTS(T(multipart_round_trip), T(multipart_failure_aborts),
+      T(multipart_part_retried),
       T(copy_single_and_multipart), T(if_match), T(bad_credentials),
       T(missing_bucket), T(no_credentials), T(profile_files), T(uri_errors),
-      T(unresponsive_server_times_out), T(refused_connection),
+      T(unresponsive_server_times_out), T(slow_transfer_outlasts_timeout),
+      T(stalled_transfer_fails), T(refused_connection),
       T(odd_keys_round_trip), T(virtual_host_style),
       T(pool_smaller_than_demand));
 
