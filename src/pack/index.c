@@ -115,14 +115,46 @@ static int idx_offsets(const struct pack_member *m, uint64_t prev_end,
     return 0;
 }
 
+/*
+ * What is wrong with the path s[0..len) as tierfs pack would write it
+ * (plan.c: no leading '/', no empty, "." or ".." component), or NULL.
+ */
+static const char *idx_path_fault(const char *s, size_t len)
+{
+    size_t at = 0;
+
+    if (len > 0 && s[0] == '/')
+        return "is absolute";
+    while (at <= len) {
+        const char *slash = memchr(s + at, '/', len - at);
+        size_t end = slash != NULL ? (size_t)(slash - s) : len;
+        size_t n = end - at;
+
+        if (n == 2 && s[at] == '.' && s[at + 1] == '.')
+            return "has a '..' component";
+        if (n == 0 || (n == 1 && s[at] == '.'))
+            return "has an empty or '.' component";
+        at = end + 1;
+    }
+    return NULL;
+}
+
 static int idx_name(const struct pack_member *m, uint64_t at)
 {
+    const char *fault;
+
     if (m->name_len < 3 || m->name_len > TFS_TAR_NAME_MAX ||
         m->key_len == 0 || (size_t)m->key_len + 1 >= m->name_len ||
         m->name[m->key_len] != '.' ||
         memchr(m->name, '\0', m->name_len) != NULL)
         return tfs_err(TFS_EFORMAT, "shard index: member record at +%llu "
                        "has a bad name", (unsigned long long)at);
+    /* Sample keys reach the caller's code, which may join them to paths. */
+    fault = idx_path_fault(m->name, m->name_len);
+    if (fault != NULL)
+        return tfs_err(TFS_EFORMAT, "shard index: member record at +%llu: "
+                       "name '%.*s' %s", (unsigned long long)at,
+                       (int)TFS_MIN(m->name_len, 200u), m->name, fault);
     return 0;
 }
 

@@ -6,7 +6,8 @@
  * structural checks are reached.  Invariants: no crash, no read outside
  * the input; a parsed index is self-consistent (every sample's members
  * in range and sharing its key, names NUL-terminated at their length,
- * offsets increasing and inside the shard).
+ * offsets increasing and inside the shard, no name absolute or with a
+ * ".." component).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,6 +18,18 @@
 #include "tierfs/mem.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Whether name has a leading '/' or a ".." component. */
+static bool fuzz_escapes(const char *name)
+{
+    size_t n = strlen(name);
+
+    if (name[0] == '/' || strcmp(name, "..") == 0 ||
+        strncmp(name, "../", 3) == 0 ||
+        (n >= 3 && strcmp(name + n - 3, "/..") == 0))
+        return true;
+    return strstr(name, "/../") != NULL;
+}
 
 static void fuzz_walk(const struct pack_index *x)
 {
@@ -30,7 +43,8 @@ static void fuzz_walk(const struct pack_index *x)
             const struct pack_member *m = &x->members[s->first + j];
             if (strlen(m->name) != m->name_len ||
                 m->name[m->key_len] != '.' ||
-                memcmp(m->name, x->members[s->first].name, m->key_len))
+                memcmp(m->name, x->members[s->first].name, m->key_len) ||
+                fuzz_escapes(m->name))
                 abort();
             if (m->hdr_off < end || m->data_off + m->size > x->tar_size)
                 abort();

@@ -131,16 +131,14 @@ TEST(tar_end_size)
 
 /* ---- the index ---- */
 
-static void build_index(unsigned char **out, size_t *len)
+static void build_names(const char *const *names, const bool *starts,
+                        size_t n, unsigned char **out, size_t *len)
 {
-    static const char *names[] = {"a/x.jpg", "a/x.cls", "b.txt", "c.p.q",
-                                  "c.r"};
-    static const bool starts[] = {true, false, true, true, false};
     struct pack_index_builder b;
     uint64_t off = 0;
 
     tfs_pack_index_builder_init(&b);
-    for (size_t i = 0; i < 5; i++) {
+    for (size_t i = 0; i < n; i++) {
         struct pack_member m = {
             .hdr_off = off, .data_off = off + 512, .size = 100 * i + 1,
             .xxh3 = i * 77, .name = names[i],
@@ -155,6 +153,15 @@ static void build_index(unsigned char **out, size_t *len)
     CHECK_OK(tfs_pack_index_finish(&b, off + tfs_tar_end_size(off), 11, 22,
                                    out, len));
     tfs_pack_index_builder_cleanup(&b);
+}
+
+static void build_index(unsigned char **out, size_t *len)
+{
+    static const char *const names[] = {"a/x.jpg", "a/x.cls", "b.txt",
+                                        "c.p.q", "c.r"};
+    static const bool starts[] = {true, false, true, true, false};
+
+    build_names(names, starts, 5, out, len);
 }
 
 TEST(index_roundtrip)
@@ -227,6 +234,42 @@ TEST(index_overlapping_names)
     CHECK_RC(tfs_pack_index_parse(buf, len, true, &x), TFS_EFORMAT);
     CHECK(strstr(tfs_errdetail(), "name table") != NULL);
     tfs_free(buf);
+}
+
+/* A crafted shard index cannot hand the caller a key that escapes: the
+ * writer's rule (plan.c) holds on reading too (R9). */
+TEST(index_hostile_names)
+{
+    static const char *const bad[] = {
+        "../x.jpg", "/etc/x.jpg", "a/../../x.jpg", "a/..", "a//x.jpg",
+        "./x.jpg", "a/./x.jpg", "a/x/..",
+    };
+    static const bool starts[] = {true, true};
+    struct pack_index *x = NULL;
+    unsigned char *buf;
+    size_t len;
+
+    for (size_t i = 0; i < TFS_ARRAY_LEN(bad); i++) {
+        const char *names[2] = {"ok/y.jpg", bad[i]};
+        int rc;
+
+        build_names(names, starts, 2, &buf, &len);
+        rc = tfs_pack_index_parse(buf, len, true, &x);
+        if (rc != TFS_EFORMAT || strstr(tfs_errdetail(), bad[i]) == NULL)
+            TEST_FAIL_("'%s': rc %d detail '%s'", bad[i], rc,
+                       tfs_errdetail());
+        tfs_free(buf);
+    }
+    CHECK(strstr(tfs_errdetail(), "'..' component") != NULL);
+    {
+        const char *names[2] = {"a..b/x.jpg", "..a/b.c"};
+
+        build_names(names, starts, 2, &buf, &len);
+        CHECK_OK(tfs_pack_index_parse(buf, len, true, &x));
+        CHECK_STR(x->members[1].name, "..a/b.c");
+        tfs_free(x);
+        tfs_free(buf);
+    }
 }
 
 /* ---- the manifest ---- */
@@ -359,7 +402,7 @@ TEST(names)
 
 TESTS(T(tar_roundtrip), T(tar_refuses), T(tar_damage), T(tar_bad_pax),
       T(tar_end_size), T(index_roundtrip), T(index_damage),
-      T(index_overlapping_names),
+      T(index_overlapping_names), T(index_hostile_names),
       T(manifest_roundtrip), T(manifest_refuses), T(json_values),
       T(names));
 TEST_MAIN()
