@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Growable byte buffers with a hard cap (util.h), so that a body read from
- * the network can never grow without bound (curl's "toobig").
+ * the network can never grow without bound (curl's "toobig").  The first
+ * failed append is remembered (SQLite's sqlite3_str accError): every later
+ * append is a no-op returning it, so a caller that builds a record from
+ * many appends checks tfs_buf_error() once, where the record is finished.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,6 +18,7 @@ void tfs_buf_init(struct tfs_buf *b, size_t max)
     b->len = 0;
     b->cap = 0;
     b->max = max;
+    b->err = 0;
 }
 
 void tfs_buf_cleanup(struct tfs_buf *b)
@@ -23,24 +27,43 @@ void tfs_buf_cleanup(struct tfs_buf *b)
     b->p = NULL;
     b->len = 0;
     b->cap = 0;
+    b->err = 0;
 }
 
 void tfs_buf_reset(struct tfs_buf *b)
 {
     b->len = 0;
+    b->err = 0;
     if (b->p != NULL)
         b->p[0] = '\0';
 }
 
-/* Make room for extra more bytes plus the NUL. */
+int tfs_buf_error(const struct tfs_buf *b)
+{
+    return b->err;
+}
+
+/* Remember the first failure; returns it. */
+static int buf_fail(struct tfs_buf *b, int rc)
+{
+    if (b->err == 0)
+        b->err = rc;
+    return b->err;
+}
+
+/* Make room for extra more bytes plus the NUL; a failure sticks. */
 static int buf_reserve(struct tfs_buf *b, size_t extra)
 {
     size_t need;
     size_t cap;
     char *p;
 
+    if (b->err < 0)
+        return b->err;
     if (b->max > 0 && (extra > b->max || b->len > b->max - extra))
-        return TFS_ETOOBIG;
+        return buf_fail(b, TFS_ETOOBIG);
+    if (extra > SIZE_MAX / 2 - b->len)
+        return buf_fail(b, -ENOMEM);
     need = b->len + extra + 1;
     if (need <= b->cap)
         return 0;
@@ -49,7 +72,7 @@ static int buf_reserve(struct tfs_buf *b, size_t extra)
         cap *= 2;
     p = tfs_realloc(b->p, cap);
     if (p == NULL)
-        return -ENOMEM;
+        return buf_fail(b, -ENOMEM);
     b->p = p;
     b->cap = cap;
     return 0;
@@ -83,7 +106,7 @@ int tfs_buf_printf(struct tfs_buf *b, const char *fmt, ...)
     n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
     if (n < 0)
-        return -EINVAL;
+        return buf_fail(b, -EINVAL);
     rc = buf_reserve(b, (size_t)n);
     if (rc < 0)
         return rc;
@@ -108,5 +131,6 @@ char *tfs_buf_steal(struct tfs_buf *b)
     b->p = NULL;
     b->len = 0;
     b->cap = 0;
+    b->err = 0;
     return p;
 }

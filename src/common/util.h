@@ -50,15 +50,24 @@ struct tfs_buf {
     size_t len;                         /* bytes used */
     size_t cap;                         /* bytes allocated */
     size_t max;                         /* growth limit; 0 = none */
+    int    err;                         /* first failed append; sticky */
 };
 
 void tfs_buf_init(struct tfs_buf *b, size_t max);
 void tfs_buf_cleanup(struct tfs_buf *b);
+/* Empty b and clear its error. */
 void tfs_buf_reset(struct tfs_buf *b);
-/* -ENOMEM, or TFS_ETOOBIG when len would pass b->max. */
+/*
+ * -ENOMEM, or TFS_ETOOBIG when len would pass b->max.  The first failure
+ * sticks: every later append (puts, printf) changes nothing and returns
+ * it, until tfs_buf_reset or tfs_buf_cleanup.
+ */
 int tfs_buf_append(struct tfs_buf *b, const void *data, size_t len);
 int tfs_buf_puts(struct tfs_buf *b, const char *s);
 int tfs_buf_printf(struct tfs_buf *b, const char *fmt, ...) TFS_PRINTF(2, 3);
+/* The first failed append since init/reset (0: none); check it once,
+   where the contents are finished, before using them. */
+int tfs_buf_error(const struct tfs_buf *b);
 /* The contents ("" when empty); valid until the next change. */
 const char *tfs_buf_str(const struct tfs_buf *b);
 /* Hand the contents to the caller (free with tfs_free); b is reset. */
@@ -123,15 +132,6 @@ int tfs_parse_bool(const char *s, bool *out);
 /* "12.3 MiB" style; returns buf. */
 const char *tfs_fmt_bytes(char *buf, size_t len, double bytes);
 
-/* ---- URIs and options (opts.c) ---- */
-
-#define TFS_URI_MAX_LAYERS 8
-
-struct tfs_uri {
-    char  *schemes[TFS_URI_MAX_LAYERS]; /* outermost first, owned */
-    int    n_schemes;
-    char  *location;                    /* decoded, without scheme/query */
-    char  *query;                       /* raw query without '?', or NULL */
 /* ---- private directories (dir.c) ---- */
 
 /* An existing leaf of ours with bits beyond mode is chmodded, not refused. */
@@ -162,6 +162,15 @@ int tfs_dir_openat(int root_fd, const char *root_name, const char *sub,
 int tfs_dir_open_path(const char *path, unsigned mode, unsigned flags,
                       int *out_fd);
 
+/* ---- URIs and options (opts.c) ---- */
+
+#define TFS_URI_MAX_LAYERS 8
+
+struct tfs_uri {
+    char  *schemes[TFS_URI_MAX_LAYERS]; /* outermost first, owned */
+    int    n_schemes;
+    char  *location;                    /* decoded, without scheme/query */
+    char  *query;                       /* raw query without '?', or NULL */
 };
 
 /*

@@ -7,7 +7,8 @@
  *   appending    one record per change, under wb->lock (keeps the order)
  *   group commit one fdatasync covers every record appended before it
  *   compaction   rewrite as one op per live entry, atomically (rename)
- *   replay       at open: every intact record, a torn tail cut off
+ *   replay       at open: every intact record; after damage, the next
+ *                intact one (resync); bad bytes kept in lost+found
  *
  * Format (docs/writeback.md):
  *
@@ -126,6 +127,8 @@ void wb_jop_ent(struct tfs_wb *wb, struct tfs_buf *b, const struct wb_ent *e)
 
 /* ---- appending and group commit ---- */
 
+static void j_fail(struct tfs_wb *wb, int rc);
+
 /* Write all of iov at off; -errno. */
 static int j_pwritev(int fd, struct iovec *iov, int n, uint64_t off)
 {
@@ -168,10 +171,17 @@ int wb_journal_append(struct tfs_wb *wb, struct tfs_buf *b, uint64_t *end)
 
     if (end != NULL)
         *end = j->end;
+    rc = tfs_buf_error(b);
+    if (rc < 0) {                       /* an op is missing a field */
+        tfs_buf_reset(b);
+        return tfs_err(rc, "journal: cannot build a record");
+    }
     if (b->len == 0)
         return 0;
-    if (j->err < 0)
-        return j->err;
+    rc = atomic_load(&j->err);
+    if (rc < 0)
+        return tfs_err(rc, "journal: an earlier write or sync failed; "
+                       "changes fail until the journal is rewritten");
     if (b->len > J_REC_MAX)
         return tfs_err(-E2BIG, "journal: record of %zu bytes", b->len);
     j_header(hdr, b);
@@ -181,7 +191,7 @@ int wb_journal_append(struct tfs_wb *wb, struct tfs_buf *b, uint64_t *end)
     if (rc < 0) {
         TFS_ERROR("journal: write failed: %s", tfs_strerror(rc));
         if (ftruncate(j->fd, (off_t)j->size) < 0)
-            j->err = -EIO;              /* a torn record may follow */
+            j_fail(wb, -EIO);           /* a torn record may follow */
         return rc;
     }
     j->size += J_HDR + b->len;
@@ -204,10 +214,49 @@ static void j_synced_max(struct wb_journal *j, uint64_t v)
 }
 
 /*
+ * Make the journal refuse every append and sync from now on (the first
+ * error is kept), until a compaction has written a fresh, synced file;
+ * the scheduler compacts at its next pass.  wb->lock held.
+ */
+static void j_fail(struct tfs_wb *wb, int rc)
+{
+    int zero = 0;
+
+    atomic_compare_exchange_strong(&wb->j.err, &zero, rc);
+    wb->j.compact_at = 0;
+    wb_upload_kick(wb);
+}
+
+/* One fdatasync for everyone who appended before target; sticky on
+   failure.  sync_lock held. */
+static int j_sync_locked(struct wb_journal *j, int fd, uint64_t target)
+{
+    int rc = atomic_load(&j->err);
+    int zero = 0;
+
+    if (rc < 0)
+        return tfs_err(rc, "journal: an earlier sync failed; changes fail "
+                       "until the journal is rewritten");
+    if (fdatasync(fd) < 0) {
+        rc = tfs_err(-errno, "journal: fdatasync failed");
+        atomic_compare_exchange_strong(&j->err, &zero, rc);
+        TFS_ERROR("journal: fdatasync failed: %s: changes fail until the "
+                  "journal is rewritten", tfs_strerror(rc));
+        return rc;
+    }
+    j_synced_max(j, target);
+    return 0;
+}
+
+/*
  * Group commit: whoever holds sync_lock fdatasyncs for everyone who
  * appended before it.  The descriptor is a dup, so a compaction swapping
  * the file meanwhile (it syncs everything itself) cannot make this sync
- * another file.
+ * another file.  A failed fdatasync is never forgotten (the kernel may
+ * have dropped the pages it failed to write, and a later fdatasync
+ * would succeed without them): it fails this caller, every caller
+ * waiting on the same range and every later change, until compaction
+ * has rewritten the journal from the overlay.
  */
 int wb_journal_sync(struct tfs_wb *wb, uint64_t end)
 {
@@ -225,14 +274,15 @@ int wb_journal_sync(struct tfs_wb *wb, uint64_t end)
     if (fd < 0)
         return tfs_err(-errno, "journal: dup failed");
     pthread_mutex_lock(&j->sync_lock);
-    if (atomic_load(&j->synced) < end) {
-        if (fdatasync(fd) < 0)
-            rc = tfs_err(-errno, "journal: fdatasync failed");
-        else
-            j_synced_max(j, target);
-    }
+    if (atomic_load(&j->synced) < end)
+        rc = j_sync_locked(j, fd, target);
     pthread_mutex_unlock(&j->sync_lock);
     close(fd);
+    if (rc < 0) {
+        pthread_mutex_lock(&wb->lock);
+        j_fail(wb, rc);
+        pthread_mutex_unlock(&wb->lock);
+    }
     return rc;
 }
 
@@ -253,12 +303,13 @@ static int j_put_record(struct tfs_buf *img, struct tfs_buf *ops)
     uint8_t hdr[J_HDR];
     int rc;
 
-    if (ops->len == 0)
-        return 0;
-    j_header(hdr, ops);
-    rc = tfs_buf_append(img, hdr, J_HDR);
-    if (rc == 0)
-        rc = tfs_buf_append(img, ops->p, ops->len);
+    rc = tfs_buf_error(ops);            /* never seal a partial record */
+    if (rc == 0 && ops->len > 0) {
+        j_header(hdr, ops);
+        tfs_buf_append(img, hdr, J_HDR);
+        tfs_buf_append(img, ops->p, ops->len);
+        rc = tfs_buf_error(img);
+    }
     tfs_buf_reset(ops);
     return rc;
 }
@@ -289,7 +340,7 @@ static int j_image(struct tfs_wb *wb, struct tfs_buf *img)
     if (rc == 0)
         rc = j_put_record(img, &ops);
     tfs_buf_cleanup(&ops);
-    return rc;
+    return rc < 0 ? rc : tfs_buf_error(img);
 }
 
 int wb_journal_compact(struct tfs_wb *wb)
@@ -316,14 +367,16 @@ int wb_journal_compact(struct tfs_wb *wb)
         close(j->fd);
         j->fd = fd;
         j->size = img.len;
-        j->err = 0;
         j_synced_max(j, j->end);
+        atomic_store(&j->err, 0);       /* a fresh, synced file */
         j->compact_at = TFS_MAX((uint64_t)J_COMPACT_MIN, 4 * img.len);
         atomic_fetch_add(&wb->n.compactions, 1);
     } else if (fd >= 0) {
         close(fd);
         unlinkat(j->dir_fd, "journal.tmp", 0);
-        j->compact_at = j->size * 2;    /* try again later */
+        /* try again later: at the next pass while changes fail */
+        j->compact_at = atomic_load(&j->err) < 0 ? j->size
+                                                 : j->size * 2;
     }
     tfs_buf_cleanup(&img);
     return rc;
@@ -397,7 +450,20 @@ static void j_decode_op(struct j_cur *c, struct wb_jent *j, char *key,
     }
 }
 
-/* Feed the ops of one record's payload to fn. */
+/* Whether a payload is whole ops to its end. */
+static bool j_payload_ok(const uint8_t *p, size_t len)
+{
+    struct j_cur c = {p, p + len, false};
+    char key[WB_KEY_MAX + 1];
+    char src[WB_KEY_MAX + 1];
+    struct wb_jent j;
+
+    while (!c.bad && c.p < c.end)
+        j_decode_op(&c, &j, key, src);
+    return !c.bad;
+}
+
+/* Feed the ops of one record's payload (checked whole) to fn. */
 static int j_replay_record(struct tfs_wb *wb, const uint8_t *p, size_t len,
                            wb_replay_fn *fn)
 {
@@ -409,35 +475,106 @@ static int j_replay_record(struct tfs_wb *wb, const uint8_t *p, size_t len,
 
     while (rc == 0 && c.p < c.end) {
         j_decode_op(&c, &j, key, src);
-        if (c.bad)
-            return TFS_EFORMAT;
-        rc = fn(wb, &j);
+        rc = c.bad ? TFS_EFORMAT : fn(wb, &j);
     }
     return rc;
 }
 
-/* Walk the records of the image; *good receives the intact length. */
+static uint64_t j_le(const uint8_t *p, unsigned n)
+{
+    uint64_t v = 0;
+
+    for (unsigned i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/*
+ * The length of the intact record at off (header included), or 0: its
+ * length fits, its payload matches its checksum and decodes whole.  The
+ * cheap tests come first, since resynchronising tries every offset.
+ */
+static size_t j_record_at(const uint8_t *img, size_t len, size_t off)
+{
+    const uint8_t *p = img + off + J_HDR;
+    uint64_t rlen;
+
+    if (len - off < J_HDR + 3)
+        return 0;
+    rlen = j_le(img + off, 4);
+    if (rlen < 3 || rlen > J_REC_MAX || rlen > len - off - J_HDR)
+        return 0;
+    if (p[0] < WB_J_HEAD || p[0] > WB_J_CLEAR || j_le(p + 1, 2) > rlen - 3)
+        return 0;
+    if (XXH3_64bits(p, rlen) != j_le(img + off + 4, 8) ||
+        !j_payload_ok(p, rlen))
+        return 0;
+    return J_HDR + (size_t)rlen;
+}
+
+/* The offset of the next intact record after a bad one at off, or len. */
+static size_t j_resync(const uint8_t *img, size_t len, size_t off)
+{
+    for (size_t o = off + 1; o + J_HDR < len; o++) {
+        if (j_record_at(img, len, o) > 0)
+            return o;
+    }
+    return len;
+}
+
+/*
+ * Bytes [off, off + n) of the journal are no intact record: keep them
+ * in lost+found (what they recorded is lost from the overlay, and the
+ * data files only they name are set aside by the sweep).  A range that
+ * reaches the end is a torn tail, the normal trace of a crash during an
+ * append, logged as such.
+ */
+static int j_set_aside(struct tfs_wb *wb, const uint8_t *img, size_t len,
+                       size_t off, size_t n)
+{
+    char name[80];
+    char where[160];
+    int rc;
+
+    snprintf(name, sizeof(name), "journal-%zu-%zu.bin", off, n);
+    rc = wb_lost_put(wb, name, img + off, n, where, sizeof(where));
+    if (rc < 0)
+        return rc;
+    wb->j.rp_bad++;
+    wb->j.rp_bad_bytes += n;
+    if (off + n == len)
+        TFS_WARN("journal: cut off a torn tail of %zu bytes at offset %zu "
+                 "(a change in progress at the crash), kept as %s", n, off,
+                 where);
+    else
+        TFS_ERROR("journal: %zu bytes at offset %zu are no intact record "
+                  "(damaged); replay went on at offset %zu; the bytes are "
+                  "kept as %s", n, off, off + n, where);
+    return 0;
+}
+
+/* Walk the records of the image, resynchronising after damage. */
 static int j_replay(struct tfs_wb *wb, const uint8_t *img, size_t len,
-                    size_t *good, wb_replay_fn *fn)
+                    wb_replay_fn *fn)
 {
     size_t off = 8;
     int rc = 0;
 
-    while (rc == 0 && len - off >= J_HDR) {
-        struct j_cur c = {img + off, img + len, false};
-        uint64_t rlen = get_le(&c, 4);
-        uint64_t sum = get_le(&c, 8);
+    while (rc == 0 && off < len) {
+        size_t n = j_record_at(img, len, off);
+        size_t next;
 
-        if (rlen > J_REC_MAX || rlen > len - off - J_HDR ||
-            XXH3_64bits(img + off + J_HDR, rlen) != sum)
-            break;
-        rc = j_replay_record(wb, img + off + J_HDR, rlen, fn);
-        if (rc == TFS_EFORMAT)
-            break;                      /* checksummed but unreadable */
-        off += J_HDR + rlen;
+        if (n > 0) {
+            rc = j_replay_record(wb, img + off + J_HDR, n - J_HDR, fn);
+            wb->j.rp_records++;
+            off += n;
+            continue;
+        }
+        next = j_resync(img, len, off);
+        rc = j_set_aside(wb, img, len, off, next - off);
+        off = next;
     }
-    *good = off;
-    return rc == TFS_EFORMAT ? 0 : rc;
+    return rc;
 }
 
 static int j_read_all(int fd, struct tfs_buf *b)
@@ -460,7 +597,6 @@ int wb_journal_open(struct tfs_wb *wb, wb_replay_fn *fn)
 {
     struct wb_journal *j = &wb->j;
     struct tfs_buf img;
-    size_t good = 8;
     int rc;
 
     pthread_mutex_init(&j->sync_lock, NULL);
@@ -476,12 +612,9 @@ int wb_journal_open(struct tfs_wb *wb, wb_replay_fn *fn)
         (img.len < 8 || memcmp(img.p, J_MAGIC, 8) != 0))
         rc = tfs_err(TFS_EFORMAT, "%s/journal is not a tierfs journal",
                      wb->cfg.staging_dir);
+    j->rp_empty = img.len == 0;
     if (rc == 0 && img.len > 0)
-        rc = j_replay(wb, (const uint8_t *)img.p, img.len, &good, fn);
-    if (rc == 0 && img.len > 0 && good < img.len)
-        TFS_WARN("journal: dropped %zu bytes of a torn or corrupt tail "
-                 "at offset %zu (a change in progress at the crash)",
-                 img.len - good, good);
+        rc = j_replay(wb, (const uint8_t *)img.p, img.len, fn);
     j->size = img.len;
     tfs_buf_cleanup(&img);
     return rc;

@@ -4,9 +4,12 @@
  * compaction, uploader), close, and the statistics.  In order:
  *
  *   staging dir  STAGING/{lock,journal,data/}; one mount at a time
+ *   lost+found   what recovery cannot place is moved there, never
+ *                deleted
  *   recovery     the journal's last op per key rebuilds the overlay;
  *                staged files are checked against their records; data
- *                files nobody references are removed
+ *                files nobody references go to lost+found; an empty
+ *                journal beside data files refuses the mount
  *   life cycle   wb_open, wb_stop, wb_close
  *   statistics   the "writeback" member of the control file, Prometheus
  */
@@ -44,36 +47,24 @@ static void wb_cond_init(pthread_cond_t *c)
 
 /* ---- staging dir ---- */
 
-/* mkdir -p path (absolute). */
-static int wb_mkdirs(const char *path)
+/*
+ * Open the staging dir (mkdir -p, 0700), through tfs_dir_open_path: no
+ * component below the deepest existing ancestor may be a symlink, another
+ * user's, or writable by others, and the dir itself is private
+ * (docs/security.md).
+ */
+static int wb_mkdirs(const char *path, int *out_fd)
 {
-    char buf[4096];
-    size_t len = strlen(path);
-
-    if (len >= sizeof(buf))
-        return tfs_err(-ENAMETOOLONG, "staging dir %s", path);
-    memcpy(buf, path, len + 1);
-    for (size_t i = 1; i <= len; i++) {
-        if (buf[i] != '/' && buf[i] != '\0')
-            continue;
-        buf[i] = '\0';
-        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-            return tfs_err(-errno, "cannot create the staging dir %s", buf);
-        buf[i] = path[i];
-    }
-    return 0;
+    return tfs_dir_open_path(path, 0700, 0, out_fd);
 }
 
 static int wb_staging_open(struct tfs_wb *wb)
 {
     const char *dir = wb->cfg.staging_dir;
-    int rc = wb_mkdirs(dir);
+    int rc = wb_mkdirs(dir, &wb->j.dir_fd);
 
     if (rc < 0)
         return rc;
-    wb->j.dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (wb->j.dir_fd < 0)
-        return tfs_err(-errno, "cannot open the staging dir %s", dir);
     wb->lock_fd = openat(wb->j.dir_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC,
                          0600);
     if (wb->lock_fd < 0)
@@ -90,6 +81,91 @@ static int wb_staging_open(struct tfs_wb *wb)
         return tfs_err(-errno, "cannot open %s/data", dir);
     unlinkat(wb->j.dir_fd, "journal.tmp", 0);
     return 0;
+}
+
+/* ---- lost+found ---- */
+
+/* STAGING/lost+found, created on first use; its descriptor or -errno. */
+static int wb_lost_dir(struct tfs_wb *wb)
+{
+    const char *dir = wb->cfg.staging_dir;
+
+    if (wb->lost_fd >= 0)
+        return wb->lost_fd;
+    if (mkdirat(wb->j.dir_fd, "lost+found", 0700) < 0 && errno != EEXIST)
+        return tfs_err(-errno, "cannot create %s/lost+found", dir);
+    wb->lost_fd = openat(wb->j.dir_fd, "lost+found", O_RDONLY |
+                         O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (wb->lost_fd < 0)
+        return tfs_err(-errno, "cannot open %s/lost+found", dir);
+    if (fsync(wb->j.dir_fd) < 0)
+        return tfs_err(-errno, "cannot fsync %s", dir);
+    return wb->lost_fd;
+}
+
+/* name, or name.1, name.2, ... for try i. */
+static void wb_lost_name(char *buf, size_t size, const char *name,
+                         unsigned i)
+{
+    if (i == 0)
+        snprintf(buf, size, "%s", name);
+    else
+        snprintf(buf, size, "%s.%u", name, i);
+}
+
+int wb_lost_put(struct tfs_wb *wb, const char *name, const void *p,
+                size_t len, char *where, size_t wsize)
+{
+    int dfd = wb_lost_dir(wb);
+    char nm[128];
+    int fd = -1;
+    int rc;
+
+    for (unsigned i = 0; dfd >= 0 && fd < 0 && i < 1000; i++) {
+        wb_lost_name(nm, sizeof(nm), name, i);
+        fd = openat(dfd, nm, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+                    O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
+    if (dfd < 0)
+        return dfd;
+    if (fd < 0)
+        return tfs_err(-errno, "cannot create %s/lost+found/%s",
+                       wb->cfg.staging_dir, name);
+    rc = tfs_pwrite_all(fd, p, len, 0);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = -errno;
+    close(fd);
+    if (rc == 0 && fsync(dfd) < 0)
+        rc = -errno;
+    snprintf(where, wsize, "%s/lost+found/%s", wb->cfg.staging_dir, nm);
+    return rc < 0 ? tfs_err(rc, "cannot write %s", where) : 0;
+}
+
+/* Move data file data/name to lost+found/data-name; adds its bytes. */
+static int wb_lost_move(struct tfs_wb *wb, const char *name,
+                        uint64_t *bytes)
+{
+    int dfd = wb_lost_dir(wb);
+    char base[64];
+    char nm[80];
+    struct stat sb;
+
+    if (dfd < 0)
+        return dfd;
+    if (fstatat(wb->data_fd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0)
+        *bytes += (uint64_t)sb.st_size;
+    snprintf(base, sizeof(base), "data-%s", name);
+    for (unsigned i = 0; i < 1000; i++) {
+        wb_lost_name(nm, sizeof(nm), base, i);
+        if (renameat2(wb->data_fd, name, dfd, nm, RENAME_NOREPLACE) == 0)
+            return 0;
+        if (errno != EEXIST)
+            break;
+    }
+    return tfs_err(-errno, "cannot move %s/data/%s to lost+found",
+                   wb->cfg.staging_dir, name);
 }
 
 /* ---- recovery ---- */
@@ -139,28 +215,50 @@ static int rp_apply(struct tfs_wb *wb, const struct wb_jent *j)
     return 0;
 }
 
+/*
+ * Whether the data file of a FILE op is there, whole: 0 (yes), 1 (no:
+ * the entry is dropped, logged; a file of another size stays for the
+ * sweep to set aside), or a fatal -errno (EMFILE, EIO, ...: never a
+ * reason to drop an entry).
+ */
+static int rp_check_data(struct tfs_wb *wb, const struct wb_jent *j)
+{
+    char name[32];
+    struct stat sb;
+
+    snprintf(name, sizeof(name), "%016" PRIx64, j->id);
+    if (fstatat(wb->data_fd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
+        if (errno != ENOENT)
+            return tfs_err(-errno, "staging: cannot stat data/%s of '%s'",
+                           name, j->key);
+        TFS_ERROR("staging: the data file data/%s of '%s' is missing: "
+                  "dropping its entry", name, j->key);
+        return 1;
+    }
+    if ((uint64_t)sb.st_size != j->size) {
+        TFS_ERROR("staging: data/%s of '%s' is %lld bytes, not %" PRIu64
+                  ": dropping its entry (the file goes to lost+found)",
+                  name, j->key, (long long)sb.st_size, j->size);
+        return 1;
+    }
+    return 0;
+}
+
 /* A staged file from its FILE op: its data must be there, whole. */
 static int rp_file(struct tfs_wb *wb, const struct wb_jent *j)
 {
     struct wb_node *n = NULL;
     struct wb_ent *e;
-    struct stat sb;
-    int rc = wb_node_new(wb, j->id, j->size, j->mtime_ns, &n);
+    int rc = rp_check_data(wb, j);
 
-    if (rc == 0 && fstat(n->fd, &sb) < 0)
-        rc = tfs_err(-errno, "cannot stat its data file");
-    if (rc == 0 && (uint64_t)sb.st_size != j->size)
-        rc = tfs_err(-EIO, "its data file is %lld bytes, not %" PRIu64,
-                     (long long)sb.st_size, j->size);
-    if (rc < 0) {
-        TFS_ERROR("staging: dropping the staged file of '%s': %s%s%s%s",
-                  j->key, tfs_strerror(rc), tfs_errdetail()[0] ? " (" : "",
-                  tfs_errdetail(), tfs_errdetail()[0] ? ")" : "");
-        wb_node_put(n);
-        return 0;                       /* the others go on */
-    }
+    if (rc != 0)
+        return rc < 0 ? rc : 0;         /* the others go on */
+    rc = wb_node_new(wb, j->id, j->size, j->mtime_ns, &n);
+    if (rc < 0)
+        return rc;
     e = wb_ent_get(wb, j->key);
     if (e == NULL) {
+        n->id = 0;                      /* the data file stays */
         wb_node_put(n);
         return -ENOMEM;
     }
@@ -258,42 +356,120 @@ static uint64_t *wb_live_ids(struct tfs_wb *wb, size_t *n)
     return ids;
 }
 
-/* Remove data files nobody references; next ids start above them all. */
+/* The data ids the overlay references, sorted; -ENOMEM. */
+static int wb_sweep_ids(struct tfs_wb *wb, uint64_t **ids, size_t *n)
+{
+    *ids = wb_live_ids(wb, n);
+    return *ids != NULL ? 0 : -ENOMEM;
+}
+
+/* A data file's id from its name; false for a name that is none. */
+static bool wb_data_id(const char *name, uint64_t *id)
+{
+    char *end;
+
+    if (name[0] == '.' || name[0] == '\0')
+        return false;
+    *id = strtoull(name, &end, 16);
+    return *end == '\0';
+}
+
+static void wb_log_lost(struct tfs_wb *wb, size_t moved, uint64_t bytes)
+{
+    char b[32];
+
+    TFS_ERROR("staging: set aside %zu data files (%s) that no intact "
+              "journal record names, in %s/lost+found/ as data-<id>: %s; "
+              "inspect and remove them (docs/writeback.md, Recovery)",
+              moved, tfs_fmt_bytes(b, sizeof(b), (double)bytes),
+              wb->cfg.staging_dir, wb->j.rp_bad > 0 ?
+              "closed files whose record was damaged (see above), files "
+              "open at the crash or older contents" :
+              "files open at the crash (never closed) or older contents");
+}
+
+/* The number of data files in data/. */
+static int wb_count_data(struct tfs_wb *wb, size_t *n)
+{
+    int fd = fcntl(wb->data_fd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *de;
+    uint64_t id;
+
+    *n = 0;
+    if (d == NULL) {
+        int rc = tfs_err(-errno, "staging: cannot list data/");
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
+    while ((de = readdir(d)) != NULL)
+        *n += wb_data_id(de->d_name, &id);
+    closedir(d);
+    return 0;
+}
+
+/*
+ * An empty (or missing) journal beside data files: nothing says which
+ * file each one is, and a recovery would set every one aside.  Refuse,
+ * changing nothing, and say what to do.
+ */
+static int wb_check_orphans(struct tfs_wb *wb)
+{
+    const char *dir = wb->cfg.staging_dir;
+    size_t n;
+    int rc = wb_count_data(wb, &n);
+
+    if (rc < 0 || n == 0)
+        return rc;
+    return tfs_err(-EUCLEAN, "the staging dir %s holds %zu data files but "
+                   "its journal is empty or missing, so nothing says which "
+                   "file each one is; nothing was changed: put the journal "
+                   "back, or set the files aside with 'mkdir -p "
+                   "%s/lost+found && mv %s/data/* %s/lost+found/' and "
+                   "mount again", dir, n, dir, dir, dir);
+}
+
+/*
+ * Move the data files nobody references to lost+found (never delete
+ * them: the journal may have lost the record that named one); next ids
+ * start above them all.
+ */
 static int wb_sweep(struct tfs_wb *wb)
 {
     int fd = fcntl(wb->data_fd, F_DUPFD_CLOEXEC, 0);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     uint64_t max = 0;
-    size_t n;
-    size_t removed = 0;
-    uint64_t *ids = wb_live_ids(wb, &n);
+    uint64_t bytes = 0;
+    size_t moved = 0;
+    size_t n = 0;
+    uint64_t *ids = NULL;
     struct dirent *de;
+    int rc = d != NULL ? wb_sweep_ids(wb, &ids, &n)
+                       : tfs_err(-errno, "staging: cannot list data/");
 
-    if (d == NULL || ids == NULL) {
-        if (fd >= 0 && d == NULL)
-            close(fd);
-        tfs_free(ids);
-        return d == NULL ? tfs_err(-errno, "staging: cannot list data/")
-                         : -ENOMEM;
-    }
-    while ((de = readdir(d)) != NULL) {
-        char *end;
-        uint64_t id = strtoull(de->d_name, &end, 16);
-        if (de->d_name[0] == '.' || *end != '\0')
+    while (rc == 0 && (de = readdir(d)) != NULL) {
+        uint64_t id;
+        if (!wb_data_id(de->d_name, &id))
             continue;
         max = TFS_MAX(max, id);
         if (bsearch(&id, ids, n, sizeof(*ids), id_cmp) != NULL)
             continue;
-        unlinkat(wb->data_fd, de->d_name, 0);
-        removed++;
+        rc = wb_lost_move(wb, de->d_name, &bytes);
+        moved += rc == 0;
     }
-    closedir(d);
+    if (d != NULL)
+        closedir(d);
+    else if (fd >= 0)
+        close(fd);
     tfs_free(ids);
     atomic_store(&wb->next_id, max + 1);
-    if (removed > 0)
-        TFS_INFO("staging: removed %zu data files of changes that never "
-                 "completed", removed);
-    return 0;
+    if (moved > 0 && (fsync(wb->data_fd) < 0 || fsync(wb->lost_fd) < 0) &&
+        rc == 0)
+        rc = tfs_err(-errno, "staging: cannot fsync after moving files");
+    if (moved > 0)
+        wb_log_lost(wb, moved, bytes);
+    return rc;
 }
 
 /* Replay the journal into the overlay; check it is for this store. */
@@ -309,6 +485,8 @@ static int wb_recover(struct tfs_wb *wb)
     }
     wb->replay = rs;
     rc = wb_journal_open(wb, rp_apply);
+    if (rc == 0 && wb->j.rp_empty)
+        rc = wb_check_orphans(wb);
     if (rc == 0 && rs->identity != NULL && strcmp(rs->identity, ident) &&
         rs->map.n > 0)
         rc = tfs_err(TFS_EOPTION, "the staging dir %s holds changes for "
@@ -352,6 +530,7 @@ int wb_open(struct tfs_wb **out, const struct wb_cfg *cfg,
     wb->cache = c;
     wb->store_dirs = (tfs_store_caps(st) & TFS_SCAP_DIRS) != 0;
     wb->lock_fd = wb->data_fd = wb->j.dir_fd = wb->j.fd = -1;
+    wb->lost_fd = -1;
     atomic_init(&wb->next_nid, 1);
     atomic_init(&wb->next_id, 1);
     pthread_rwlock_init(&wb->ns_lock, NULL);
@@ -437,6 +616,8 @@ void wb_close(struct tfs_wb *wb)
     wb_journal_close(wb);
     if (wb->data_fd >= 0)
         close(wb->data_fd);
+    if (wb->lost_fd >= 0)
+        close(wb->lost_fd);
     if (wb->j.dir_fd >= 0)
         close(wb->j.dir_fd);
     if (wb->lock_fd >= 0)

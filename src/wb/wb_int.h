@@ -83,6 +83,9 @@ struct wb_ent {
     unsigned         attempts;          /* failures of the current work */
     int              last_err;
     char            *last_detail;       /* owned; of last_err */
+    uint64_t         parked_seq;        /* seq when its work failed for
+                                           good: parked while seq stays
+                                           (upload.c); 0 = never */
     bool             queued;            /* on the pending queue */
     struct wb_ent   *qprev;             /* pending queue; wb->lock */
     struct wb_ent   *qnext;
@@ -183,6 +186,12 @@ void wb_data_path(const struct tfs_wb *wb, uint64_t id, char *buf,
 /* Remove data file id of size bytes and give its room back. */
 void wb_data_unlink(struct tfs_wb *wb, uint64_t id, uint64_t size);
 uint64_t wb_new_id(struct tfs_wb *wb);
+/*
+ * Keep len bytes at p as STAGING/lost+found/name (a suffix .1, .2, ...
+ * when taken), durably; where receives the path.  -errno.
+ */
+int wb_lost_put(struct tfs_wb *wb, const char *name, const void *p,
+                size_t len, char *where, size_t wsize);
 /* Wait until need more bytes fit under staging_max (docs/writeback.md). */
 int wb_space_wait(struct tfs_wb *wb, uint64_t need, const char *why);
 void wb_space_add(struct tfs_wb *wb, int64_t delta);
@@ -211,7 +220,14 @@ struct wb_journal {
     pthread_mutex_t sync_lock;          /* one fdatasync at a time */
     atomic_uint_fast64_t synced;        /* logical bytes durable */
     uint64_t        compact_at;         /* size that triggers compaction */
-    int             err;                /* sticky write error; wb->lock */
+    atomic_int      err;                /* sticky write or sync error:
+                                           every append and sync fails
+                                           until a compaction clears it */
+    /* what the replay at open found */
+    size_t          rp_records;         /* intact records replayed */
+    size_t          rp_bad;             /* damaged ranges set aside */
+    uint64_t        rp_bad_bytes;
+    bool            rp_empty;           /* no journal, or 0 bytes */
 };
 
 /* Encoders: append one op to a record being built (errors sticky in b). */
@@ -249,7 +265,10 @@ struct wb_jent {
 typedef int wb_replay_fn(struct tfs_wb *wb, const struct wb_jent *j);
 /*
  * Open (or create) the journal and feed every op of every intact record
- * to fn, in order; a torn or corrupt tail is cut off (logged).
+ * to fn, in order.  A damaged range (no intact record starts there) is
+ * skipped up to the next intact record, or to the end (a torn tail),
+ * and its bytes are kept in lost+found (logged); a record is applied
+ * whole or not at all.  wb->j.rp_* receive what was found.
  */
 int wb_journal_open(struct tfs_wb *wb, wb_replay_fn *fn);
 void wb_journal_close(struct tfs_wb *wb);
@@ -260,6 +279,11 @@ int wb_upload_start(struct tfs_wb *wb);
 void wb_upload_stop(struct tfs_wb *wb);
 /* Something changed: let the scheduler look.  wb->lock held. */
 void wb_upload_kick(struct tfs_wb *wb);
+/*
+ * Append ', "parked": N, "parked_changes": [...]' (the changes parked
+ * after a permanent error, docs/writeback.md) to b.  Takes wb->lock.
+ */
+int wb_parked_json(struct tfs_wb *wb, struct tfs_buf *b);
 
 /* A sync waiting on prefix up to barrier seq: its work goes first. */
 struct wb_hurry {
@@ -295,6 +319,8 @@ struct tfs_wb {
     int                  lock_fd;       /* flock'd staging/lock */
     atomic_bool          closing;       /* delete no staged data */
     int                  data_fd;       /* staging/data */
+    int                  lost_fd;       /* staging/lost+found, -1 until
+                                           first used (recovery) */
 
     pthread_rwlock_t     ns_lock;       /* directory renames exclusive,
                                            completions shared */

@@ -5,12 +5,20 @@
  * (replay, torn and corrupt tails, compaction, a staging dir of another
  * store), the lock, and sync.  Uploads wait a minute unless a sync
  * hurries them, so every case controls when the store changes.
+ *
+ * Recovery (docs/writeback.md): a damaged record costs only itself
+ * (resync), every byte offset of a journal flipped in turn never loses a
+ * data file, an empty journal beside data files refuses the mount, a
+ * failed journal fdatasync sticks, a record is never sealed with a field
+ * missing (failing allocations), replayed files hold no descriptor.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +28,7 @@
 #include "tierfs/mem.h"
 #include "tierfs/store.h"
 #include "wb/wb.h"
+#include "wb/wb_int.h"
 
 static char t_dir[256];                 /* scratch: store/, staging/ */
 
@@ -373,8 +382,409 @@ TEST(double_rename)
     t_wrap = t_query = "";
 }
 
+
+/* ---- recovery ---- */
+
+/* The whole of path into buf (at most size); its length or -1. */
+static long slurp(const char *path, unsigned char *buf, size_t size)
+{
+    int fd = open(path, O_RDONLY);
+    long n;
+
+    if (fd < 0)
+        return -1;
+    n = (long)read(fd, buf, size);
+    close(fd);
+    return n;
+}
+
+static void spit(const char *path, const void *buf, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+    CHECK(fd >= 0);
+    CHECK_EQ(write(fd, buf, len), (long long)len);
+    close(fd);
+}
+
+/* Files in dir whose names start with prefix ("" for all). */
+static int count_files(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int n = 0;
+
+    if (d == NULL)
+        return 0;
+    while ((de = readdir(d)) != NULL)
+        n += de->d_name[0] != '.' &&
+             strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
+}
+
+/* The offset of the payload of the k-th record (0: the HEAD) of journal
+   image img, by its framing. */
+static size_t record_payload(const unsigned char *img, size_t len, int k)
+{
+    size_t off = 8;
+
+    for (int i = 0; i <= k; i++) {
+        size_t rlen = img[off] | (size_t)img[off + 1] << 8 |
+                      (size_t)img[off + 2] << 16 | (size_t)img[off + 3] << 24;
+        if (i == k)
+            return off + 12;
+        off += 12 + rlen;
+        CHECK(off < len);
+    }
+    return 0;
+}
+
+/* E2 of the review: one byte flipped inside the first FILE record of
+   three costs that record only; the other two files replay and upload,
+   and the first one's data is kept in lost+found, never deleted. */
+TEST(corrupt_record)
+{
+    unsigned char img[4096];
+    char path[400];
+    char lost[400];
+    struct env e;
+    long len;
+    size_t p;
+
+    env_open(&e, "k", "k-stg");
+    wb_put_file(e.wb, "f1", "one");
+    wb_put_file(e.wb, "f2", "two");
+    wb_put_file(e.wb, "f3", "three");
+    env_close(&e);
+    snprintf(path, sizeof(path), "%s/k-stg/journal", t_dir);
+    len = slurp(path, img, sizeof(img));
+    CHECK(len > 0);
+    p = record_payload(img, (size_t)len, 1);    /* FILE f1 */
+    CHECK_EQ(img[p], 2);                        /* WB_J_FILE */
+    img[p + 10] ^= 0xff;                        /* inside its data id */
+    spit(path, img, (size_t)len);
+
+    env_open(&e, "k", "k-stg");
+    CHECK_STR(wb_read(e.wb, e.c, "f2"), "two");
+    CHECK_STR(wb_read(e.wb, e.c, "f3"), "three");
+    sync_all(e.wb);
+    CHECK_STR(store_read(&e, "f2"), "two");
+    CHECK_STR(store_read(&e, "f3"), "three");
+    env_close(&e);
+    snprintf(lost, sizeof(lost), "%s/k-stg/lost+found", t_dir);
+    CHECK_EQ(count_files(lost, "data-"), 1);    /* f1's bytes */
+    CHECK_EQ(count_files(lost, "journal-"), 1); /* its record */
+}
+
+/* E2b: an empty journal beside staged data refuses the mount and
+   changes nothing; the data files stay where they are. */
+TEST(empty_journal)
+{
+    struct wb_cfg cfg = {.upload_jobs = 1, .upload_delay_ms = 60000};
+    char path[400];
+    char data[400];
+    struct env e;
+    struct tfs_wb *wb;
+
+    env_open(&e, "m", "m-stg");
+    wb_put_file(e.wb, "g1", "one");
+    wb_put_file(e.wb, "g2", "two");
+    env_close(&e);
+    snprintf(path, sizeof(path), "%s/m-stg/journal", t_dir);
+    snprintf(data, sizeof(data), "%s/m-stg/data", t_dir);
+    CHECK_EQ(count_files(data, ""), 2);
+    CHECK_OK(truncate(path, 0));
+    env_open(&e, "m", "other-stg");     /* the store and cache only */
+    cfg.staging_dir = e.stg;
+    snprintf(e.stg, sizeof(e.stg), "%s/m-stg", t_dir);
+    CHECK_RC(wb_open(&wb, &cfg, e.st, e.c), -EUCLEAN);
+    CHECK(strstr(tfs_errdetail(), "2 data files") != NULL);
+    CHECK_EQ(count_files(data, ""), 2);
+    unlink(path);                       /* missing: the same */
+    CHECK_RC(wb_open(&wb, &cfg, e.st, e.c), -EUCLEAN);
+    CHECK_EQ(count_files(data, ""), 2);
+    env_close(&e);
+}
+
+/* Move lost+found/data-<id> files back to data/ and drop the rest. */
+static void flip_restore(const char *stg)
+{
+    char lost[400];
+    char from[700];
+    char to[700];
+    DIR *d;
+    struct dirent *de;
+
+    snprintf(lost, sizeof(lost), "%s/lost+found", stg);
+    d = opendir(lost);
+    if (d == NULL)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(from, sizeof(from), "%s/%s", lost, de->d_name);
+        snprintf(to, sizeof(to), "%s/data/%s", stg, de->d_name + 5);
+        if (strncmp(de->d_name, "data-", 5) == 0)
+            CHECK_OK(rename(from, to));
+        else
+            CHECK_OK(unlink(from));
+    }
+    closedir(d);
+}
+
+/*
+ * Every byte offset of a journal of 21 records (HEAD + 20 files) flipped
+ * in turn, each time from the same state: recovery never loses a data
+ * file (referenced ones replay, the others are in lost+found), and a
+ * flip costs at most the record it hits.  Uploads fail (fault+), so
+ * that only recovery moves files.  The staging dir is on /dev/shm when
+ * there is one, for speed.  A row of docs/reliability.md.
+ */
+TEST(flip_every_byte)
+{
+    unsigned char img[8192];
+    char path[400];
+    char data[400];
+    char lost[400];
+    struct env e;
+    long len;
+    size_t tried = 0;
+    size_t refused = 0;
+    size_t rec_min = SIZE_MAX;
+    size_t rec_sum = 0;
+    size_t lost_files = 0;
+    char shm[] = "/dev/shm/tfs-test-wb-flip-XXXXXX";
+    bool on_shm = mkdtemp(shm) != NULL;
+
+    t_wrap = "fault+";
+    t_query = "?error_rate=1&error_ops=put,copy,rename,remove";
+    env_open(&e, "p", "p-stg");
+    if (on_shm)
+        snprintf(e.stg, sizeof(e.stg), "%s/stg", shm);
+    wb_close(e.wb);
+    env_open_wb(&e);
+    for (int i = 0; i < 20; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "f%02d", i);
+        wb_put_file(e.wb, key, key);
+    }
+    wb_close(e.wb);
+    snprintf(path, sizeof(path), "%s/journal", e.stg);
+    snprintf(data, sizeof(data), "%s/data", e.stg);
+    snprintf(lost, sizeof(lost), "%s/lost+found", e.stg);
+    len = slurp(path, img, sizeof(img));
+    CHECK(len > 8 && len < (long)sizeof(img));
+    CHECK_EQ(count_files(data, ""), 20);
+    tfs_log_set_level(TFS_LOG_ERR - 1); /* quiet: each flip logs */
+    for (long off = 0; off < len; off++) {
+        size_t files;
+        int rc;
+
+        img[off] ^= 0xff;
+        spit(path, img, (size_t)len);
+        img[off] ^= 0xff;
+        rc = wb_open(&e.wb, &(struct wb_cfg){.staging_dir = e.stg,
+                     .upload_jobs = 1, .upload_delay_ms = 60000,
+                     .retry_max_ms = 60000}, e.st, e.c);
+        tried++;
+        if (rc < 0) {                   /* the magic: refused, all kept */
+            CHECK_RC(rc, TFS_EFORMAT);
+            CHECK(off < 8);
+            CHECK_EQ(count_files(data, ""), 20);
+            refused++;
+            continue;
+        }
+        files = (size_t)count_files(data, "");
+        CHECK_EQ(files + (size_t)count_files(lost, "data-"), 20);
+        CHECK(files >= 19);             /* at most the record hit */
+        CHECK(e.wb->j.rp_records >= 20);
+        rec_min = TFS_MIN(rec_min, e.wb->j.rp_records);
+        rec_sum += e.wb->j.rp_records;
+        lost_files += 20 - files - (size_t)count_files(lost, "data-");
+        wb_close(e.wb);
+        e.wb = NULL;
+        flip_restore(e.stg);
+        CHECK_EQ(count_files(data, ""), 20);
+    }
+    tfs_log_set_level(getenv("WBDEBUG") ? TFS_LOG_DEBUG : TFS_LOG_WARNING);
+    printf("journal flip: %zu offsets of a %ld-byte journal (21 records) "
+           "each flipped, %zu refused (magic, data kept); records "
+           "recovered min %zu avg %.2f of 21; files lost %zu\n", tried, len,
+           refused, rec_min, (double)rec_sum / (double)(tried - refused),
+           lost_files);
+    CHECK_EQ(lost_files, 0);
+    CHECK_EQ(rec_min, 20);
+    spit(path, img, (size_t)len);
+    env_open_wb(&e);
+    env_close(&e);
+    t_wrap = t_query = "";
+    if (on_shm) {
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", shm);
+        CHECK_EQ(system(cmd), 0);
+    }
+}
+
+/* R1: a failed journal fdatasync fails the change that waited on it and
+   every later one, even once syncs work again, until compaction. */
+TEST(sync_error_sticks)
+{
+    struct wb_want w = {.create = true, .trunc = true};
+    struct wb_node *n;
+    struct env e;
+    int real;
+    int null;
+
+    env_open(&e, "s", "s-stg");
+    wb_stop(e.wb);                      /* no scheduler: no compaction */
+    real = dup(e.wb->j.fd);
+    null = open("/dev/null", O_RDWR);
+    CHECK(real >= 0 && null >= 0);
+    CHECK(dup2(null, e.wb->j.fd) >= 0); /* writes work, fdatasync fails */
+    CHECK_OK(wb_open_write(e.wb, "a", &w, &n));
+    CHECK_OK(wb_node_write(e.wb, n, "A", 1, 0));
+    CHECK_RC(wb_node_seal(e.wb, n), -EINVAL);
+    wb_node_close(e.wb, n, true, false);
+    wb_node_put(n);
+    CHECK(dup2(real, e.wb->j.fd) >= 0); /* the disk is back */
+    CHECK_OK(wb_open_write(e.wb, "b", &w, &n));
+    CHECK_OK(wb_node_write(e.wb, n, "B", 1, 0));
+    CHECK_RC(wb_node_seal(e.wb, n), -EINVAL);
+    wb_node_close(e.wb, n, true, false);
+    wb_node_put(n);
+    CHECK_RC(wb_mkdir(e.wb, "d"), -EINVAL);
+    pthread_mutex_lock(&e.wb->lock);
+    CHECK_OK(wb_journal_compact(e.wb));
+    pthread_mutex_unlock(&e.wb->lock);
+    wb_put_file(e.wb, "c", "C");        /* works again */
+    CHECK_OK(wb_mkdir(e.wb, "d2"));
+    close(real);
+    close(null);
+    env_close(&e);
+    env_open(&e, "s", "s-stg");
+    CHECK_STR(wb_read(e.wb, e.c, "c"), "C");
+    CHECK_STR(wb_read(e.wb, e.c, "d2"), "<dir>");
+    env_close(&e);
+}
+
+/* Allocation number t_fail_at of this thread fails; the others work. */
+static _Thread_local long t_fail_at = -1;
+static _Thread_local long t_allocs;
+
+static bool fail_now(void)
+{
+    return t_fail_at >= 0 && t_allocs++ == t_fail_at;
+}
+
+static void *fail_malloc(size_t n)
+{
+    return fail_now() ? NULL : malloc(n);
+}
+
+static void *fail_calloc(size_t c, size_t n)
+{
+    return fail_now() ? NULL : calloc(c, n);
+}
+
+static void *fail_realloc(void *p, size_t n)
+{
+    return fail_now() ? NULL : realloc(p, n);
+}
+
+/* One record of every op, with keys long enough to grow the buffer
+   several times. */
+static void build_record(struct tfs_buf *b)
+{
+    static char k1[900];
+    static char k2[600];
+    struct tfs_stat st = {.size = 7, .mtime_ns = 9};
+
+    memset(k1, 'k', sizeof(k1) - 1);
+    memset(k2, 'm', sizeof(k2) - 1);
+    snprintf(st.version, sizeof(st.version), "v1");
+    wb_jop_key(b, WB_J_WHITEOUT, "w");
+    wb_jop_file(b, k1, 5, 3, 11, 0);
+    wb_jop_moved(b, k2, k1, &st);
+    wb_jop_dir(b, "dir/", 1);
+    wb_jop_file(b, "tail", 6, 4, 12, WB_JF_IN_STORE);
+}
+
+/*
+ * Every allocation of the journal encoders failing in turn (only the
+ * Nth: later ones succeed): a record that lost a field is never
+ * appended with a valid checksum; what is appended is the whole record.
+ */
+TEST(alloc_failures)
+{
+    struct tfs_buf ref;
+    struct env e;
+    long n;
+
+    tfs_buf_init(&ref, 0);
+    build_record(&ref);
+    env_open(&e, "a", "a-stg");
+    for (n = 0; n < 64; n++) {
+        struct tfs_buf b;
+        uint64_t before;
+        uint64_t end;
+        int rc;
+
+        tfs_buf_init(&b, 0);
+        t_allocs = 0;
+        t_fail_at = n;
+        CHECK_OK(tfs_replace_allocator(fail_malloc, fail_realloc,
+                                       fail_calloc, free));
+        build_record(&b);
+        CHECK_OK(tfs_replace_allocator(malloc, realloc, calloc, free));
+        t_fail_at = -1;
+        if (t_allocs <= n) {            /* nothing failed: done */
+            tfs_buf_cleanup(&b);
+            break;
+        }
+        CHECK(b.len != ref.len || memcmp(b.p, ref.p, ref.len) != 0 ||
+              n > 0);
+        pthread_mutex_lock(&e.wb->lock);
+        before = e.wb->j.size;
+        rc = wb_journal_append(e.wb, &b, &end);
+        pthread_mutex_unlock(&e.wb->lock);
+        if (rc == 0)                    /* only a whole record */
+            CHECK(e.wb->j.size == before + 12 + ref.len);
+        else
+            CHECK_RC(rc, -ENOMEM);
+        tfs_buf_cleanup(&b);
+    }
+    CHECK(n > 3 && n < 64);             /* the loop met every allocation */
+    env_close(&e);
+    tfs_buf_cleanup(&ref);
+    env_open(&e, "a", "a-stg");         /* every record replays whole */
+    CHECK(e.wb->j.rp_bad == 0);
+    env_close(&e);
+}
+
+/* The tfs_buf error sticks: appends after a failure change nothing. */
+TEST(buf_sticky)
+{
+    struct tfs_buf b;
+
+    tfs_buf_init(&b, 8);
+    CHECK_OK(tfs_buf_append(&b, "1234", 4));
+    CHECK_RC(tfs_buf_append(&b, "56789", 5), TFS_ETOOBIG);
+    CHECK_RC(tfs_buf_append(&b, "5", 1), TFS_ETOOBIG);
+    CHECK_RC(tfs_buf_puts(&b, "x"), TFS_ETOOBIG);
+    CHECK_RC(tfs_buf_printf(&b, "%d", 1), TFS_ETOOBIG);
+    CHECK_EQ(b.len, 4);
+    CHECK_RC(tfs_buf_error(&b), TFS_ETOOBIG);
+    tfs_buf_reset(&b);
+    CHECK_OK(tfs_buf_error(&b));
+    CHECK_OK(tfs_buf_append(&b, "5", 1));
+    tfs_buf_cleanup(&b);
+}
+
 TESTS(T(view), T(replay), T(torn_tail), T(exclusive), T(copy_on_write),
-      T(double_rename));
+      T(double_rename), T(corrupt_record), T(empty_journal),
+      T(flip_every_byte), T(sync_error_sticks), T(alloc_failures),
+      T(buf_sticky));
 
 int main(int argc, char **argv)
 {
