@@ -944,6 +944,54 @@ TEST(cache_dir_settings_adopted)
     remove_dirs();
 }
 
+/* A damaged settings file is refused, never adopted (R13). */
+TEST(cache_dir_settings_checked)
+{
+    static const char *const bad[] = {
+        "block_size=1\n", "block_size=10737418240\ncache_size=5242880\n",
+        "block_size=65535\n", "cache_size=4096\n",
+        "block_size=18446744073709551615\n",
+    };
+    const char *kv[] = {"cache_dir", NULL, NULL};
+    struct tfs_cache *c = NULL;
+    struct tfs_store *st;
+    char path[128];
+
+    setup_dirs();
+    kv[1] = cdir;
+    snprintf(path, sizeof(path), "%s/settings", cdir);
+    st = open_remote(NULL);
+    for (size_t i = 0; i < TFS_ARRAY_LEN(bad); i++) {
+        FILE *f = fopen(path, "w");
+        int rc;
+
+        CHECK(f != NULL);
+        fputs(bad[i], f);
+        CHECK(fclose(f) == 0);
+        CHECK_OK(tfs_cache_create(&c));
+        CHECK_OK(tfs_cache_set(c, "cache_dir", cdir));
+        rc = tfs_cache_open(c, st);
+        if (rc != TFS_EFORMAT || strstr(tfs_errdetail(), "out of range") ==
+                                     NULL)
+            TEST_FAIL_("settings '%s': rc %d detail '%s'", bad[i], rc,
+                       tfs_errdetail());
+        tfs_cache_close(c);
+    }
+    /* The edges of the option's ranges are adopted. */
+    {
+        FILE *f = fopen(path, "w");
+
+        CHECK(f != NULL);
+        fputs("block_size=65536\ncache_size=1048576\n", f);
+        CHECK(fclose(f) == 0);
+    }
+    c = open_cache(st, kv);
+    CHECK_EQ(stat_of(c, "cache_capacity_disk"), 1u << 20);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    remove_dirs();
+}
+
 TEST(pinned_reads)
 {
     size_t len = (2u << 20) + 1000;
@@ -1121,5 +1169,6 @@ TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
       T(meta_ttl_and_negative_entries), T(prefetch_hint),
       T(sequential_readahead), T(hedged_reads), T(multi_process_sharing),
       T(queued_reads_promoted_not_hedged), T(cache_dir_settings_adopted),
+      T(cache_dir_settings_checked),
       T(pinned_reads), T(note_put_patches_listings));
 TEST_MAIN()
