@@ -63,6 +63,9 @@ set_tests_properties(s3.tuned PROPERTIES LABELS s3 TIMEOUT 180
 # The cache tests again, with the S3 server as the remote.
 tfs_s3_test(unit.cache-s3 env TFS_TEST_REMOTE=s3://tierfs-test/cache
   $<TARGET_FILE:test_cache>)
+# End-to-end checks of store bytes (D8): the ETag-MD5 cases need S3.
+tfs_s3_test(unit.verify-s3 env TFS_TEST_REMOTE=s3://tierfs-test/verify
+  $<TARGET_FILE:test_verify>)
 
 # ---- FUSE mount (tests/integ/fuse_mount.c) ----
 # Mounted for real with the tierfs binary, once over a directory and once

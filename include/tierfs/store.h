@@ -81,7 +81,28 @@ struct tfs_source {
 #define TFS_SCAP_WRAPPER 0x08u          /* wraps another store */
 #define TFS_SCAP_DIRS    0x10u          /* directories exist on their own */
 
-#define TFS_STORE_OPS_VERSION 1
+/*
+ * What a store knows about the bytes one read returned, for end-to-end
+ * checks (tfs_store_read_verified).  The caller zeroes it; the bottom
+ * store fills what it learnt from the answer; wrappers pass it up
+ * unchanged, even when they change the bytes (the fault layer's flips
+ * are meant to be caught).  Checksums describe the whole object, so they
+ * check a read only when that read returned the whole object.
+ */
+#define TFS_RINFO_SIZE   0x01u          /* obj_size is known */
+#define TFS_RINFO_MD5    0x02u          /* md5 is the whole object's MD5 */
+
+struct tfs_read_info {
+    unsigned have;                      /* TFS_RINFO_* */
+    uint64_t obj_size;                  /* bytes of the whole object */
+    uint8_t  md5[16];                   /* S3: single-part ETag */
+};
+
+/*
+ * 1: the first table.  2: adds read_ex.  A table of an older version
+ * simply has no members past its own; the core checks version first.
+ */
+#define TFS_STORE_OPS_VERSION 2
 
 /*
  * The operations table a store implements.  Only src/store/store.c calls
@@ -139,6 +160,16 @@ struct tfs_store_ops {
      * NULL: scheme "://" location as opened.  Valid until close.
      */
     const char *(*identity)(struct tfs_store *st);
+
+    /* ---- version 2 ---- */
+    /*
+     * Optional: read() that also fills info (zeroed by the caller, never
+     * NULL).  When present it is called instead of read().  Wrappers
+     * forward info with tfs_store_read_ex().
+     */
+    int  (*read_ex)(struct tfs_store *st, const char *key, void *buf,
+                    size_t len, uint64_t off, const char *if_version,
+                    size_t *nread, struct tfs_read_info *info);
 };
 
 /*
@@ -159,6 +190,34 @@ TFS_API int tfs_store_stat(struct tfs_store *st, const char *key,
 TFS_API int tfs_store_read(struct tfs_store *st, const char *key, void *buf,
                            size_t len, uint64_t off, const char *if_version,
                            size_t *nread);
+/* tfs_store_read that also says what the store knows (info zeroed). */
+TFS_API int tfs_store_read_ex(struct tfs_store *st, const char *key,
+                              void *buf, size_t len, uint64_t off,
+                              const char *if_version, size_t *nread,
+                              struct tfs_read_info *info);
+
+/* How tfs_store_read_verified checked a read (*how). */
+enum tfs_verify_how {
+    TFS_VERIFIED_NONE = 0,              /* nothing to check it against */
+    TFS_VERIFIED_MD5,                   /* the whole object, against MD5 */
+    TFS_VERIFIED_REREAD,                /* a second read was the same */
+};
+
+/*
+ * tfs_store_read, then an end-to-end check where one is possible: when
+ * the read returned the whole object and the store gave its MD5 (S3's
+ * single-part ETag), the bytes are hashed and compared; otherwise, when
+ * the chain was opened with verify=reread, the range is read a second
+ * time and compared.  verify=off turns both off.  A mismatch returns
+ * TFS_ECORRUPT (the detail names the key and the check) and is counted
+ * in the outermost layer's checksum_mismatches; nothing is retried here.
+ * how (may be NULL) receives the check that passed.
+ */
+TFS_API int tfs_store_read_verified(struct tfs_store *st, const char *key,
+                                    void *buf, size_t len, uint64_t off,
+                                    const char *if_version, size_t *nread,
+                                    enum tfs_verify_how *how);
+
 TFS_API int tfs_store_list(struct tfs_store *st, const char *prefix,
                            const char *delim, const char *token,
                            size_t max_keys, struct tfs_list_page *page);
@@ -200,6 +259,11 @@ struct tfs_store_stats {
     uint64_t errors;
     uint64_t read_bytes;
     uint64_t put_bytes;
+    /* over the whole chain below this layer too: */
+    uint64_t checksum_mismatches;       /* tfs_store_read_verified */
+    uint64_t verified_reads;            /* reads a check passed */
+    uint64_t list_skipped;              /* keys a listing could not hold
+                                           (S3 keys with NUL), left out */
 };
 TFS_API void tfs_store_get_stats(struct tfs_store *st,
                                  struct tfs_store_stats *out);

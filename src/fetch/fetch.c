@@ -207,6 +207,37 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
     }
 }
 
+/*
+ * The one point where store bytes enter the cache: read and check them
+ * end to end where the store allows (tfs_store_read_verified).  A
+ * mismatch is read once more, then fails -EIO; the job's buffer is never
+ * published then, so nothing corrupt reaches RAM or disk (D8).
+ */
+static int fetch_read_verified(struct tfs_cache *c, struct fetch_job *j,
+                               size_t *n)
+{
+    enum tfs_verify_how how = TFS_VERIFIED_NONE;
+    int rc = TFS_ECORRUPT;
+
+    for (int i = 0; i < 2 && rc == TFS_ECORRUPT; i++) {
+        rc = tfs_store_read_verified(c->st, j->key, j->dst, j->len, j->off,
+                                     j->version, n, &how);
+        if (rc == TFS_ECORRUPT) {
+            TFS_COUNT(&c->ctr, store_checksum_mismatch, 1);
+            tfs_log(TFS_LOG_WARNING, "fetch: block %llu of '%s': %s%s",
+                    (unsigned long long)j->index, j->key, tfs_errdetail(),
+                    i == 0 ? ", reading it again" : "");
+        }
+    }
+    if (rc == TFS_ECORRUPT)
+        rc = tfs_err(-EIO, "'%s' block %llu failed its end-to-end check "
+                     "twice; not cached", j->key,
+                     (unsigned long long)j->index);
+    if (rc == 0 && how != TFS_VERIFIED_NONE)
+        TFS_COUNT(&c->ctr, store_verified_blocks, 1);
+    return rc;
+}
+
 static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
 {
     uint64_t t0 = tfs_now_ns();
@@ -225,8 +256,7 @@ static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
         rc = tfs_err(-ENOMEM, "fetch: no memory for block %llu of '%s'",
                      (unsigned long long)j->index, j->key);
     else
-        rc = tfs_store_read(c->st, j->key, j->dst, j->len, j->off,
-                            j->version, &n);
+        rc = fetch_read_verified(c, j, &n);
     if (rc == 0 && n != j->len)
         rc = tfs_err(TFS_ECHANGED, "'%s' is shorter than its listed size",
                      j->key);

@@ -52,6 +52,8 @@ uint64_t tfs_hist_quantile(const struct tfs_hist *h, double q);
     X(disk_write_bytes, "bytes written to the disk tier")                  \
     X(disk_write_dropped, "disk writes skipped (queue full or error)")     \
     X(corrupt_blocks, "disk blocks that failed their checksum")            \
+    X(store_checksum_mismatch, "store reads that failed end-to-end checks") \
+    X(store_verified_blocks, "blocks checked end to end (MD5 or reread)")  \
     X(stall_ns, "time readers spent waiting for blocks")                   \
     X(meta_hits, "stats and listings served from the metadata cache")      \
     X(meta_misses, "stats and listings that went to the store")            \

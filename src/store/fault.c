@@ -77,6 +77,7 @@ struct fault_cfg {
     int                 error_rc;       /* -errno or TFS_E* */
     unsigned            error_ops;      /* 1u << enum fault_op */
     double              flip_rate;      /* 0..1 */
+    uint64_t            flip_max;       /* flips in all; 0 = no limit */
     struct fault_window windows[FAULT_MAX_WINDOWS];
     size_t              n_windows;
     uint64_t            epoch_ns;       /* windows count from here */
@@ -213,6 +214,11 @@ static int fault_set_error_rate(struct fault_cfg *c, const char *v)
 static int fault_set_flip_rate(struct fault_cfg *c, const char *v)
 {
     return fault_parse_rate(v, &c->flip_rate);
+}
+
+static int fault_set_flip_max(struct fault_cfg *c, const char *v)
+{
+    return tfs_parse_u64(v, &c->flip_max);
 }
 
 static int fault_set_error(struct fault_cfg *c, const char *v)
@@ -368,6 +374,7 @@ static const struct fault_option {
     {"error_ops", fault_set_error_ops, "a comma list of stat, read, list, "
                                        "put, remove, copy, rename or all"},
     {"flip_rate", fault_set_flip_rate, "a probability in [0, 1]"},
+    {"flip_max", fault_set_flip_max, "a whole number (0: no limit)"},
     {"partition", fault_set_partition, "START_MS+DUR_MS[,...]"},
     {"partition_file", fault_set_partition_file, "a path"},
     {"partition_mode", fault_set_partition_mode, "hang or refuse"},
@@ -579,6 +586,18 @@ static int fault_throttle(struct fault_call *fc, uint64_t len)
     return fault_timeout(fc, "deadline passed while throttled by bw");
 }
 
+/* Count one more flip unless flip_max are done already. */
+static bool fault_flip_take(struct fault_priv *p, uint64_t max)
+{
+    uint_fast64_t n = atomic_load(&p->n_flipped);
+
+    do {
+        if (max != 0 && n >= max)
+            return false;
+    } while (!atomic_compare_exchange_weak(&p->n_flipped, &n, n + 1));
+    return true;
+}
+
 /* Maybe flip one byte of the n just read, silently. */
 static void fault_flip(struct fault_call *fc, void *buf, size_t n)
 {
@@ -587,11 +606,11 @@ static void fault_flip(struct fault_call *fc, void *buf, size_t n)
     size_t at;
 
     if (n == 0 || c->flip_rate <= 0 ||
-        fault_draw_double(fc, FAULT_DRAW_FLIP) >= c->flip_rate)
+        fault_draw_double(fc, FAULT_DRAW_FLIP) >= c->flip_rate ||
+        !fault_flip_take(fc->p, c->flip_max))
         return;
     at = (size_t)(fault_draw(fc, FAULT_DRAW_FLIP_AT) % n);
     b[at] ^= (unsigned char)(fault_draw(fc, FAULT_DRAW_FLIP_MASK) % 255 + 1);
-    atomic_fetch_add(&fc->p->n_flipped, 1);
 }
 
 /* ---- the gate ---- */
@@ -655,16 +674,18 @@ static int fault_stat(struct tfs_store *st, const char *key,
     return fault_leave(&fc, rc);
 }
 
+/* info comes up from below unchanged: a flip stands for a bad transfer. */
 static int fault_read(struct tfs_store *st, const char *key, void *buf,
                       size_t len, uint64_t off, const char *if_version,
-                      size_t *nread)
+                      size_t *nread, struct tfs_read_info *info)
 {
     struct fault_call fc;
     size_t n = 0;
     int rc = fault_enter(st, &fc, FAULT_READ, key);
 
     if (rc == 0)
-        rc = tfs_store_read(fc.next, key, buf, len, off, if_version, &n);
+        rc = tfs_store_read_ex(fc.next, key, buf, len, off, if_version, &n,
+                               info);
     if (rc == 0)
         rc = fault_throttle(&fc, n);
     if (rc == 0) {
@@ -824,7 +845,7 @@ const struct tfs_store_ops tfs_fault_ops = {
     .open      = fault_open,
     .close     = fault_close,
     .stat      = fault_stat,
-    .read      = fault_read,
+    .read_ex   = fault_read,
     .list      = fault_list,
     .put       = fault_put,
     .remove    = fault_remove,

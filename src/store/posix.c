@@ -158,7 +158,9 @@ static void posix_fill_stat(struct tfs_stat *out, const struct stat *sb)
     out->mtime_ns = (int64_t)sb->st_mtim.tv_sec * 1000000000 +
                     sb->st_mtim.tv_nsec;
     tfs_version_from_file(out, out->size, out->mtime_ns,
-                          (uint64_t)sb->st_ino);
+                          (uint64_t)sb->st_ino,
+                          (int64_t)sb->st_ctim.tv_sec * 1000000000 +
+                              sb->st_ctim.tv_nsec);
 }
 
 /* ---- open / close ---- */
@@ -232,6 +234,27 @@ static int posix_stat(struct tfs_store *st, const char *key,
     return rc;
 }
 
+/*
+ * A write that raced the pread of a pinned read shows in the version
+ * (ctime moves on every write): report it as a change, never as bytes of
+ * the pinned version.
+ */
+static int posix_read_unchanged(int fd, const char *key,
+                                const struct tfs_stat *before)
+{
+    struct tfs_stat now;
+    struct stat sb;
+
+    if (fstat(fd, &sb) < 0)
+        return tfs_err(-errno, "fstat of '%s' failed", key);
+    posix_fill_stat(&now, &sb);
+    if (strcmp(now.version, before->version) != 0)
+        return tfs_err(TFS_ECHANGED, "key '%s' changed while being read "
+                       "(version %s, then %s)", key, before->version,
+                       now.version);
+    return 0;
+}
+
 static int posix_read(struct tfs_store *st, const char *key, void *buf,
                       size_t len, uint64_t off, const char *if_version,
                       size_t *nread)
@@ -262,6 +285,8 @@ static int posix_read(struct tfs_store *st, const char *key, void *buf,
     rc = tfs_pread_full(fd, buf, len, off, nread);
     if (rc < 0)
         tfs_errdetail_set("read of '%s' failed", key);
+    if (rc == 0 && if_version != NULL)
+        rc = posix_read_unchanged(fd, key, &cur);
 out_close:
     close(fd);
     return rc;
@@ -621,10 +646,14 @@ static int posix_copy_in(int fd, const struct tfs_source *src)
     return rc;
 }
 
-/* Write src to a new temp file in dfd; on success *tmp names it. */
+/*
+ * Write src to a new temp file in dfd; on success *tmp names it and *fdp
+ * is its open descriptor (the caller stats it after the rename, which
+ * moves its ctime, part of the version).
+ */
 static int posix_write_tmp(struct posix_priv *p, int dfd,
                            const struct tfs_source *src, char *tmp,
-                           size_t tmp_len, struct stat *sb)
+                           size_t tmp_len, int *fdp)
 {
     int fd;
     int rc;
@@ -637,13 +666,13 @@ static int posix_write_tmp(struct posix_priv *p, int dfd,
     rc = posix_copy_in(fd, src);
     if (rc == 0 && p->fsync && fsync(fd) < 0)
         rc = -errno;
-    if (rc == 0 && fstat(fd, sb) < 0)
-        rc = -errno;
-    if (close(fd) < 0 && rc == 0)
-        rc = -errno;
-    if (rc < 0)
+    if (rc < 0) {
+        close(fd);
         unlinkat(dfd, tmp, 0);
-    return rc;
+        return rc;
+    }
+    *fdp = fd;
+    return 0;
 }
 
 static int posix_put(struct tfs_store *st, const char *key,
@@ -653,6 +682,7 @@ static int posix_put(struct tfs_store *st, const char *key,
     char tmp[64];
     const char *base;
     struct stat sb;
+    int fd = -1;
     int dfd;
     int rc = posix_check_key(key);
 
@@ -661,7 +691,7 @@ static int posix_put(struct tfs_store *st, const char *key,
     dfd = posix_open_parent(p, key, true, &base);
     if (dfd < 0)
         return tfs_err(dfd, "cannot create the directory of '%s'", key);
-    rc = posix_write_tmp(p, dfd, src, tmp, sizeof(tmp), &sb);
+    rc = posix_write_tmp(p, dfd, src, tmp, sizeof(tmp), &fd);
     if (rc < 0) {
         tfs_errdetail_set("write of '%s' failed", key);
         goto out_close;
@@ -675,9 +705,13 @@ static int posix_put(struct tfs_store *st, const char *key,
         rc = tfs_err(-errno, "fsync of the directory of '%s' failed", key);
         goto out_close;
     }
-    if (out != NULL)
+    if (out != NULL && fstat(fd, &sb) < 0)
+        rc = tfs_err(-errno, "fstat of '%s' failed", key);
+    else if (out != NULL)
         posix_fill_stat(out, &sb);
 out_close:
+    if (fd >= 0)
+        close(fd);
     close(dfd);
     return rc;
 }

@@ -253,21 +253,23 @@ struct retry_read_args {
     uint64_t    off;
     const char *if_version;
     size_t     *nread;
+    struct tfs_read_info *info;         /* the last attempt's, passed up */
 };
 
 static int retry_read_once(struct tfs_store *next, void *arg)
 {
     struct retry_read_args *a = arg;
 
-    return tfs_store_read(next, a->key, a->buf, a->len, a->off,
-                          a->if_version, a->nread);
+    return tfs_store_read_ex(next, a->key, a->buf, a->len, a->off,
+                             a->if_version, a->nread, a->info);
 }
 
 static int retry_read(struct tfs_store *st, const char *key, void *buf,
                       size_t len, uint64_t off, const char *if_version,
-                      size_t *nread)
+                      size_t *nread, struct tfs_read_info *info)
 {
-    struct retry_read_args a = {key, buf, len, off, if_version, nread};
+    struct retry_read_args a = {key, buf, len, off, if_version, nread,
+                                info};
     struct retry_op op = {"read", key, retry_read_once, &a,
                           len > RETRY_SMALL_READ ? len : 0};
 
@@ -435,7 +437,7 @@ const struct tfs_store_ops tfs_retry_ops = {
     .open      = retry_open,
     .close     = retry_close,
     .stat      = retry_stat,
-    .read      = retry_read,
+    .read_ex   = retry_read,
     .list      = retry_list,
     .put       = retry_put,
     .remove    = retry_remove,

@@ -16,6 +16,7 @@
  * multipart copies on one engine, remove, copy) and the ops table.  HTTP,
  * signing and XML live in s3_http.c, s3_sign.c and s3_xml.c.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -762,9 +763,45 @@ static int s3_get(struct s3_priv *p, const struct s3_req *req,
     return rc;
 }
 
+/* 32 hex digits into 16 bytes; false for anything else ("...-N"). */
+static bool s3_etag_md5(const char *etag, uint8_t md5[16])
+{
+    for (int i = 0; i < 32; i++) {
+        if (!isxdigit((unsigned char)etag[i]))
+            return false;
+    }
+    if (etag[32] != '\0')
+        return false;
+    for (int i = 0; i < 16; i++) {
+        char hex[3] = {etag[2 * i], etag[2 * i + 1], '\0'};
+
+        md5[i] = (uint8_t)strtoul(hex, NULL, 16);
+    }
+    return true;
+}
+
+/*
+ * What a GET answer says about the whole object: its size, and its MD5
+ * when the ETag is one (single-part upload, no SSE-KMS/SSE-C; RGW 16
+ * returns no x-amz-checksum-* and no Content-MD5, docs/cache.md).
+ */
+static void s3_read_info(const struct s3_resp *r, struct tfs_read_info *info)
+{
+    if (r->status == 200 && r->has_length) {
+        info->obj_size = r->length;
+        info->have |= TFS_RINFO_SIZE;
+    } else if (r->status == 206 && r->has_range &&
+               r->range_total != UINT64_MAX) {
+        info->obj_size = r->range_total;
+        info->have |= TFS_RINFO_SIZE;
+    }
+    if (!r->etag_not_md5 && s3_etag_md5(r->etag, info->md5))
+        info->have |= TFS_RINFO_MD5;
+}
+
 static int s3_read(struct tfs_store *st, const char *key, void *buf,
                    size_t len, uint64_t off, const char *if_version,
-                   size_t *nread)
+                   size_t *nread, struct tfs_read_info *info)
 {
     struct s3_priv *p = tfs_store_priv(st);
     struct s3_req req = {.method = "GET", .dst = buf, .dst_len = len,
@@ -799,7 +836,24 @@ static int s3_read(struct tfs_store *st, const char *key, void *buf,
     }
     if (rc < 0)
         return rc;
-    return s3_read_check(p, full, &resp, off, len, nread);
+    rc = s3_read_check(p, full, &resp, off, len, nread);
+    if (rc == 0)
+        s3_read_info(&resp, info);
+    return rc;
+}
+
+/* Count keys a listing left out (NUL in the name); WARN the first time. */
+static void s3_list_skipped(struct tfs_store *st, const struct s3_priv *p,
+                            const char *full, size_t n)
+{
+    static atomic_bool warned;
+
+    tfs_store_count_skipped(st, n);
+    if (!atomic_exchange(&warned, true))
+        tfs_log(TFS_LOG_WARNING, "s3: left %zu key(s) holding NUL (%%00) "
+                "out of a listing of /%s/%s; such keys cannot be named "
+                "(counted in the store's list_skipped, logged once)", n,
+                p->bucket, full);
 }
 
 static int s3_list(struct tfs_store *st, const char *prefix,
@@ -814,6 +868,7 @@ static int s3_list(struct tfs_store *st, const char *prefix,
     struct s3_resp resp;
     struct tfs_buf xml;
     size_t n = 0;
+    size_t skipped = 0;
     int rc = s3_full_key(p, prefix, full);
 
     if (rc < 0)
@@ -833,8 +888,10 @@ static int s3_list(struct tfs_store *st, const char *prefix,
     req.xml = &xml;
     rc = tfs_s3_request(p, &req, &resp);
     if (rc == 0)
-        rc = tfs_s3_xml_parse_list(xml.p ? xml.p : "", xml.len, p->root,
-                                   page);
+        rc = tfs_s3_xml_parse_list_ex(xml.p ? xml.p : "", xml.len,
+                                      p->root, page, &skipped);
+    if (rc == 0 && skipped > 0)
+        s3_list_skipped(st, p, full, skipped);
     if (rc == TFS_EPROTO || rc == TFS_ETOOBIG)
         tfs_err(rc, "%s ListObjectsV2 answer (GET /%s?prefix=%s, HTTP %ld)",
                 rc == TFS_EPROTO ? "malformed" : "oversized", p->bucket,
@@ -1274,7 +1331,7 @@ const struct tfs_store_ops tfs_s3_ops = {
     .open      = s3_open,
     .close     = s3_close,
     .stat      = s3_stat,
-    .read      = s3_read,
+    .read_ex   = s3_read,
     .list      = s3_list,
     .put       = s3_put,
     .remove    = s3_remove,

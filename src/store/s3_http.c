@@ -354,6 +354,11 @@ static void http_header(struct s3_resp *r, const char *name, const char *v)
         r->has_range = http_parse_range(v, r);
     } else if (strcasecmp(name, "etag") == 0) {
         http_set_etag(r, v);
+    } else if ((strcasecmp(name, "x-amz-server-side-encryption") == 0 &&
+                strncasecmp(v, "aws:kms", 7) == 0) ||
+               strcasecmp(name, "x-amz-server-side-encryption-customer-"
+                          "algorithm") == 0) {
+        r->etag_not_md5 = true;         /* its ETag is no MD5 (D8) */
     } else if (strcasecmp(name, "last-modified") == 0) {
         if (tfs_s3_parse_http_date(v, &r->mtime_ns) < 0)
             r->mtime_ns = 0;

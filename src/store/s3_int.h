@@ -128,6 +128,9 @@ struct s3_result {
  */
 int tfs_s3_xml_parse_list(const char *body, size_t len, const char *strip,
                           struct tfs_list_page *page);
+/* The same, and *skipped: names holding NUL ("%00"), left out (R8). */
+int tfs_s3_xml_parse_list_ex(const char *body, size_t len, const char *strip,
+                             struct tfs_list_page *page, size_t *skipped);
 
 /*
  * Parse an <Error> body into out.  TFS_EPROTO when the body is not one,
@@ -232,6 +235,7 @@ struct s3_resp {
     uint64_t range_last;
     uint64_t range_total;               /* UINT64_MAX when '*' */
     char     etag[TFS_VERSION_MAX];     /* unquoted; "" when absent */
+    bool     etag_not_md5;              /* SSE-KMS or SSE-C: never an MD5 */
     int64_t  mtime_ns;                  /* Last-Modified; 0 when absent */
     int64_t  date_ns;                   /* Date; 0 when absent */
     size_t   nbody;                     /* bytes written to dst */

@@ -223,6 +223,7 @@ struct xml_list {
     struct tfs_list_entry cur;          /* the <Contents> being read */
     bool                  truncated;
     bool                  url;          /* EncodingType=url */
+    size_t                skipped;      /* names with NUL, left out */
 };
 
 static int xml_list_push_entry(struct xml_list *l)
@@ -315,9 +316,15 @@ static int xml_list_end(struct xml_ctx *x, const char *text, size_t len)
     return 0;
 }
 
-/* %-decode s in place, '+' being a space (S3's form encoding). */
+/*
+ * %-decode s in place, '+' being a space (S3's form encoding).  1 (s
+ * unchanged) when s holds "%00": a key no C string can name, which the
+ * caller leaves out and counts rather than fail the page (R8).
+ */
 static int xml_url_decode(char *s)
 {
+    if (strstr(s, "%00") != NULL)
+        return 1;
     for (char *c = s; *c != '\0'; c++) {
         if (*c == '+')
             *c = ' ';
@@ -327,13 +334,20 @@ static int xml_url_decode(char *s)
 
 /*
  * Decode (when url) and strip the store root from *s in place; *keep is
- * false for a name equal to the root.  TFS_EPROTO when *s is outside it.
+ * false for a name equal to the root, and for one holding NUL (counted in
+ * *skipped).  TFS_EPROTO when *s is outside the root.
  */
-static int xml_list_fix(char *s, bool url, const char *strip, bool *keep)
+static int xml_list_fix(char *s, bool url, const char *strip, bool *keep,
+                        size_t *skipped)
 {
     size_t n = strlen(strip);
     int rc = url ? xml_url_decode(s) : 0;
 
+    if (rc == 1) {
+        (*skipped)++;
+        *keep = false;
+        return 0;
+    }
     if (rc < 0)
         return rc;
     if (strncmp(s, strip, n) != 0)
@@ -345,7 +359,7 @@ static int xml_list_fix(char *s, bool url, const char *strip, bool *keep)
 
 /* Decode and strip every key; drop (and free) those equal to the root. */
 static int xml_list_fix_entries(struct tfs_list_page *pg, bool url,
-                                const char *strip)
+                                const char *strip, size_t *skipped)
 {
     size_t w = 0;
     int rc = 0;
@@ -354,7 +368,8 @@ static int xml_list_fix_entries(struct tfs_list_page *pg, bool url,
         bool keep = false;
 
         if (rc == 0)
-            rc = xml_list_fix(pg->entries[i].key, url, strip, &keep);
+            rc = xml_list_fix(pg->entries[i].key, url, strip, &keep,
+                              skipped);
         if (keep)
             pg->entries[w++] = pg->entries[i];
         else
@@ -365,7 +380,7 @@ static int xml_list_fix_entries(struct tfs_list_page *pg, bool url,
 }
 
 static int xml_list_fix_prefixes(struct tfs_list_page *pg, bool url,
-                                 const char *strip)
+                                 const char *strip, size_t *skipped)
 {
     size_t w = 0;
     int rc = 0;
@@ -374,7 +389,8 @@ static int xml_list_fix_prefixes(struct tfs_list_page *pg, bool url,
         bool keep = false;
 
         if (rc == 0)
-            rc = xml_list_fix(pg->prefixes[i], url, strip, &keep);
+            rc = xml_list_fix(pg->prefixes[i], url, strip, &keep,
+                              skipped);
         if (keep)
             pg->prefixes[w++] = pg->prefixes[i];
         else
@@ -387,10 +403,10 @@ static int xml_list_fix_prefixes(struct tfs_list_page *pg, bool url,
 static int xml_list_finish(struct xml_list *l, const char *strip)
 {
     struct tfs_list_page *pg = l->page;
-    int rc = xml_list_fix_entries(pg, l->url, strip);
+    int rc = xml_list_fix_entries(pg, l->url, strip, &l->skipped);
 
     if (rc == 0)
-        rc = xml_list_fix_prefixes(pg, l->url, strip);
+        rc = xml_list_fix_prefixes(pg, l->url, strip, &l->skipped);
     if (rc == 0 && l->truncated && pg->next_token == NULL)
         rc = TFS_EPROTO;                /* truncated, but no way on */
     if (rc == 0 && !l->truncated) {
@@ -402,7 +418,8 @@ static int xml_list_finish(struct xml_list *l, const char *strip)
 
 /* One parse of a ListObjectsV2 body; page is zeroed on failure. */
 static int xml_list_once(const char *body, size_t len, const char *strip,
-                         struct tfs_list_page *page, enum XML_Error *xerr)
+                         struct tfs_list_page *page, enum XML_Error *xerr,
+                         size_t *skipped)
 {
     struct xml_list l = {.page = page};
     struct xml_ctx x;
@@ -416,6 +433,7 @@ static int xml_list_once(const char *body, size_t len, const char *strip,
     if (rc == 0)
         rc = xml_list_finish(&l, strip);
     tfs_free(l.cur.key);
+    *skipped = rc == 0 ? l.skipped : 0;
     if (rc < 0)
         tfs_list_page_cleanup(page);
     return rc;
@@ -503,22 +521,31 @@ static void xml_unfix_refs(char *s)
 int tfs_s3_xml_parse_list(const char *body, size_t len, const char *strip,
                           struct tfs_list_page *page)
 {
+    size_t skipped;
+
+    return tfs_s3_xml_parse_list_ex(body, len, strip, page, &skipped);
+}
+
+int tfs_s3_xml_parse_list_ex(const char *body, size_t len, const char *strip,
+                             struct tfs_list_page *page, size_t *skipped)
+{
     enum XML_Error xerr;
     size_t fixed_len;
     char *fixed;
     int rc;
 
+    *skipped = 0;
     if (len > S3_XML_MAX) {
         memset(page, 0, sizeof(*page));
         return TFS_ETOOBIG;
     }
-    rc = xml_list_once(body, len, strip, page, &xerr);
+    rc = xml_list_once(body, len, strip, page, &xerr, skipped);
     if (rc != TFS_EPROTO || xerr != XML_ERROR_BAD_CHAR_REF)
         return rc;
     fixed = xml_fix_refs(body, len, &fixed_len);
     if (fixed == NULL)
         return -ENOMEM;
-    rc = xml_list_once(fixed, fixed_len, strip, page, &xerr);
+    rc = xml_list_once(fixed, fixed_len, strip, page, &xerr, skipped);
     tfs_free(fixed);
     if (rc == 0 && page->next_token != NULL)
         xml_unfix_refs(page->next_token);

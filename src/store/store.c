@@ -11,10 +11,13 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <openssl/evp.h>
 
 #include "store/store_int.h"
 
@@ -119,6 +122,24 @@ static int store_open_chain(const struct tfs_uri *u, struct tfs_opts *opts,
     return 0;
 }
 
+/* verify=auto|reread|off, a property of the chain: kept by its top. */
+static int store_take_verify(struct tfs_store *st, struct tfs_opts *opts)
+{
+    static const char *const names[] = {"auto", "reread", "off"};
+    const char *v = tfs_opts_take(opts, "verify");
+
+    if (v == NULL)
+        return 0;
+    for (int i = 0; i < (int)TFS_ARRAY_LEN(names); i++) {
+        if (strcmp(v, names[i]) == 0) {
+            st->verify = i;
+            return 0;
+        }
+    }
+    return tfs_err(TFS_EOPTION, "option verify=%s: expected auto, reread "
+                   "or off", v);
+}
+
 int tfs_store_open(struct tfs_store **out, const char *uri,
                    const char *options)
 {
@@ -140,6 +161,11 @@ int tfs_store_open(struct tfs_store **out, const char *uri,
         rc = store_open_chain(&u, &opts, &st);
     if (rc < 0)
         goto out;
+    rc = store_take_verify(st, &opts);
+    if (rc < 0) {
+        tfs_store_close(st);
+        goto out;
+    }
     unused = tfs_opts_unused(&opts);
     if (unused != NULL) {
         rc = tfs_err(TFS_EOPTION, "unknown option '%s'", unused);
@@ -258,6 +284,14 @@ void tfs_store_get_stats(struct tfs_store *st, struct tfs_store_stats *out)
     out->errors = atomic_load(&st->n_error);
     out->read_bytes = atomic_load(&st->read_bytes);
     out->put_bytes = atomic_load(&st->put_bytes);
+    out->checksum_mismatches = 0;
+    out->verified_reads = 0;
+    out->list_skipped = 0;
+    for (; st != NULL; st = st->next) {
+        out->checksum_mismatches += atomic_load(&st->n_mismatch);
+        out->verified_reads += atomic_load(&st->n_verified);
+        out->list_skipped += atomic_load(&st->n_skipped);
+    }
 }
 
 /* ---- shared helpers for implementations ---- */
@@ -295,11 +329,16 @@ int tfs_source_read(const struct tfs_source *src, void *buf, size_t len,
 }
 
 void tfs_version_from_file(struct tfs_stat *st, uint64_t size,
-                           int64_t mtime_ns, uint64_t ino)
+                           int64_t mtime_ns, uint64_t ino, int64_t ctime_ns)
 {
-    snprintf(st->version, sizeof(st->version), "%llx-%llx-%llx",
+    snprintf(st->version, sizeof(st->version), "%llx-%llx-%llx-%llx",
              (unsigned long long)size, (unsigned long long)mtime_ns,
-             (unsigned long long)ino);
+             (unsigned long long)ino, (unsigned long long)ctime_ns);
+}
+
+void tfs_store_count_skipped(struct tfs_store *st, uint64_t n)
+{
+    atomic_fetch_add(&st->n_skipped, n);
 }
 
 void tfs_list_page_cleanup(struct tfs_list_page *page)
@@ -341,20 +380,29 @@ int tfs_store_stat(struct tfs_store *st, const char *key,
     return store_count(st, &st->n_stat, rc);
 }
 
-int tfs_store_read(struct tfs_store *st, const char *key, void *buf,
-                   size_t len, uint64_t off, const char *if_version,
-                   size_t *nread)
+/* The ops table's read_ex, when its version has one. */
+static bool store_has_read_ex(const struct tfs_store *st)
+{
+    return st->ops->version >= 2 && st->ops->read_ex != NULL;
+}
+
+int tfs_store_read_ex(struct tfs_store *st, const char *key, void *buf,
+                      size_t len, uint64_t off, const char *if_version,
+                      size_t *nread, struct tfs_read_info *info)
 {
     size_t n = 0;
     int rc;
 
-    assert(st != NULL && key != NULL && nread != NULL);
+    assert(st != NULL && key != NULL && nread != NULL && info != NULL);
     assert(buf != NULL || len == 0);
     tfs_errdetail_clear();
+    memset(info, 0, sizeof(*info));
     rc = tfs_key_check(key);
-    if (rc == 0 && st->ops->read == NULL)
+    if (rc == 0 && st->ops->read == NULL && !store_has_read_ex(st))
         rc = -ENOTSUP;
-    if (rc == 0)
+    if (rc == 0 && store_has_read_ex(st))
+        rc = st->ops->read_ex(st, key, buf, len, off, if_version, &n, info);
+    else if (rc == 0)
         rc = st->ops->read(st, key, buf, len, off, if_version, &n);
     if (rc == 0) {
         assert(n <= len);
@@ -362,6 +410,92 @@ int tfs_store_read(struct tfs_store *st, const char *key, void *buf,
         atomic_fetch_add(&st->read_bytes, n);
     }
     return store_count(st, &st->n_read, rc);
+}
+
+int tfs_store_read(struct tfs_store *st, const char *key, void *buf,
+                   size_t len, uint64_t off, const char *if_version,
+                   size_t *nread)
+{
+    struct tfs_read_info info;
+
+    return tfs_store_read_ex(st, key, buf, len, off, if_version, nread,
+                             &info);
+}
+
+/* ---- end-to-end verification ---- */
+
+/* A mismatch: counted on the layer the caller asked, detail set. */
+static int store_mismatch(struct tfs_store *st, const char *key,
+                          uint64_t off, size_t n, const char *what)
+{
+    atomic_fetch_add(&st->n_mismatch, 1);
+    return tfs_err(TFS_ECORRUPT, "'%s' bytes %" PRIu64 "+%zu from the "
+                   "store fail their end-to-end check (%s)", key, off, n,
+                   what);
+}
+
+static int store_check_md5(struct tfs_store *st, const char *key,
+                           const struct tfs_read_info *info,
+                           const void *buf, size_t n)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned md_len = 0;
+
+    if (EVP_Digest(buf, n, md, &md_len, EVP_md5(), NULL) != 1 ||
+        md_len != sizeof(info->md5))
+        return tfs_err(-ENOMEM, "MD5 of '%s' failed", key);
+    if (memcmp(md, info->md5, sizeof(info->md5)) != 0)
+        return store_mismatch(st, key, 0, n, "MD5 differs from the ETag");
+    return 0;
+}
+
+/* Read [off, off+n) again into a scratch buffer and compare. */
+static int store_check_reread(struct tfs_store *st, const char *key,
+                              const void *buf, size_t n, uint64_t off,
+                              const char *if_version)
+{
+    size_t n2 = 0;
+    void *again = n > 0 ? tfs_malloc(n) : NULL;
+    int rc;
+
+    if (n > 0 && again == NULL)
+        return -ENOMEM;
+    rc = tfs_store_read(st, key, again, n, off, if_version, &n2);
+    if (rc == 0 && (n2 != n || memcmp(buf, again, n) != 0))
+        rc = store_mismatch(st, key, off, n, "a second read differs");
+    tfs_free(again);
+    return rc;
+}
+
+int tfs_store_read_verified(struct tfs_store *st, const char *key,
+                            void *buf, size_t len, uint64_t off,
+                            const char *if_version, size_t *nread,
+                            enum tfs_verify_how *how)
+{
+    struct tfs_read_info info;
+    enum tfs_verify_how done = TFS_VERIFIED_NONE;
+    bool whole;
+    int rc;
+
+    rc = tfs_store_read_ex(st, key, buf, len, off, if_version, nread,
+                           &info);
+    if (rc < 0 || st->verify == STORE_VERIFY_OFF)
+        goto out;
+    whole = off == 0 && (info.have & TFS_RINFO_SIZE) &&
+            info.obj_size == *nread;
+    if (whole && (info.have & TFS_RINFO_MD5)) {
+        rc = store_check_md5(st, key, &info, buf, *nread);
+        done = TFS_VERIFIED_MD5;
+    } else if (st->verify == STORE_VERIFY_REREAD) {
+        rc = store_check_reread(st, key, buf, *nread, off, if_version);
+        done = TFS_VERIFIED_REREAD;
+    }
+    if (rc == 0 && done != TFS_VERIFIED_NONE)
+        atomic_fetch_add(&st->n_verified, 1);
+out:
+    if (how != NULL)
+        *how = rc == 0 ? done : TFS_VERIFIED_NONE;
+    return rc;
 }
 
 int tfs_store_list(struct tfs_store *st, const char *prefix,

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -182,8 +183,50 @@ TEST(file_uri_decoding)
     close_root(st);
 }
 
+/*
+ * R6: an in-place rewrite that keeps size and mtime (write, then touch -r
+ * back) must change the version, or the cache would serve blocks of the
+ * old contents under it; a read pinned to the old version then fails
+ * TFS_ECHANGED instead of returning the new bytes.
+ */
+TEST(inplace_rewrite_changes_version)
+{
+    struct tfs_store *st = open_root();
+    struct timespec keep[2];
+    struct tfs_stat a;
+    struct tfs_stat b;
+    struct stat sb;
+    char path[256];
+    char buf[16];
+    size_t n = 0;
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/f", root);
+    write_file(path, "0123456789");
+    CHECK_OK(tfs_store_stat(st, "f", &a));
+    CHECK(stat(path, &sb) == 0);
+    keep[0] = sb.st_atim;
+    keep[1] = sb.st_mtim;
+    usleep(20000);                      /* ctime granule: jiffies */
+    fd = open(path, O_WRONLY);          /* same inode, same size */
+    CHECK(fd >= 0);
+    CHECK(pwrite(fd, "ABCDEFGHIJ", 10, 0) == 10);
+    CHECK(futimens(fd, keep) == 0);     /* touch -r: mtime as before */
+    close(fd);
+    CHECK_OK(tfs_store_stat(st, "f", &b));
+    CHECK_EQ(b.size, a.size);
+    CHECK_EQ(b.mtime_ns, a.mtime_ns);
+    CHECK(strcmp(a.version, b.version) != 0);
+    CHECK_RC(tfs_store_read(st, "f", buf, sizeof(buf), 0, a.version, &n),
+             TFS_ECHANGED);
+    CHECK_OK(tfs_store_read(st, "f", buf, sizeof(buf), 0, b.version, &n));
+    CHECK_EQ(n, 10);
+    CHECK(memcmp(buf, "ABCDEFGHIJ", 10) == 0);
+    close_root(st);
+}
+
 TESTS(T(dotdot_refused), T(absolute_refused), T(symlink_out_refused),
       T(symlink_inside_allowed), T(temp_files_hidden),
       T(put_creates_dirs_and_no_leftovers), T(root_must_exist),
-      T(file_uri_decoding));
+      T(file_uri_decoding), T(inplace_rewrite_changes_version));
 TEST_MAIN()

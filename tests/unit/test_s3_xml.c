@@ -150,13 +150,47 @@ TEST(list_root_handling)
     CHECK_RC(parse_list_str(LIST_HEAD "<CommonPrefixes><Prefix>x/</Prefix>"
                             "</CommonPrefixes></ListBucketResult>", "r/",
                             &pg), TFS_EPROTO);
-    /* bad escapes (and %00) under url encoding */
+    /* bad escapes under url encoding (%00: list_nul_key_skipped) */
     CHECK_RC(parse_list_str(LIST_HEAD "<EncodingType>url</EncodingType>"
                             "<Contents><Key>a%zz</Key></Contents>"
                             "</ListBucketResult>", "", &pg), TFS_EPROTO);
-    CHECK_RC(parse_list_str(LIST_HEAD "<EncodingType>url</EncodingType>"
-                            "<Contents><Key>a%00b</Key></Contents>"
-                            "</ListBucketResult>", "", &pg), TFS_EPROTO);
+}
+
+/*
+ * R8: a key (or common prefix) that decodes to NUL cannot be named by a
+ * C string; it is left out and counted, and the rest of the page, its
+ * token included, is returned as usual.
+ */
+TEST(list_nul_key_skipped)
+{
+    static const char page[] =
+        LIST_HEAD "<EncodingType>url</EncodingType>"
+        "<IsTruncated>true</IsTruncated>"
+        "<NextContinuationToken>tok</NextContinuationToken>"
+        "<Contents><Key>d%2Fa</Key><Size>1</Size></Contents>"
+        "<Contents><Key>d%2Fb%00c</Key><Size>2</Size></Contents>"
+        "<Contents><Key>d%2Fz</Key><Size>3</Size></Contents>"
+        "<CommonPrefixes><Prefix>d%2Fp%00%2F</Prefix></CommonPrefixes>"
+        "<CommonPrefixes><Prefix>d%2Fq%2F</Prefix></CommonPrefixes>"
+        "</ListBucketResult>";
+    struct tfs_list_page pg;
+    size_t skipped = 99;
+
+    CHECK_OK(tfs_s3_xml_parse_list_ex(page, strlen(page), "d/", &pg,
+                                      &skipped));
+    CHECK_EQ(skipped, 2);
+    CHECK_EQ(pg.n_entries, 2);
+    CHECK_STR(pg.entries[0].key, "a");
+    CHECK_STR(pg.entries[1].key, "z");
+    CHECK_EQ(pg.entries[1].st.size, 3);
+    CHECK_EQ(pg.n_prefixes, 1);
+    CHECK_STR(pg.prefixes[0], "q/");
+    CHECK_STR(pg.next_token, "tok");
+    tfs_list_page_cleanup(&pg);
+    /* the old entry point still lists the page */
+    CHECK_OK(parse_list_str(page, "d/", &pg));
+    CHECK_EQ(pg.n_entries, 2);
+    tfs_list_page_cleanup(&pg);
 }
 
 TEST(list_rgw_control_char_token)
@@ -495,6 +529,7 @@ TEST(out_of_memory)
 TESTS(T(list_rgw_url_encoded), T(list_truncated_page_with_prefixes),
       T(list_paging_rules), T(list_root_handling),
       T(list_rgw_control_char_token), T(list_bad_fields),
+      T(list_nul_key_skipped),
       T(malformed_bodies), T(doctype_refused), T(oversize),
       T(error_bodies), T(multipart_results), T(copy_results), T(dates),
       T(out_of_memory));
