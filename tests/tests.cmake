@@ -169,4 +169,7 @@ set_tests_properties(ckpt.torch-s3 PROPERTIES LABELS "python;ckpt;s3")
 add_test(NAME faults.relay COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/faults_relay.sh
   $<TARGET_FILE:relay>)
 set_tests_properties(faults.relay PROPERTIES LABELS faults TIMEOUT 60)
+add_test(NAME faults.ci COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/faults.sh
+  $<TARGET_FILE:tierfs>)
+set_tests_properties(faults.ci PROPERTIES LABELS "faults;fuse" TIMEOUT 300)
 # ---- end of the fault matrix ----
