@@ -12,6 +12,20 @@
  * struct layout is therefore fine; the header records the layout so a
  * mismatched build rebuilds instead of misreading.
  *
+ * Opening: an exclusive flock on the index file itself serialises opens
+ * and is held by the rebuilder until tfs_index_ready.  Under it, the
+ * users' lock on the side file is tried exclusively (alone: rebuild) and
+ * then held shared; so the LOCK_EX -> LOCK_SH conversion, which Linux
+ * does not make atomic, can never let a newcomer find itself alone
+ * beside a live index and re-initialise it.
+ *
+ * A pending entry names its owner: a number handed out under the mutex,
+ * for which the owner holds an OFD write lock on that byte of the lock
+ * file.  The kernel drops the lock when the owner dies, whatever its pid
+ * namespace and however its pid is reused, so the entry is stale exactly
+ * when the byte is unlocked (kill(pid, 0) answered wrongly across pid
+ * namespaces and never for a reused pid).
+ *
  * Eviction samples random live entries (Redis's approximated LRU) and
  * evicts the least recently used of the sample.  The tinylfu policy adds
  * an admission test when the cache is full: a new block must have been
@@ -23,7 +37,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -35,7 +48,7 @@
 #include "tierfs/log.h"
 
 #define IX_MAGIC "TFSIDX1"
-#define IX_VERSION 1
+#define IX_VERSION 2
 #define IX_EMPTY 0
 #define IX_LIVE 1
 #define IX_PENDING 2
@@ -50,7 +63,7 @@ struct ix_slot {
     uint32_t size;                      /* bytes of the block file */
     uint16_t state;                     /* IX_* */
     uint16_t reserved;
-    uint32_t pid;                       /* owner of a pending entry */
+    uint32_t owner;                     /* owner of a pending entry */
     uint32_t reserved2;
 };
 
@@ -59,7 +72,7 @@ struct ix_header {
     uint32_t        version;
     uint32_t        slot_size;          /* sizeof(struct ix_slot) */
     uint32_t        mutex_size;         /* sizeof(pthread_mutex_t) */
-    uint32_t        reserved;
+    uint32_t        last_owner;         /* the last owner number given */
     uint64_t        n_slots;            /* power of two */
     uint64_t        used_bytes;         /* live + pending */
     uint64_t        n_used;             /* live + pending entries */
@@ -70,7 +83,9 @@ struct ix_header {
 
 struct tfs_index {
     int               fd;               /* the index file */
-    int               lock_fd;          /* flock: users of the index */
+    int               lock_fd;          /* flock: users of the index;
+                                           OFD lock: owner byte */
+    uint32_t          owner;            /* ours, for pending entries */
     size_t            map_len;
     struct ix_header *h;                /* mapped */
     struct ix_slot   *slots;            /* mapped, h->n_slots */
@@ -287,6 +302,32 @@ static int ix_init_header(struct tfs_index *ix, uint64_t n_slots)
     return rc;
 }
 
+static int ix_flock(int fd, int op)
+{
+    int rc;
+
+    while ((rc = flock(fd, op)) < 0 && errno == EINTR)
+        ;
+    return rc < 0 ? -errno : 0;
+}
+
+/* Take the next owner number and hold its byte of the lock file. */
+static int ix_register_owner(struct tfs_index *ix)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_len = 1};
+
+    ix_lock(ix);
+    if (++ix->h->last_owner == 0)
+        ix->h->last_owner = 1;          /* 0: no owner */
+    ix->owner = ix->h->last_owner;
+    ix_unlock(ix);
+    fl.l_start = (off_t)ix->owner;
+    if (fcntl(ix->lock_fd, F_OFD_SETLK, &fl) < 0)
+        return tfs_err(-errno, "cannot lock owner %u of the cache index",
+                       ix->owner);
+    return 0;
+}
+
 int tfs_index_open(const char *path, uint64_t max_blocks,
                    struct tfs_index **out, bool *exclusive)
 {
@@ -303,12 +344,16 @@ int tfs_index_open(const char *path, uint64_t max_blocks,
         rc = tfs_err(-errno, "cannot open the cache index %s", path);
         goto err_close;
     }
-    /* Alone (exclusive lock granted): rebuild.  Else wait for readiness. */
-    *exclusive = flock(ix->lock_fd, LOCK_EX | LOCK_NB) == 0;
-    if (!*exclusive && flock(ix->lock_fd, LOCK_SH) < 0) {
-        rc = -errno;
+    /* One opener at a time; a rebuilder keeps this until ready. */
+    rc = ix_flock(ix->fd, LOCK_EX);
+    if (rc < 0)
         goto err_close;
-    }
+    /* Alone (exclusive lock granted): rebuild.  Else join as a user. */
+    *exclusive = flock(ix->lock_fd, LOCK_EX | LOCK_NB) == 0;
+    if (!*exclusive)
+        rc = ix_flock(ix->lock_fd, LOCK_SH);
+    if (rc < 0)
+        goto err_close;
     rc = ix_map(ix, ix_slots_for(max_blocks), *exclusive);
     if (rc == 0 && *exclusive)
         rc = ix_init_header(ix, ix_slots_for(max_blocks));
@@ -319,6 +364,11 @@ int tfs_index_open(const char *path, uint64_t max_blocks,
     if (rc < 0)
         goto err_close;
     ix_bind(ix);
+    rc = ix_register_owner(ix);
+    if (rc == 0 && !*exclusive)
+        rc = ix_flock(ix->fd, LOCK_UN);
+    if (rc < 0)
+        goto err_close;
     *out = ix;
     return 0;
 err_close:
@@ -357,9 +407,15 @@ void tfs_index_add(struct tfs_index *ix, const uint8_t *id, uint32_t size)
 
 int tfs_index_ready(struct tfs_index *ix)
 {
+    int rc;
+
     if (msync(ix->h, ix->map_len, MS_ASYNC) < 0)
         return -errno;
-    return flock(ix->lock_fd, LOCK_SH) < 0 ? -errno : 0;
+    /* Not atomic, but no opener can look before the unlock below. */
+    rc = ix_flock(ix->lock_fd, LOCK_SH);
+    if (rc == 0)
+        rc = ix_flock(ix->fd, LOCK_UN);
+    return rc;
 }
 
 void tfs_index_close(struct tfs_index *ix)
@@ -419,11 +475,17 @@ static int ix_victim_add(struct tfs_victims *v, const struct ix_slot *s)
     return 0;
 }
 
-/* A pending entry whose owner died can be reclaimed. */
-static bool ix_is_stale(const struct ix_slot *s)
+/* A pending entry whose owner died (its byte is unlocked) is reclaimed. */
+static bool ix_is_stale(struct tfs_index *ix, const struct ix_slot *s)
 {
-    return s->state == IX_PENDING && kill((pid_t)s->pid, 0) < 0 &&
-           errno == ESRCH;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET,
+                       .l_start = (off_t)s->owner, .l_len = 1};
+
+    if (s->state != IX_PENDING || s->owner == ix->owner)
+        return false;                   /* ours: our own lock hides it */
+    if (fcntl(ix->lock_fd, F_OFD_GETLK, &fl) < 0)
+        return false;
+    return fl.l_type == F_UNLCK;
 }
 
 /* The least recently used of a random sample of evictable entries. */
@@ -438,7 +500,7 @@ static bool ix_sample_victim(struct tfs_index *ix, uint64_t *at)
          probes++) {
         uint64_t i = tfs_rand_u64() & mask;
         struct ix_slot *s = &ix->slots[i];
-        if (s->state != IX_LIVE && !ix_is_stale(s))
+        if (s->state != IX_LIVE && !ix_is_stale(ix, s))
             continue;
         seen++;
         if (s->state == IX_PENDING || s->atime < best_atime) {
@@ -504,7 +566,7 @@ int tfs_index_admit(struct tfs_index *ix, const uint8_t *id, uint32_t size,
         i = ix_find(ix, hi, lo, &found);
         ix->slots[i] = (struct ix_slot){
             .id_hi = hi, .id_lo = lo, .size = size, .state = IX_PENDING,
-            .atime = ++ix->h->clock, .pid = (uint32_t)getpid()};
+            .atime = ++ix->h->clock, .owner = ix->owner};
         ix->h->used_bytes += size;
         ix->h->n_used++;
     }
