@@ -46,7 +46,7 @@ struct tfs_store;
 struct tfs_stat {
     uint64_t size;                      /* bytes */
     int64_t  mtime_ns;                  /* since the epoch, UTC */
-    char     version[TFS_VERSION_MAX];  /* ETag, or size-mtime-inode */
+    char     version[TFS_VERSION_MAX];  /* ETag, or size-mtime-inode-ctime */
 };
 
 struct tfs_list_entry {

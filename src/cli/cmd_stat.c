@@ -12,7 +12,7 @@ static void stat_help(FILE *f)
 {
     fprintf(f, "usage: tierfs stat [--json] URI...\n\n"
                "Show the size, modification time and version (ETag, or\n"
-               "size-mtime-inode for files) of each object.\n\n"
+               "size-mtime-inode-ctime for files) of each object.\n\n"
                "  --json   one JSON object per line\n");
 }
 
