@@ -135,6 +135,11 @@ set_tests_properties(fuse.wb.posix PROPERTIES LABELS "fuse;wb" TIMEOUT 600)
 tfs_s3_test(fuse.wb.s3 env TFS_BIN=$<TARGET_FILE:tierfs>
   TFS_FUSE_REMOTE=s3://tierfs-test/wb $<TARGET_FILE:fuse_wb>)
 set_tests_properties(fuse.wb.s3 PROPERTIES LABELS "fuse;wb;s3")
+# Transfers (D2): an upload longer than one attempt, a refused change
+# parked and named by sync and stats while the rest moves on.
+add_test(NAME fuse.wb.xfer COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/wb_xfer.sh
+  $<TARGET_FILE:tierfs>)
+set_tests_properties(fuse.wb.xfer PROPERTIES LABELS "fuse;wb" TIMEOUT 180)
 # ---- end write-back ----
 
 # ---- checkpoints (issue 4, parts 2-4): src/ckpt, tierfs ckpt, tierfs.torch ----

@@ -6,12 +6,15 @@
  *
  * It talks to the daemon through one extended attribute
  * (docs/writeback.md): getxattr(PATH, "user.tierfs.sync") sets a barrier
- * and answers "seq=S pending=N bytes=B dirty=D errors=E error=...";
+ * and answers "seq=S pending=N bytes=B dirty=D errors=E parked=P
+ * error=...", then one line per parked change ("upload of 'k': cause");
  * "user.tierfs.sync.S" asks again about barrier S.  Each answer waits up
  * to half a second in the daemon for pending to reach 0, so polling costs
  * little and no request thread is tied up for long.  Exit 0 when nothing
- * is pending, 1 when the timeout passes first (with what is left and the
- * last upload error) or the path is not a writable tierfs mount, 2 usage.
+ * is pending or parked; 1 when changes are parked after a permanent error
+ * (each named with its cause), when the timeout passes first (with what
+ * is left and the last upload error) or the path is not a writable tierfs
+ * mount; 2 usage.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -34,7 +37,9 @@ struct sync_state {
     uint64_t bytes;
     uint64_t dirty;
     uint64_t errors;
+    uint64_t parked;                    /* refused for good, not retried */
     char     error[1024];
+    char     parked_list[2048];         /* one line per parked change */
 };
 
 static void sync_help(FILE *f)
@@ -48,7 +53,11 @@ static void sync_help(FILE *f)
                "  --timeout SECONDS  give up after this long: exit 1 with "
                "what is left\n                     and the last upload error "
                "(default: wait)\n"
-               "  -q, --quiet        no progress line\n");
+               "  -q, --quiet        no progress line\n\n"
+               "A change the store refuses for good (permission denied, a "
+               "key it rejects)\nis parked: kept in staging, not retried "
+               "until it changes or the mount\nrestarts.  sync then exits 1 "
+               "naming each parked change and its cause.\n");
 }
 
 /* The value of name= in text, as a number. */
@@ -63,8 +72,9 @@ static uint64_t sync_field(const char *text, const char *name)
 static int sync_ask(const char *path, uint64_t seq, struct sync_state *s)
 {
     char name[64];
-    char text[2048];
+    char text[4096];
     const char *err;
+    const char *nl;
     ssize_t n;
 
     if (seq == 0)
@@ -80,8 +90,13 @@ static int sync_ask(const char *path, uint64_t seq, struct sync_state *s)
     s->bytes = sync_field(text, "bytes=");
     s->dirty = sync_field(text, "dirty=");
     s->errors = sync_field(text, "errors=");
+    s->parked = sync_field(text, "parked=");
     err = strstr(text, "error=");
-    snprintf(s->error, sizeof(s->error), "%s", err ? err + 6 : "");
+    err = err ? err + 6 : "";
+    nl = strchr(err, '\n');
+    snprintf(s->error, sizeof(s->error), "%.*s",
+             (int)(nl ? (size_t)(nl - err) : strlen(err)), err);
+    snprintf(s->parked_list, sizeof(s->parked_list), "%s", nl ? nl + 1 : "");
     return 0;
 }
 
@@ -118,6 +133,27 @@ static void sync_progress(const struct sync_state *s, uint64_t t0)
             s->errors ? ", retrying after errors" : "");
 }
 
+/* Name each parked change (as many as the answer held); CLI_FAIL. */
+static int sync_report_parked(const char *path, const struct sync_state *s)
+{
+    uint64_t shown = 0;
+
+    fprintf(stderr, "tierfs: sync %s: %" PRIu64 " changes parked after a "
+            "permanent error (kept in staging; tried again once changed or "
+            "after a remount):\n", path, s->parked);
+    for (const char *l = s->parked_list; *l != '\0'; shown++) {
+        const char *nl = strchr(l, '\n');
+        int len = (int)(nl ? (size_t)(nl - l) : strlen(l));
+
+        fprintf(stderr, "  %.*s\n", len, l);
+        l += len + (nl != NULL);
+    }
+    if (shown < s->parked)
+        fprintf(stderr, "  ... and %" PRIu64 " more (tierfs stats %s)\n",
+                s->parked - shown, path);
+    return CLI_FAIL;
+}
+
 static int sync_wait(const char *path, double timeout_s, bool quiet)
 {
     struct sync_state s = {0};
@@ -145,11 +181,13 @@ static int sync_wait(const char *path, double timeout_s, bool quiet)
                 "writes not yet closed; they upload once closed\n", path,
                 s.dirty);
     if (s.pending == 0)
-        return CLI_OK;
+        return s.parked > 0 ? sync_report_parked(path, &s) : CLI_OK;
     fprintf(stderr, "tierfs: sync %s: %" PRIu64 " changes (%s) still not "
             "in the store after %.0f s%s%s\n", path, s.pending,
             tfs_fmt_bytes(b, sizeof(b), (double)s.bytes), timeout_s,
             s.error[0] ? "; last error: " : "", s.error);
+    if (s.parked > 0)
+        sync_report_parked(path, &s);
     return CLI_FAIL;
 }
 

@@ -468,7 +468,9 @@ int fs_read_moved(struct tfs_fs *fs, struct fs_handle *h, char *buf,
  * user.tierfs.sync on PATH: what remains to upload under it (the whole
  * mount at the root, a directory's subtree, one file), as text:
  *
- *     seq=S pending=N bytes=B dirty=D errors=E error=LAST
+ *     seq=S pending=N bytes=B dirty=D errors=E parked=P error=LAST
+ *     upload of 'KEY': CAUSE          (one line per parked change, as
+ *     ...                              many as fit)
  *
  * The plain name sets the barrier S (everything changed so far); the
  * name user.tierfs.sync.S asks again about that barrier.  Each call
@@ -490,7 +492,7 @@ int fs_sync_xattr(struct tfs_fs *fs, struct fs_inode *in, const char *name,
     if (suffix[0] == '.' && tfs_parse_u64(suffix + 1, &seq) < 0)
         return -ENODATA;
     if (size == 0) {
-        *len = 1023;                    /* an upper bound, no waiting */
+        *len = 4095;                    /* an upper bound, no waiting */
         return 0;
     }
     if (suffix[0] == '\0')
@@ -501,9 +503,9 @@ int fs_sync_xattr(struct tfs_fs *fs, struct fs_inode *in, const char *name,
         fs_inode_key(&fs->inodes, in, key);
     wb_sync_status(fs->wb, key, seq, FS_SYNC_WAIT_MS, &s);
     n = snprintf(val, size, "seq=%" PRIu64 " pending=%" PRIu64 " bytes=%"
-                 PRIu64 " dirty=%" PRIu64 " errors=%" PRIu64 " error=%s",
-                 s.seq, s.pending, s.bytes, s.dirty, s.errors,
-                 s.last_error);
+                 PRIu64 " dirty=%" PRIu64 " errors=%" PRIu64 " parked=%"
+                 PRIu64 " error=%s\n%s", s.seq, s.pending, s.bytes,
+                 s.dirty, s.errors, s.parked, s.last_error, s.parked_list);
     *len = (size_t)n < size ? (size_t)n : size - 1;
     return 0;
 }

@@ -76,6 +76,8 @@ struct fault_cfg {
     double              error_rate;     /* 0..1 */
     int                 error_rc;       /* -errno or TFS_E* */
     unsigned            error_ops;      /* 1u << enum fault_op */
+    char                error_prefix[256]; /* only keys starting so;
+                                           "" = every key */
     double              flip_rate;      /* 0..1 */
     uint64_t            flip_max;       /* flips in all; 0 = no limit */
     struct fault_window windows[FAULT_MAX_WINDOWS];
@@ -219,6 +221,16 @@ static int fault_set_flip_rate(struct fault_cfg *c, const char *v)
 static int fault_set_flip_max(struct fault_cfg *c, const char *v)
 {
     return tfs_parse_u64(v, &c->flip_max);
+}
+
+static int fault_set_error_prefix(struct fault_cfg *c, const char *v)
+{
+    size_t len = strlen(v);
+
+    if (len >= sizeof(c->error_prefix))
+        return TFS_EOPTION;
+    memcpy(c->error_prefix, v, len + 1);
+    return 0;
 }
 
 static int fault_set_error(struct fault_cfg *c, const char *v)
@@ -373,6 +385,8 @@ static const struct fault_option {
                                "ECONNREFUSED, ENOENT, EACCES or server"},
     {"error_ops", fault_set_error_ops, "a comma list of stat, read, list, "
                                        "put, remove, copy, rename or all"},
+    {"error_prefix", fault_set_error_prefix, "a key prefix under 256 "
+                                             "bytes"},
     {"flip_rate", fault_set_flip_rate, "a probability in [0, 1]"},
     {"flip_max", fault_set_flip_max, "a whole number (0: no limit)"},
     {"partition", fault_set_partition, "START_MS+DUR_MS[,...]"},
@@ -621,6 +635,7 @@ static int fault_inject(const struct fault_call *fc)
     int rc = c->error_rc;
 
     if (c->error_rate <= 0 || (c->error_ops & (1u << fc->op)) == 0 ||
+        strncmp(fc->key, c->error_prefix, strlen(c->error_prefix)) != 0 ||
         fault_draw_double(fc, FAULT_DRAW_ERROR) >= c->error_rate)
         return 0;
     atomic_fetch_add(&fc->p->n_injected, 1);

@@ -9,8 +9,10 @@
  *               the store's), move an object, remove one, check a hidden
  *               directory; the bandwidth cap is charged per file
  *   completion  the metadata cache learns the change first, then the
- *               entry leaves the overlay (a journaled CLEAR); failures
- *               back off exponentially and try again, forever
+ *               entry leaves the overlay (a journaled CLEAR); transient
+ *               failures back off exponentially and try again, forever;
+ *               a permanent one parks the change (kept in staging, not
+ *               tried again until it changes or the mount restarts)
  *   sync        waiting for a barrier under a prefix
  *
  * Ordering: one operation per key at a time (busy); nothing changes a
@@ -81,6 +83,16 @@ static bool up_under(const char *key, const char *prefix)
     return strcmp(key, prefix) == 0;
 }
 
+/*
+ * Whether e's work failed for good and nothing changed since: a newer
+ * change to the key (a write sealed, a rename, a delete) bumps e->seq,
+ * and a remount rebuilds the entry with parked_seq 0.
+ */
+static bool up_parked(const struct wb_ent *e)
+{
+    return e->parked_seq != 0 && e->parked_seq == e->seq;
+}
+
 /* Whether a waiting sync covers e (then no upload delay, short backoff).
    wb->lock held. */
 static bool up_hurried(struct tfs_wb *wb, const struct wb_ent *e)
@@ -105,7 +117,7 @@ static uint64_t up_ready_at(struct tfs_wb *wb, struct wb_ent *e,
     uint64_t t = hurry ? 0 : e->ready_ns;
     uint64_t retry = e->retry_ns;
 
-    if (e->busy || (e->kind != WB_DIRENT && e->pins > 0))
+    if (e->busy || (e->kind != WB_DIRENT && e->pins > 0) || up_parked(e))
         return UINT64_MAX;
     if (e->kind == WB_MOVED) {
         struct wb_ent *s = wb_ent_find(wb, e->src);
@@ -328,6 +340,40 @@ static const char *up_verb(int kind)
     return verbs[kind];
 }
 
+/*
+ * Whether rc means the store refuses this change for good (EACCES, a bad
+ * key, EFBIG, ENAMETOOLONG, EINVAL...): not tfs_err_is_retryable, and
+ * not a shortage on this node (memory, descriptors, local space), which
+ * passes.
+ */
+static bool up_is_permanent(int rc)
+{
+    switch (rc) {
+    case -ENOMEM:
+    case -EMFILE:
+    case -ENFILE:
+    case -ENOSPC:
+    case -ENOBUFS:
+    case -EDQUOT:
+        return false;
+    default:
+        return !tfs_err_is_retryable(rc);
+    }
+}
+
+/* A permanent failure: park the change until it changes.  wb->lock held. */
+static void up_park(struct wb_op *op)
+{
+    struct wb_ent *e = op->e;
+
+    e->parked_seq = e->seq;
+    TFS_WARN("%s of '%s' failed for good: %s%s%s%s; parked (kept in "
+             "staging, tried again after a change to it or a remount)",
+             up_verb(op->kind), op->key, tfs_strerror(op->rc),
+             op->detail[0] ? " (" : "", op->detail,
+             op->detail[0] ? ")" : "");
+}
+
 /* A failed attempt: back off, count, log.  wb->lock held. */
 static void up_failed(struct tfs_wb *wb, struct wb_op *op)
 {
@@ -343,6 +389,10 @@ static void up_failed(struct tfs_wb *wb, struct wb_op *op)
     tfs_free(e->last_detail);
     e->last_detail = tfs_strdup(op->detail);
     atomic_fetch_add(&wb->n.errors, 1);
+    if (e->seq == op->seq && up_is_permanent(op->rc)) {
+        up_park(op);
+        return;
+    }
     atomic_fetch_add(&wb->n.retries, 1);
     level = e->attempts == 1 || e->attempts % 10 == 0 ? TFS_LOG_WARNING
                                                       : TFS_LOG_INFO;
@@ -627,25 +677,67 @@ uint64_t wb_sync_seq(struct tfs_wb *wb)
     return seq;
 }
 
+static const char *up_kind_verb(const struct wb_ent *e)
+{
+    return e->kind == WB_NODE ? "upload" : e->kind == WB_MOVED ? "rename"
+                                                                : "delete";
+}
+
+/*
+ * One "upload of 'key': cause" line for a parked entry into b[size],
+ * control characters of the key shown as '?'; false when it did not fit.
+ */
+static bool up_parked_line(const struct wb_ent *e, char *b, size_t size)
+{
+    char key[WB_KEY_MAX + 1];
+    size_t i;
+    int n;
+
+    for (i = 0; e->h.key[i] != '\0' && i < WB_KEY_MAX; i++)
+        key[i] = (unsigned char)e->h.key[i] < 0x20 ? '?' : e->h.key[i];
+    key[i] = '\0';
+    n = snprintf(b, size, "%s of '%s': %s%s%s%s\n", up_kind_verb(e), key,
+                 tfs_strerror(e->last_err),
+                 e->last_detail && e->last_detail[0] ? " (" : "",
+                 e->last_detail ? e->last_detail : "",
+                 e->last_detail && e->last_detail[0] ? ")" : "");
+    return n >= 0 && (size_t)n < size;
+}
+
+/* A parked entry into out's count and list.  wb->lock held. */
+static void up_count_parked(const struct wb_ent *e, struct wb_sync *out)
+{
+    size_t used = strlen(out->parked_list);
+
+    out->parked++;
+    if (!up_parked_line(e, out->parked_list + used,
+                        sizeof(out->parked_list) - used))
+        out->parked_list[used] = '\0';     /* the rest: in the stats */
+}
+
 /* Count what remains under prefix up to seq.  wb->lock held. */
 static void up_count(struct tfs_wb *wb, const char *prefix, uint64_t seq,
                      struct wb_sync *out)
 {
     uint64_t last_fail = 0;
 
-    out->pending = out->bytes = out->errors = 0;
+    out->pending = out->bytes = out->errors = out->parked = 0;
+    out->parked_list[0] = '\0';
     for (struct wb_ent *e = wb->qhead; e != NULL; e = e->qnext) {
         if (e->kind == WB_DIRENT || e->seq > seq ||
             !up_under(e->h.key, prefix))
             continue;
+        if (up_parked(e)) {
+            up_count_parked(e, out);
+            continue;
+        }
         out->pending++;
         out->bytes += e->kind == WB_NODE ? e->node->sealed_size : 0;
         out->errors += e->attempts;
         if (e->attempts > 0 && e->fail_ns >= last_fail) {
             last_fail = e->fail_ns;
             snprintf(out->last_error, sizeof(out->last_error),
-                     "%s of '%s': %s%s%s%s", e->kind == WB_NODE ? "upload"
-                     : e->kind == WB_MOVED ? "rename" : "delete",
+                     "%s of '%s': %s%s%s%s", up_kind_verb(e),
                      e->h.key, tfs_strerror(e->last_err),
                      e->last_detail && e->last_detail[0] ? " (" : "",
                      e->last_detail ? e->last_detail : "",
@@ -701,4 +793,64 @@ void wb_sync_status(struct tfs_wb *wb, const char *prefix, uint64_t seq,
         ;
     *pp = h.next;
     pthread_mutex_unlock(&wb->lock);
+}
+
+/* ---- parked changes in the stats ---- */
+
+#define UP_PARKED_LISTED 100            /* entries named in the JSON */
+
+static int up_json_str(struct tfs_buf *b, const char *s)
+{
+    int rc = tfs_buf_puts(b, "\"");
+
+    for (const unsigned char *p = (const unsigned char *)s;
+         rc == 0 && *p != '\0'; p++) {
+        if (*p == '"' || *p == '\\')
+            rc = tfs_buf_printf(b, "\\%c", *p);
+        else if (*p < 0x20)
+            rc = tfs_buf_printf(b, "\\u%04x", *p);
+        else
+            rc = tfs_buf_append(b, p, 1);
+    }
+    return rc == 0 ? tfs_buf_puts(b, "\"") : rc;
+}
+
+/* {"op": ..., "key": ..., "error": ..., "detail": ...}.  wb->lock held. */
+static int up_json_parked(struct tfs_buf *b, const struct wb_ent *e)
+{
+    int rc = tfs_buf_printf(b, "{\"op\": \"%s\", \"key\": ",
+                            up_kind_verb(e));
+
+    if (rc == 0)
+        rc = up_json_str(b, e->h.key);
+    if (rc == 0)
+        rc = tfs_buf_puts(b, ", \"error\": ");
+    if (rc == 0)
+        rc = up_json_str(b, tfs_strerror(e->last_err));
+    if (rc == 0)
+        rc = tfs_buf_puts(b, ", \"detail\": ");
+    if (rc == 0)
+        rc = up_json_str(b, e->last_detail ? e->last_detail : "");
+    return rc == 0 ? tfs_buf_puts(b, "}") : rc;
+}
+
+int wb_parked_json(struct tfs_wb *wb, struct tfs_buf *b)
+{
+    uint64_t n = 0;
+    int rc = tfs_buf_puts(b, ", \"parked_changes\": [");
+
+    pthread_mutex_lock(&wb->lock);
+    for (struct wb_ent *e = wb->qhead; e != NULL && rc == 0; e = e->qnext) {
+        if (!up_parked(e))
+            continue;
+        if (n < UP_PARKED_LISTED)
+            rc = tfs_buf_puts(b, n > 0 ? ",\n    " : "\n    ");
+        if (rc == 0 && n < UP_PARKED_LISTED)
+            rc = up_json_parked(b, e);
+        n++;
+    }
+    pthread_mutex_unlock(&wb->lock);
+    if (rc == 0)
+        rc = tfs_buf_printf(b, "], \"parked\": %" PRIu64, n);
+    return rc;
 }

@@ -693,10 +693,11 @@ int wb_stats_json(struct tfs_wb *wb, struct tfs_buf *b)
     uint64_t used;
     uint64_t max;
     uint64_t seals = WB_N(seals);
+    int rc;
 
     wb_snapshot(wb, &s);
     wb_usage(wb, &used, &max);
-    return tfs_buf_printf(b,
+    rc = tfs_buf_printf(b,
         "\"writeback\": {\"pending_files\": %" PRIu64
         ", \"pending_bytes\": %" PRIu64 ", \"pending_ops\": %" PRIu64
         ", \"staged_files\": %" PRIu64 ", \"dirty_files\": %" PRIu64
@@ -710,7 +711,7 @@ int wb_stats_json(struct tfs_wb *wb, struct tfs_buf *b)
         ", \"seal_us_avg\": %.0f, \"copies\": %" PRIu64
         ", \"backpressure_waits\": %" PRIu64
         ", \"backpressure_seconds\": %.3f, \"journal_bytes\": %" PRIu64
-        ", \"compactions\": %" PRIu64 "}",
+        ", \"compactions\": %" PRIu64,
         s.pending_files, s.pending_bytes, s.pending_ops, s.staged_files,
         s.dirty_files, s.inflight, used, max, WB_N(uploaded_files),
         WB_N(uploaded_bytes), s.rate, WB_N(moves), WB_N(removes),
@@ -718,6 +719,9 @@ int wb_stats_json(struct tfs_wb *wb, struct tfs_buf *b)
         seals ? (double)WB_N(seal_ns) / 1e3 / (double)seals : 0.0,
         WB_N(copies), WB_N(waits), (double)WB_N(wait_ns) / 1e9,
         (uint64_t)wb->j.size, WB_N(compactions));
+    if (rc == 0)
+        rc = wb_parked_json(wb, b);
+    return rc == 0 ? tfs_buf_puts(b, "}") : rc;
 }
 
 static int wb_prom(struct tfs_buf *b, const char *name, const char *type,

@@ -202,6 +202,10 @@ struct wb_sync {
     uint64_t dirty;                     /* files open with unsaved writes */
     uint64_t errors;                    /* failed attempts among them */
     char     last_error[256];           /* of the latest, or "" */
+    uint64_t parked;                    /* changes parked after a
+                                           permanent error (not pending) */
+    char     parked_list[1024];         /* "upload of 'k': cause\n" for
+                                           the first of them */
 };
 
 /* The barrier for a sync that starts now. */
@@ -211,7 +215,8 @@ uint64_t wb_sync_seq(struct tfs_wb *wb);
  * What remains, under prefix ("" for all, "a/b/" for a directory, "a/b"
  * for a file), of the changes made up to barrier seq: waits up to
  * wait_ms for it to reach 0, and hurries the uploader meanwhile (no
- * upload delay, short backoffs).
+ * upload delay, short backoffs).  Parked changes are counted apart and
+ * not waited for.
  */
 void wb_sync_status(struct tfs_wb *wb, const char *prefix, uint64_t seq,
                     uint64_t wait_ms, struct wb_sync *out);
