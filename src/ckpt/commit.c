@@ -473,12 +473,74 @@ static int ckpt_wait_marker(const struct tfs_ckpt_commit *c, unsigned r,
     return rc;
 }
 
-/* Move `latest` to step unless it names a newer committed checkpoint. */
-static int ckpt_advance_latest(struct tfs_store *st, uint64_t step)
+static int ckpt_put_latest(struct tfs_store *st, uint64_t step)
 {
     struct tfs_buf text;
-    uint64_t cur;
     char name[32];
+    int rc;
+
+    tfs_ckpt_step_name(name, sizeof(name), step);
+    tfs_buf_init(&text, 0);
+    rc = tfs_buf_printf(&text, "%s\n", name);
+    if (rc == 0)
+        rc = ckpt_put_str(st, TFS_CKPT_LATEST_KEY, &text);
+    tfs_buf_cleanup(&text);
+    return rc;
+}
+
+struct ckpt_newest {
+    struct tfs_store *st;
+    uint64_t          step;             /* the newest committed so far */
+};
+
+static int ckpt_newest_page(void *arg, const struct tfs_list_page *pg)
+{
+    struct ckpt_newest *w = arg;
+
+    for (size_t i = 0; i < pg->n_prefixes; i++) {
+        size_t len = strlen(pg->prefixes[i]);
+        bool yes = false;
+        uint64_t step;
+        int rc;
+
+        if (len == 0 || !tfs_ckpt_step_parse(pg->prefixes[i], len - 1, &step)
+            || step <= w->step)
+            continue;                   /* only newer steps cost a stat */
+        rc = tfs_ckpt_is_committed(w->st, step, &yes);
+        if (rc < 0)
+            return rc;
+        if (yes)
+            w->step = step;
+    }
+    return 0;
+}
+
+/* The newest committed step after `step`, or `step` when there is none. */
+static int ckpt_newest_after(struct tfs_store *st, uint64_t step,
+                             uint64_t *newest)
+{
+    struct ckpt_newest w = {.st = st, .step = step};
+    int rc = tfs_store_list_all(st, "", "/", ckpt_newest_page, &w);
+
+    if (rc == 0)
+        *newest = w.step;
+    return rc;
+}
+
+/*
+ * Move `latest` to step unless it names a newer committed checkpoint.
+ * The store has no conditional put, so two overlapping commits could
+ * both read an old `latest` and the older step write last.  Hence, after
+ * each write, look for a committed step newer than the one written and
+ * write that instead, until there is none.  Every commit puts its index
+ * before it gets here, so whichever writes last has looked after every
+ * index put before that listing, and any index put after it belongs to
+ * a commit that writes `latest` later: the last write names the newest.
+ */
+static int ckpt_advance_latest(struct tfs_store *st, uint64_t step)
+{
+    uint64_t cur;
+    uint64_t newest = step;
     bool newer = false;
     int rc = ckpt_read_latest(st, &cur);
 
@@ -487,14 +549,15 @@ static int ckpt_advance_latest(struct tfs_store *st, uint64_t step)
     if (rc < 0 && rc != -ENOENT && rc != TFS_EFORMAT)
         return rc;
     if (newer)
-        return 0;
-    tfs_ckpt_step_name(name, sizeof(name), step);
-    tfs_buf_init(&text, 0);
-    rc = tfs_buf_printf(&text, "%s\n", name);
-    if (rc == 0)
-        rc = ckpt_put_str(st, TFS_CKPT_LATEST_KEY, &text);
-    tfs_buf_cleanup(&text);
-    return rc;
+        return 0;                       /* its writer settles `latest` */
+    for (;;) {
+        rc = ckpt_put_latest(st, step);
+        if (rc == 0)
+            rc = ckpt_newest_after(st, step, &newest);
+        if (rc < 0 || newest == step)
+            return rc;
+        step = newest;
+    }
 }
 
 static int ckpt_put_index(const struct tfs_ckpt_commit *c,

@@ -867,6 +867,69 @@ static void setup(void)
     data_init();
 }
 
+/* ---- overlapping commits (R3) ---- */
+
+struct overlap {
+    struct tfs_store  *st;
+    uint64_t           step;
+    pthread_barrier_t *start;
+    int                rc;
+};
+
+/* Rank 0 of a one-rank checkpoint without files: index, then `latest`. */
+static void *overlap_main(void *p)
+{
+    struct overlap *o = p;
+    struct tfs_ckpt_commit c = {.st = o->st, .step = o->step,
+                                .world_size = 1, .run_id = ""};
+    struct tfs_ckpt_marker m = {.step = o->step, .world_size = 1,
+                                .run_id = (char *)""};
+
+    pthread_barrier_wait(o->start);
+    o->rc = tfs_ckpt_commit_index(&c, &m);
+    return NULL;
+}
+
+/* Two commits of different steps at once, the store's calls jittered so
+ * that they interleave every way: `latest` always ends on the newer. */
+TEST(latest_overlapping_commits)
+{
+    pthread_barrier_t start;
+    int older_won = 0;
+
+    CHECK(pthread_barrier_init(&start, NULL, 2) == 0);
+    for (int i = 0; i < 40; i++) {
+        struct overlap o[2];
+        struct tfs_store *st;
+        pthread_t t[2];
+        char rel[32];
+        char dir[128];
+        char uri[160];
+        uint64_t step = 0;
+        bool checked = true;
+
+        snprintf(rel, sizeof(rel), "overlap/%d", i);
+        path(dir, sizeof(dir), rel);
+        snprintf(uri, sizeof(uri), "fault+file://%s?jitter_ms=3", dir);
+        CHECK_OK(tfs_ckpt_store_open(uri, NULL, true, &st));
+        o[0] = (struct overlap){st, 200 + (uint64_t)i, &start, 0};
+        o[1] = (struct overlap){st, 100 + (uint64_t)i, &start, 0};
+        for (int k = 0; k < 2; k++)
+            CHECK(pthread_create(&t[k], NULL, overlap_main, &o[k]) == 0);
+        for (int k = 0; k < 2; k++)
+            pthread_join(t[k], NULL);
+        CHECK_OK(o[0].rc);
+        CHECK_OK(o[1].rc);
+        CHECK_OK(tfs_ckpt_find_latest(st, &step, &checked));
+        CHECK(!checked);                /* what `latest` itself names */
+        older_won += step != 200 + (uint64_t)i;
+        tfs_store_close(st);
+    }
+    pthread_barrier_destroy(&start);
+    printf("# latest left on the older step in %d of 40 runs\n", older_won);
+    CHECK_EQ(older_won, 0);
+}
+
 static void teardown(void)
 {
     char cmd[128];
@@ -878,7 +941,7 @@ static void teardown(void)
 
 TESTS(T(roundtrip), T(ranks), T(commit_protocol), T(retention),
       T(checksums), T(recycle), T(direct_staging), T(streaming),
-      T(allocation_failures));
+      T(allocation_failures), T(latest_overlapping_commits));
 
 int main(int argc, char **argv)
 {
