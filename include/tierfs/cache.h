@@ -150,6 +150,31 @@ TFS_API int tfs_file_read(struct tfs_file *f, void *buf, size_t len,
 TFS_API int tfs_file_read_pin(struct tfs_file *f, size_t len, uint64_t off,
                               const void **data, size_t *n, void **pin);
 TFS_API void tfs_cache_unpin(struct tfs_cache *c, void *pin);
+/*
+ * Reads that never wait for the store, for event-driven callers (the
+ * FUSE mount).  The _try forms are tfs_file_read and tfs_file_read_pin
+ * when every block of the range is in the RAM or the disk tier (a disk
+ * read is done at once); otherwise they start loading the missing blocks
+ * and return -EAGAIN, having read nothing: go on with
+ * tfs_file_read_async for the same range (readahead was already done).
+ */
+TFS_API int tfs_file_read_try(struct tfs_file *f, void *buf, size_t len,
+                              uint64_t off, size_t *nread);
+TFS_API int tfs_file_read_pin_try(struct tfs_file *f, size_t len,
+                                  uint64_t off, const void **data,
+                                  size_t *n, void **pin);
+/*
+ * Read [off, off+len) into buf without waiting: 0 (done now, *nread set)
+ * or an error as tfs_file_read; or 1: pending, and done(arg, rc, nread)
+ * is called exactly once, from a cache thread (a fetch worker), when buf
+ * holds the bytes or the read failed (the store's error, -ESHUTDOWN at
+ * close).  buf must stay valid until then; f may be closed meanwhile.
+ * done must not block.
+ */
+typedef void tfs_read_done_fn(void *arg, int rc, size_t nread);
+TFS_API int tfs_file_read_async(struct tfs_file *f, void *buf, size_t len,
+                                uint64_t off, tfs_read_done_fn *done,
+                                void *arg, size_t *nread);
 TFS_API uint64_t tfs_file_size(const struct tfs_file *f);
 TFS_API const struct tfs_stat *tfs_file_stat(const struct tfs_file *f);
 TFS_API void tfs_file_close(struct tfs_file *f);

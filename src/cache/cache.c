@@ -288,7 +288,7 @@ static int cache_load(struct tfs_cache *c, const struct tfs_block_ref *r,
     if (c->disk != NULL)
         rc = tfs_disk_load(c, r, id, b);
     if (rc == 0) {
-        tfs_ram_publish(c, b, 0, TFS_SRC_DISK);
+        tfs_block_publish(c, b, 0, TFS_SRC_DISK);
         return 0;
     }
     if (rc != -ENOENT && rc != TFS_ECORRUPT)
@@ -303,7 +303,7 @@ static int cache_load(struct tfs_cache *c, const struct tfs_block_ref *r,
     rc = tfs_fetch_submit(c, r, b, want != TFS_WANT_PREFETCH,
                           want == TFS_WANT_FILL);
     if (rc < 0)
-        tfs_ram_publish(c, b, rc, TFS_SRC_NONE);
+        tfs_block_publish(c, b, rc, TFS_SRC_NONE);
     return rc;
 }
 
@@ -390,6 +390,65 @@ int tfs_cache_block(struct tfs_cache *c, const struct tfs_block_ref *r,
     }
     *out = b;
     return 0;
+}
+
+int tfs_cache_block_start(struct tfs_cache *c, const struct tfs_block_ref *r,
+                          struct tfs_block **out)
+{
+    uint8_t id[TFS_BLOCK_ID_LEN];
+    struct tfs_block *b;
+    bool created;
+    int rc;
+
+    tfs_block_id(c, r, id);
+    rc = tfs_ram_get(c, id, r->len, &b, &created);
+    if (rc < 0)
+        return rc;
+    if (created)
+        cache_load(c, r, id, b, TFS_WANT_DEMAND);
+    if (cache_is_loading(c, b)) {
+        *out = b;
+        return 1;
+    }
+    rc = tfs_ram_wait(c, b, 0);         /* READY or FAILED: no wait */
+    if (rc < 0) {
+        tfs_ram_put(c, b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
+
+bool tfs_block_await(struct tfs_cache *c, struct tfs_block *b,
+                     struct tfs_waiter *w)
+{
+    bool loading;
+
+    pthread_mutex_lock(&c->ram_lock);
+    loading = b->state == TFS_BLK_LOADING;
+    if (loading) {
+        w->next = b->waiters;
+        b->waiters = w;
+    }
+    pthread_mutex_unlock(&c->ram_lock);
+    return loading;
+}
+
+void tfs_block_publish(struct tfs_cache *c, struct tfs_block *b, int err,
+                       int src)
+{
+    struct tfs_waiter *w;
+
+    tfs_ram_publish(c, b, err, src);
+    pthread_mutex_lock(&c->ram_lock);
+    w = b->waiters;
+    b->waiters = NULL;
+    pthread_mutex_unlock(&c->ram_lock);
+    while (w != NULL) {
+        struct tfs_waiter *next = w->next;
+        w->fn(c, w);                    /* may free w */
+        w = next;
+    }
 }
 
 void tfs_cache_block_prefetch(struct tfs_cache *c,

@@ -96,6 +96,16 @@ enum tfs_block_state {
     TFS_BLK_FAILED,                     /* err says why; not in table */
 };
 
+/*
+ * A reader waiting for a LOADING block without a thread (tfs_block_await):
+ * fn is called once, from the thread that published the block (a fetch
+ * worker, or the disk-tier reader), with no lock held.
+ */
+struct tfs_waiter {
+    struct tfs_waiter *next;            /* c->ram_lock while queued */
+    void             (*fn)(struct tfs_cache *c, struct tfs_waiter *w);
+};
+
 enum tfs_block_src {
     TFS_SRC_NONE,                       /* already counted as used */
     TFS_SRC_DISK,                       /* loaded from the disk tier */
@@ -131,6 +141,8 @@ struct tfs_block {
     unsigned char     *data;            /* owned; len bytes when READY,
                                            NULL while LOADING */
     pthread_cond_t     cond;            /* it left LOADING; ram_lock */
+    struct tfs_waiter *waiters;         /* called once it left LOADING
+                                           (tfs_block_publish); ram_lock */
     size_t             len;             /* bytes of data */
     uint64_t           load_start_ns;   /* when loading began, then when
                                            its store read began; written
@@ -341,6 +353,27 @@ uint64_t tfs_fetch_hedge_after_ns(struct tfs_cache *c);
 int tfs_cache_block(struct tfs_cache *c, const struct tfs_block_ref *r,
                     enum tfs_want want, struct tfs_block **out,
                     uint64_t *waited_ns);
+/*
+ * Without waiting: block r pinned, loading it (disk tier at once, or a
+ * demand read queued to the fetch pool) when absent.  0: READY; 1: still
+ * LOADING (pinned: wait with tfs_ram_wait or tfs_block_await); or an
+ * error (nothing pinned).
+ */
+int tfs_cache_block_start(struct tfs_cache *c, const struct tfs_block_ref *r,
+                          struct tfs_block **out);
+/*
+ * Queue w on b, pinned by the caller: true when b is LOADING (w->fn will
+ * be called once it is published; the caller must not touch what w->fn
+ * frees from here on), false when b already left LOADING.
+ */
+bool tfs_block_await(struct tfs_cache *c, struct tfs_block *b,
+                     struct tfs_waiter *w);
+/*
+ * tfs_ram_publish, then call b's waiters.  Every publish of a block goes
+ * through here, so no waiter is left behind.
+ */
+void tfs_block_publish(struct tfs_cache *c, struct tfs_block *b, int err,
+                       int src);
 /*
  * Whether prefetching is worth it: a prefetched block waits in the RAM
  * tier for its reader, so with almost no RAM tier it would be evicted

@@ -11,6 +11,7 @@
  * absorbs the kernel issuing FUSE reads slightly out of order.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "cache/cache_int.h"
@@ -27,7 +28,12 @@ struct tfs_file {
     uint64_t          window;           /* lock: readahead bytes */
     uint64_t          ra_end;           /* lock: prefetched up to here */
     uint32_t          trace_id;         /* when c->trace */
+    atomic_uint       refs;             /* the opener's + one per
+                                           asynchronous read */
 };
+
+/* Blocks a non-blocking read pins at once; a longer range goes async. */
+#define FILE_TRY_BLOCKS 32
 
 int tfs_file_open_stat(struct tfs_cache *c, const char *key,
                        const struct tfs_stat *st, struct tfs_file **out)
@@ -44,6 +50,7 @@ int tfs_file_open_stat(struct tfs_cache *c, const char *key,
     if (c->trace != NULL)
         f->trace_id = tfs_trace_file_open(c->trace, key, st->size);
     f->n_blocks = (st->size + bs - 1) / bs;
+    atomic_init(&f->refs, 1);
     pthread_mutex_init(&f->lock, NULL);
     /* A small object is one block: start loading it now. */
     if (f->n_blocks == 1 && tfs_cache_can_prefetch(c)) {
@@ -68,7 +75,7 @@ int tfs_file_open(struct tfs_cache *c, const char *key,
 
 void tfs_file_close(struct tfs_file *f)
 {
-    if (f == NULL)
+    if (f == NULL || atomic_fetch_sub(&f->refs, 1) != 1)
         return;
     if (f->c->trace != NULL)
         tfs_trace_file_close(f->c->trace, f->trace_id);
@@ -259,4 +266,252 @@ int tfs_file_prefetch(struct tfs_file *f, uint64_t off, uint64_t len)
     if (off < f->st.size && len > 0 && tfs_cache_can_prefetch(f->c))
         file_prefetch(f, off, off + TFS_MIN(len, f->st.size - off));
     return 0;
+}
+
+/* ---- without waiting: the event-driven read (the FUSE mount) ---- */
+
+/* Count n bytes of READY blk as read, as file_get_block does. */
+static void file_account(struct tfs_file *f, struct tfs_block *blk,
+                         size_t n, int *src)
+{
+    int s = tfs_cache_account(f->c, blk, n);
+
+    *src = *src < 0 || *src == s ? s : TFS_TRACE_MIXED;
+}
+
+/*
+ * Pin every block of [off, end) READY in blks, starting the loads of
+ * those that are not: 0, or -EAGAIN (nothing pinned) when one is still
+ * loading or the range spans more than FILE_TRY_BLOCKS blocks.
+ */
+static int file_pin_now(struct tfs_file *f, uint64_t off, uint64_t end,
+                        struct tfs_block **blks, size_t *nb)
+{
+    struct tfs_cache *c = f->c;
+    uint64_t bs = c->cfg.block_size;
+    uint64_t first = off / bs;
+    size_t n = (size_t)((end - 1) / bs - first + 1);
+    int rc = 0;
+    size_t i;
+
+    if (n > FILE_TRY_BLOCKS)
+        return -EAGAIN;
+    for (i = 0; i < n && rc == 0; i++) {
+        struct tfs_block_ref r;
+        tfs_block_ref_init(c, &r, f->key, &f->st, first + i);
+        rc = tfs_cache_block_start(c, &r, &blks[i]);
+        if (rc == 1) {                  /* loading: the async read waits */
+            tfs_ram_put(c, blks[i]);
+            rc = -EAGAIN;
+        }
+    }
+    if (rc < 0) {
+        for (size_t k = 0; k + 1 < i; k++)
+            tfs_ram_put(c, blks[k]);
+        return rc;
+    }
+    *nb = n;
+    return 0;
+}
+
+int tfs_file_read_try(struct tfs_file *f, void *buf, size_t len,
+                      uint64_t off, size_t *nread)
+{
+    struct tfs_block *blks[FILE_TRY_BLOCKS];
+    uint64_t bs = f->c->cfg.block_size;
+    uint64_t t0 = tfs_now_ns();
+    uint64_t end;
+    uint64_t pos = off;
+    size_t nb = 0;
+    int src = -1;
+    int rc;
+
+    *nread = 0;
+    if (!file_begin(f, len, off, &end))
+        return 0;
+    rc = file_pin_now(f, off, end, blks, &nb);
+    if (rc == -EAGAIN)
+        return rc;                      /* counted when it completes */
+    for (size_t i = 0; i < nb; i++) {
+        uint64_t b = pos / bs;
+        size_t n = (size_t)(TFS_MIN(end, (b + 1) * bs) - pos);
+
+        file_account(f, blks[i], n, &src);
+        memcpy((unsigned char *)buf + (pos - off),
+               blks[i]->data + (pos - b * bs), n);
+        tfs_ram_put(f->c, blks[i]);
+        pos += n;
+    }
+    rc = file_finish(f, rc, off, end - off, t0, 0, src);
+    if (rc == 0)
+        *nread = (size_t)(end - off);
+    return rc;
+}
+
+int tfs_file_read_pin_try(struct tfs_file *f, size_t len, uint64_t off,
+                          const void **data, size_t *n, void **pin)
+{
+    uint64_t bs = f->c->cfg.block_size;
+    uint64_t t0 = tfs_now_ns();
+    struct tfs_block *blk = NULL;
+    uint64_t end;
+    size_t nb;
+    int src = -1;
+    int rc;
+
+    *n = 0;
+    *pin = NULL;
+    *data = NULL;
+    if (len > 0 && off < f->st.size &&
+        off / bs != (off + TFS_MIN((uint64_t)len, f->st.size - off) - 1) / bs)
+        return -E2BIG;
+    if (!file_begin(f, len, off, &end))
+        return 0;
+    rc = file_pin_now(f, off, end, &blk, &nb);
+    if (rc == -EAGAIN)
+        return rc;
+    if (rc == 0)
+        file_account(f, blk, (size_t)(end - off), &src);
+    rc = file_finish(f, rc, off, end - off, t0, 0, src);
+    if (rc < 0)
+        return rc;
+    *data = blk->data + (off - (off / bs) * bs);
+    *n = (size_t)(end - off);
+    *pin = blk;
+    return 0;
+}
+
+/*
+ * One asynchronous read: it walks its range block by block; at a block
+ * still loading it queues itself on the block (w) and returns, and the
+ * thread that publishes the block carries it on.  It holds a reference
+ * on its file, and a pin on the block it waits for.
+ */
+struct file_aread {
+    struct tfs_waiter  w;               /* first: the waiter is the read */
+    struct tfs_file   *f;
+    unsigned char     *buf;
+    uint64_t           off;
+    uint64_t           end;
+    uint64_t           pos;             /* copied up to here */
+    uint64_t           t0;
+    uint64_t           wait_t0;         /* when the wait for blk began */
+    uint64_t           stall;
+    int                src;
+    struct tfs_block  *blk;             /* waited for; pinned */
+    tfs_read_done_fn  *done;
+    void              *arg;
+};
+
+/* Copy what the read wants of READY blk, unpin it, move on. */
+static void aread_copy(struct file_aread *a, struct tfs_block *blk)
+{
+    uint64_t bs = a->f->c->cfg.block_size;
+    uint64_t b = a->pos / bs;
+    size_t n = (size_t)(TFS_MIN(a->end, (b + 1) * bs) - a->pos);
+
+    file_account(a->f, blk, n, &a->src);
+    memcpy(a->buf + (a->pos - a->off), blk->data + (a->pos - b * bs), n);
+    tfs_ram_put(a->f->c, blk);
+    a->pos += n;
+}
+
+/* Go on until done (0), an error, or queued on a loading block (1). */
+static int aread_step(struct file_aread *a)
+{
+    struct tfs_cache *c = a->f->c;
+    uint64_t bs = c->cfg.block_size;
+
+    while (a->pos < a->end) {
+        struct tfs_block_ref r;
+        struct tfs_block *blk;
+        int rc;
+
+        tfs_block_ref_init(c, &r, a->f->key, &a->f->st, a->pos / bs);
+        rc = tfs_cache_block_start(c, &r, &blk);
+        if (rc < 0)
+            return rc;
+        if (rc == 1) {
+            a->blk = blk;
+            a->wait_t0 = tfs_now_ns();
+            if (tfs_block_await(c, blk, &a->w))
+                return 1;               /* a belongs to the publisher */
+            a->blk = NULL;
+            rc = tfs_ram_wait(c, blk, 0);       /* published meanwhile */
+            a->stall += tfs_now_ns() - a->wait_t0;
+            if (rc < 0) {
+                tfs_ram_put(c, blk);
+                return rc;
+            }
+        }
+        aread_copy(a, blk);
+    }
+    return 0;
+}
+
+/* The read is over: count it, tell the caller (done), free it. */
+static int aread_end(struct file_aread *a, int rc, bool call)
+{
+    struct tfs_file *f = a->f;
+    size_t n = (size_t)(a->end - a->off);
+
+    rc = file_finish(f, rc, a->off, n, a->t0, a->stall, a->src);
+    if (call)
+        a->done(a->arg, rc, rc == 0 ? n : 0);
+    tfs_free(a);
+    tfs_file_close(f);                  /* the read's reference */
+    return rc;
+}
+
+/* w's block was published (a fetch worker or a disk load calls this). */
+static void aread_wake(struct tfs_cache *c, struct tfs_waiter *w)
+{
+    struct file_aread *a = (struct file_aread *)w;
+    struct tfs_block *blk = a->blk;
+    int rc = tfs_ram_wait(c, blk, 0);
+
+    a->blk = NULL;
+    a->stall += tfs_now_ns() - a->wait_t0;
+    if (rc < 0) {
+        tfs_ram_put(c, blk);
+    } else {
+        aread_copy(a, blk);
+        rc = aread_step(a);
+        if (rc == 1)
+            return;
+    }
+    aread_end(a, rc, true);
+}
+
+int tfs_file_read_async(struct tfs_file *f, void *buf, size_t len,
+                        uint64_t off, tfs_read_done_fn *done, void *arg,
+                        size_t *nread)
+{
+    struct file_aread *a;
+    int rc;
+
+    *nread = 0;
+    if (off >= f->st.size || len == 0)
+        return 0;
+    a = tfs_calloc(1, sizeof(*a));
+    if (a == NULL)
+        return -ENOMEM;
+    atomic_fetch_add(&f->refs, 1);
+    a->w.fn = aread_wake;
+    a->f = f;
+    a->buf = buf;
+    a->off = a->pos = off;
+    a->end = off + TFS_MIN((uint64_t)len, f->st.size - off);
+    a->t0 = tfs_now_ns();
+    a->src = -1;
+    a->done = done;
+    a->arg = arg;
+    *nread = (size_t)(a->end - off);
+    rc = aread_step(a);
+    if (rc == 1)
+        return 1;                       /* a may be gone already */
+    rc = aread_end(a, rc, false);
+    if (rc < 0)
+        *nread = 0;
+    return rc;
 }

@@ -193,12 +193,12 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
     tfs_blockbuf_put(c, j->dst, j->len);
     j->dst = NULL;
     if (failed)
-        tfs_ram_publish(c, b, rc, TFS_SRC_NONE);
+        tfs_block_publish(c, b, rc, TFS_SRC_NONE);
     if (!winner)
         return;
     if (j->hedge)
         TFS_COUNT(&c->ctr, hedge_wins, 1);
-    tfs_ram_publish(c, b, 0, TFS_SRC_STORE);
+    tfs_block_publish(c, b, 0, TFS_SRC_STORE);
     if (!j->fill) {
         struct tfs_block_ref r = {
             .key = j->key, .version = j->version, .obj_size = j->obj_size,

@@ -53,6 +53,29 @@ static size_t ctl_handle_count(struct tfs_fs *fs)
     return n;
 }
 
+/* The asynchronous reads and the store path (fs.c), as JSON members. */
+static int ctl_json_async(struct tfs_fs *fs, struct tfs_buf *b)
+{
+    unsigned flight, queued, deferred_now;
+
+    pthread_mutex_lock(&fs->async.lock);
+    flight = fs->async.n_flight;
+    queued = fs->async.n_queued;
+    pthread_mutex_unlock(&fs->async.lock);
+    pthread_mutex_lock(&fs->spath.lock);
+    deferred_now = fs->spath.n_queued;
+    pthread_mutex_unlock(&fs->spath.lock);
+    return tfs_buf_printf(b,
+        ", \"async_max\": %u, \"async_inflight\": %u, \"async_queued\": %u"
+        ", \"async_reads\": %" PRIuFAST64 ", \"async_overflow\": %" PRIuFAST64
+        ", \"store_path_max\": %u, \"store_path_busy\": %u"
+        ", \"store_path_queued\": %u, \"deferred\": %" PRIuFAST64,
+        fs->async.max, flight, queued, atomic_load(&fs->n.async_reads),
+        atomic_load(&fs->n.async_overflow), fs->spath.cap,
+        (unsigned)atomic_load(&fs->spath.busy), deferred_now,
+        atomic_load(&fs->n.deferred));
+}
+
 /* The JSON members the mount adds to the cache's object. */
 static int ctl_json_extra(struct tfs_fs *fs, struct tfs_buf *b)
 {
@@ -68,15 +91,19 @@ static int ctl_json_extra(struct tfs_fs *fs, struct tfs_buf *b)
         ", \"reads\": %" PRIuFAST64 ", \"read_bytes\": %" PRIuFAST64
         ", \"read_max\": %" PRIuFAST64 ", \"errors\": %" PRIuFAST64
         ", \"writes\": %" PRIuFAST64 ", \"write_bytes\": %" PRIuFAST64
-        ", \"inodes\": %zu, \"handles\": %zu},\n"
-        "\"store\": {\"stats\": %" PRIu64 ", \"reads\": %" PRIu64
-        ", \"lists\": %" PRIu64 ", \"errors\": %" PRIu64
-        ", \"read_bytes\": %" PRIu64 "}",
+        ", \"inodes\": %zu, \"handles\": %zu",
         (int)getpid(), atomic_load(&fs->n.lookups), atomic_load(&fs->n.opens),
         atomic_load(&fs->n.reads), atomic_load(&fs->n.read_bytes),
         atomic_load(&fs->n.read_max), atomic_load(&fs->n.errors),
         atomic_load(&fs->n.writes), atomic_load(&fs->n.write_bytes),
-        fs_itable_count(&fs->inodes), ctl_handle_count(fs), ss.stats, ss.reads,
+        fs_itable_count(&fs->inodes), ctl_handle_count(fs));
+    if (rc == 0)
+        rc = ctl_json_async(fs, b);
+    if (rc == 0)
+        rc = tfs_buf_printf(b, "},\n"
+        "\"store\": {\"stats\": %" PRIu64 ", \"reads\": %" PRIu64
+        ", \"lists\": %" PRIu64 ", \"errors\": %" PRIu64
+        ", \"read_bytes\": %" PRIu64 "}", ss.stats, ss.reads,
         ss.lists, ss.errors, ss.read_bytes);
     if (rc == 0 && fs->wb != NULL)
         rc = tfs_buf_puts(b, ",\n");

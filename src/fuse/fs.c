@@ -43,6 +43,7 @@
 #define FS_IMMUTABLE_TTL_S 3600.0       /* kernel timeouts, immutable */
 #define FS_DEFAULT_TTL_S 5.0            /* the cache's meta_ttl default */
 #define FS_DEFAULT_THREADS 64
+#define FS_DEFAULT_ASYNC_READS 256      /* reads in flight on the store */
 #define FS_DEFAULT_KERNEL_RA (4u << 20) /* 4 requests of 1 MiB in flight */
 #define FS_XATTR_CACHED "user.tierfs.cached"
 #define FS_XATTR_SYNC "user.tierfs.sync"
@@ -68,6 +69,10 @@ int tfs_fs_create(struct tfs_fs **out)
         return rc;
     }
     pthread_mutex_init(&fs->hlock, NULL);
+    pthread_mutex_init(&fs->async.lock, NULL);
+    pthread_mutex_init(&fs->spath.lock, NULL);
+    pthread_cond_init(&fs->spath.cond, NULL);
+    fs->async.max = FS_DEFAULT_ASYNC_READS;
     tfs_buf_init(&fs->fuse_opts, 64 * 1024);
     fs->ttl_s = FS_DEFAULT_TTL_S;
     fs->max_threads = FS_DEFAULT_THREADS;
@@ -184,6 +189,13 @@ int tfs_fs_set(struct tfs_fs *fs, const char *name, const char *value)
             return tfs_err(TFS_EOPTION, "max_threads: '%s' is not in "
                            "1..4096", value);
         fs->max_threads = (unsigned)v;
+        return 0;
+    }
+    if (strcmp(name, "async_reads") == 0) {
+        if (tfs_parse_u64(value, &v) < 0 || v < 1 || v > 65536)
+            return tfs_err(TFS_EOPTION, "async_reads: '%s' is not in "
+                           "1..65536", value);
+        fs->async.max = (unsigned)v;
         return 0;
     }
     if (strcmp(name, "kernel_readahead") == 0) {
@@ -516,15 +528,36 @@ static int fs_do_lookup(struct tfs_fs *fs, fuse_ino_t parent,
     return fs_entry_make(fs, key, is_dir, &st, NULL, e);
 }
 
+/* Requests that may wait on the store take the store path (below). */
+enum fs_defer_op {
+    FS_OP_LOOKUP, FS_OP_OPEN, FS_OP_OPENDIR, FS_OP_GETXATTR, FS_OP_READ,
+};
+
+static bool fs_gate_enter(struct tfs_fs *fs);
+static void fs_gate_leave(struct tfs_fs *fs);
+static void fs_defer_op(struct tfs_fs *fs, enum fs_defer_op op,
+                        fuse_req_t req, fuse_ino_t ino,
+                        const struct fuse_file_info *fi, size_t size,
+                        const char *name);
+
 static void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+    struct tfs_fs *fs = fs_of(req);
+    bool ctl = parent == FS_ROOT_INO && strcmp(name, FS_CTL_NAME) == 0;
     struct fuse_entry_param e;
-    int rc = fs_do_lookup(fs_of(req), parent, name, &e);
+    int rc;
 
+    if (!ctl && !fs_gate_enter(fs)) {
+        fs_defer_op(fs, FS_OP_LOOKUP, req, parent, NULL, 0, name);
+        return;
+    }
+    rc = fs_do_lookup(fs, parent, name, &e);
     if (rc < 0)
         fuse_reply_err(req, fs_errno(rc));
     else
         fuse_reply_entry(req, &e);
+    if (!ctl)
+        fs_gate_leave(fs);
 }
 
 static void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -609,12 +642,19 @@ static int fs_do_opendir(struct tfs_fs *fs, fuse_ino_t ino,
 static void fs_opendir(fuse_req_t req, fuse_ino_t ino,
                        struct fuse_file_info *fi)
 {
-    int rc = fs_do_opendir(fs_of(req), ino, fi);
+    struct tfs_fs *fs = fs_of(req);
+    int rc;
 
+    if (!fs_gate_enter(fs)) {
+        fs_defer_op(fs, FS_OP_OPENDIR, req, ino, fi, 0, NULL);
+        return;
+    }
+    rc = fs_do_opendir(fs, ino, fi);
     if (rc < 0)
         fuse_reply_err(req, fs_errno(rc));
     else if (fuse_reply_open(req, fi) == -ENOENT)
-        fs_handle_free(fs_of(req), fs_handle_of(fi), false);
+        fs_handle_free(fs, fs_handle_of(fi), false);
+    fs_gate_leave(fs);
 }
 
 /* st_ino of the parent of directory key "a/b/" (or the root). */
@@ -950,12 +990,20 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino,
                     struct fuse_file_info *fi)
 {
     struct tfs_fs *fs = fs_of(req);
-    int rc = fs_do_open(fs, ino, fi);
+    bool gate = ino != FS_CTL_INO;
+    int rc;
 
+    if (gate && !fs_gate_enter(fs)) {
+        fs_defer_op(fs, FS_OP_OPEN, req, ino, fi, 0, NULL);
+        return;
+    }
+    rc = fs_do_open(fs, ino, fi);
     if (rc < 0)
         fuse_reply_err(req, fs_errno(rc));
     else if (fuse_reply_open(req, fi) == -ENOENT)
         fs_handle_free(fs, fs_handle_of(fi), false);   /* interrupted */
+    if (gate)
+        fs_gate_leave(fs);
 }
 
 static pthread_key_t fs_rbuf_key;
@@ -1050,34 +1098,50 @@ static int fs_do_read(struct tfs_fs *fs, struct fs_handle *h, size_t size,
     return 0;
 }
 
+static void fs_read_warn(struct tfs_fs *fs, struct fs_handle *h, size_t size,
+                         uint64_t off, int rc)
+{
+    char key[FS_KEY_MAX + 2];
+
+    fs_inode_key(&fs->inodes, h->in, key);
+    TFS_WARN("read '%s' [%" PRIu64 ", +%zu): %s%s%s%s", key, off, size,
+             tfs_strerror(rc), tfs_errdetail()[0] ? " (" : "",
+             tfs_errdetail(), tfs_errdetail()[0] ? ")" : "");
+    atomic_fetch_add(&fs->n.errors, 1);
+}
+
 /*
- * A read inside one cached block is answered straight from the block,
- * pinned while the reply is written (no copy in user space); anything
- * else goes through a per-thread buffer.
+ * Answer a read of a cached range now, without waiting on the store: one
+ * inside a block straight from the block, pinned while the reply is
+ * written (no copy in user space), anything else through a per-thread
+ * buffer.  0: answered; -EAGAIN: a block must come from the store (its
+ * load has started; nothing answered); another error: not answered.
  */
-static int fs_read_pinned(struct tfs_fs *fs, fuse_req_t req,
-                          struct fs_handle *h, size_t size, uint64_t off)
+static int fs_read_now(struct tfs_fs *fs, fuse_req_t req, struct fs_handle *h,
+                       size_t size, uint64_t off)
 {
     struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
+    uint64_t bs = tfs_cache_block_size(fs->cache);
     const void *data;
     void *pin;
+    char *buf;
     size_t n;
     int rc;
 
-    if (h->kind != FS_H_FILE || atomic_load(&h->moved))
-        return -E2BIG;
-    rc = tfs_file_read_pin(h->file, size, off, &data, &n, &pin);
-    if (rc == -E2BIG || (rc == -ENOENT && fs->wb != NULL))
-        return -E2BIG;                  /* the buffered path handles it */
-    if (rc < 0) {
-        char key[FS_KEY_MAX + 2];
-        fs_inode_key(&fs->inodes, h->in, key);
-        TFS_WARN("read '%s' [%" PRIu64 ", +%zu): %s%s%s%s", key, off,
-                 size, tfs_strerror(rc), tfs_errdetail()[0] ? " (" : "",
-                 tfs_errdetail(), tfs_errdetail()[0] ? ")" : "");
-        atomic_fetch_add(&fs->n.errors, 1);
+    if (size == 0 || off / bs != (off + size - 1) / bs) {
+        buf = fs_read_buf(size);
+        if (buf == NULL)
+            return -ENOMEM;
+        rc = tfs_file_read_try(h->file, buf, size, off, &n);
+        if (rc == 0) {
+            fs_count_read(fs, size, n);
+            fuse_reply_buf(req, buf, n);
+        }
         return rc;
     }
+    rc = tfs_file_read_pin_try(h->file, size, off, &data, &n, &pin);
+    if (rc < 0)
+        return rc;
     fs_count_read(fs, size, n);
     bv.buf[0].size = n;
     bv.buf[0].mem = (void *)data;
@@ -1087,23 +1151,442 @@ static int fs_read_pinned(struct tfs_fs *fs, fuse_req_t req,
     return 0;
 }
 
-static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-                    struct fuse_file_info *fi)
+/* ---- the store path: requests that may wait on the store ---- */
+
+/* A request handed to the store-path threads, with what it was given. */
+struct fs_defer {
+    struct fs_defer      *next;
+    enum fs_defer_op      op;
+    fuse_req_t            req;
+    fuse_ino_t            ino;
+    struct fuse_file_info fi;
+    size_t                size;
+    uint64_t              off;
+    char                  name[];       /* lookup's, getxattr's */
+};
+
+/* This thread is a store-path thread: it may wait on the store. */
+static _Thread_local bool fs_on_spath;
+
+/*
+ * May this request wait on the store here?  True on a store-path thread,
+ * or while fewer than cap FUSE threads do (then fs_gate_leave after).
+ */
+static bool fs_gate_enter(struct tfs_fs *fs)
 {
-    struct tfs_fs *fs = fs_of(req);
+    struct fs_spath *sp = &fs->spath;
+
+    if (fs_on_spath)
+        return true;
+    if (atomic_fetch_add(&sp->busy, 1) < sp->cap)
+        return true;
+    atomic_fetch_sub(&sp->busy, 1);
+    return false;
+}
+
+static void fs_gate_leave(struct tfs_fs *fs)
+{
+    if (!fs_on_spath)
+        atomic_fetch_sub(&fs->spath.busy, 1);
+}
+
+/* Hand the request to the store-path threads (EIO at close). */
+static void fs_defer(struct tfs_fs *fs, const struct fs_defer *tmpl,
+                     const char *name)
+{
+    size_t nl = name ? strlen(name) + 1 : 1;
+    struct fs_defer *d = tfs_malloc(sizeof(*d) + nl);
+    struct fs_spath *sp = &fs->spath;
+    bool stopping;
+
+    if (d == NULL) {
+        fuse_reply_err(tmpl->req, ENOMEM);
+        return;
+    }
+    *d = *tmpl;
+    d->next = NULL;
+    memcpy(d->name, name ? name : "", nl);
+    pthread_mutex_lock(&sp->lock);
+    stopping = sp->stopping || sp->n_threads == 0;
+    if (!stopping) {
+        if (sp->tail != NULL)
+            sp->tail->next = d;
+        else
+            sp->head = d;
+        sp->tail = d;
+        sp->n_queued++;
+        pthread_cond_signal(&sp->cond);
+    }
+    pthread_mutex_unlock(&sp->lock);
+    if (stopping) {
+        fuse_reply_err(d->req, EIO);
+        tfs_free(d);
+        return;
+    }
+    atomic_fetch_add(&fs->n.deferred, 1);
+}
+
+static void fs_defer_op(struct tfs_fs *fs, enum fs_defer_op op,
+                        fuse_req_t req, fuse_ino_t ino,
+                        const struct fuse_file_info *fi, size_t size,
+                        const char *name)
+{
+    struct fs_defer t = {.op = op, .req = req, .ino = ino, .size = size};
+
+    if (fi != NULL)
+        t.fi = *fi;
+    fs_defer(fs, &t, name);
+}
+
+static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+                        size_t size);
+static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi);
+
+static void fs_defer_run(struct fs_defer *d)
+{
+    switch (d->op) {
+    case FS_OP_LOOKUP:
+        fs_lookup(d->req, d->ino, d->name);
+        break;
+    case FS_OP_OPEN:
+        fs_open(d->req, d->ino, &d->fi);
+        break;
+    case FS_OP_OPENDIR:
+        fs_opendir(d->req, d->ino, &d->fi);
+        break;
+    case FS_OP_GETXATTR:
+        fs_getxattr(d->req, d->ino, d->name, d->size);
+        break;
+    case FS_OP_READ:
+        fs_read(d->req, d->ino, d->size, (off_t)d->off, &d->fi);
+        break;
+    }
+}
+
+static void *fs_spath_main(void *arg)
+{
+    struct tfs_fs *fs = arg;
+    struct fs_spath *sp = &fs->spath;
+
+    fs_on_spath = true;
+    pthread_mutex_lock(&sp->lock);
+    for (;;) {
+        struct fs_defer *d = sp->head;
+
+        if (d == NULL && sp->stopping)
+            break;
+        if (d == NULL) {
+            pthread_cond_wait(&sp->cond, &sp->lock);
+            continue;
+        }
+        sp->head = d->next;
+        if (sp->head == NULL)
+            sp->tail = NULL;
+        sp->n_queued--;
+        pthread_mutex_unlock(&sp->lock);
+        fs_defer_run(d);
+        tfs_free(d);
+        pthread_mutex_lock(&sp->lock);
+    }
+    pthread_mutex_unlock(&sp->lock);
+    return NULL;
+}
+
+/*
+ * At most max_threads - max(2, max_threads / 4) FUSE threads wait on
+ * the store at once: the rest stay free for what the cache can answer.
+ */
+static int fs_spath_start(struct tfs_fs *fs)
+{
+    struct fs_spath *sp = &fs->spath;
+    unsigned reserve = TFS_MAX(2u, fs->max_threads / 4);
+
+    sp->cap = fs->max_threads > reserve ? fs->max_threads - reserve : 0;
+    for (unsigned i = 0; i < FS_SPATH_THREADS; i++) {
+        if (pthread_create(&sp->threads[i], NULL, fs_spath_main, fs) != 0)
+            return tfs_err(-EAGAIN, "cannot start the store-path threads");
+        sp->n_threads = i + 1;
+    }
+    return 0;
+}
+
+/* Answer what is still queued EIO, wait for what runs. */
+static void fs_spath_stop(struct tfs_fs *fs)
+{
+    struct fs_spath *sp = &fs->spath;
+    struct fs_defer *d;
+
+    pthread_mutex_lock(&sp->lock);
+    sp->stopping = true;
+    d = sp->head;
+    sp->head = sp->tail = NULL;
+    sp->n_queued = 0;
+    pthread_cond_broadcast(&sp->cond);
+    pthread_mutex_unlock(&sp->lock);
+    while (d != NULL) {
+        struct fs_defer *next = d->next;
+        fuse_reply_err(d->req, EIO);
+        tfs_free(d);
+        d = next;
+    }
+    for (unsigned i = 0; i < sp->n_threads; i++)
+        pthread_join(sp->threads[i], NULL);
+    sp->n_threads = 0;
+}
+
+static void fs_defer_read(struct tfs_fs *fs, fuse_req_t req, fuse_ino_t ino,
+                          const struct fuse_file_info *fi, size_t size,
+                          uint64_t off)
+{
+    struct fs_defer t = {.op = FS_OP_READ, .req = req, .ino = ino,
+                         .fi = *fi, .size = size, .off = off};
+
+    fs_defer(fs, &t, NULL);
+}
+
+/* ---- reads that wait for the store: answered from the completion ---- */
+
+struct fs_aread {
+    struct fs_aread  *prev;             /* fs->async.lock */
+    struct fs_aread  *next;             /* fs->async.lock */
+    struct tfs_fs    *fs;
+    fuse_req_t        req;
+    fuse_ino_t        ino;
+    struct fs_handle *h;                /* the kernel keeps it open until
+                                           the read is answered */
+    struct fuse_file_info fi;           /* for a read moved to the store
+                                           path */
+    size_t            size;
+    uint64_t          off;
+    bool              overflow;         /* waited past the bound */
+    char             *buf;              /* size bytes once started */
+    atomic_bool       answered;         /* replied, or cancelled at close */
+};
+
+static void fs_aread_unlink(struct fs_async *as, struct fs_aread *a)
+{
+    if (a->prev != NULL)
+        a->prev->next = a->next;
+    else
+        as->flight = a->next;
+    if (a->next != NULL)
+        a->next->prev = a->prev;
+    as->n_flight--;
+}
+
+static void fs_aread_link(struct fs_async *as, struct fs_aread *a)
+{
+    a->prev = NULL;
+    a->next = as->flight;
+    if (a->next != NULL)
+        a->next->prev = a;
+    as->flight = a;
+    as->n_flight++;
+}
+
+/*
+ * Reply to a finished read (once: close may have answered it), free it.
+ * A read of an object moved meanwhile goes to the store path, as a
+ * blocking read at the inode's key.
+ */
+static void fs_aread_finish(struct fs_aread *a, int rc, size_t n)
+{
+    struct tfs_fs *fs = a->fs;
+
+    if (!atomic_exchange(&a->answered, true)) {
+        if (rc == -ENOENT && fs->wb != NULL) {
+            atomic_store(&a->h->moved, true);
+            fs_defer_read(fs, a->req, a->ino, &a->fi, a->size, a->off);
+        } else if (rc < 0) {
+            fs_read_warn(fs, a->h, a->size, a->off, rc);
+            fuse_reply_err(a->req, fs_errno(rc));
+        } else {
+            fs_count_read(fs, a->size, n);
+            atomic_fetch_add(&fs->n.async_reads, 1);
+            atomic_fetch_add(&fs->n.async_overflow, a->overflow);
+            fuse_reply_buf(a->req, a->buf, n);
+        }
+    }
+    pthread_mutex_lock(&fs->async.lock);
+    fs_aread_unlink(&fs->async, a);
+    pthread_mutex_unlock(&fs->async.lock);
+    tfs_free(a->buf);
+    tfs_free(a);
+}
+
+static void fs_aread_pump(struct tfs_fs *fs);
+
+/* A fetch completion: a's bytes are in its buffer, or rc says why not. */
+static void fs_aread_done(void *arg, int rc, size_t n)
+{
+    struct tfs_fs *fs = ((struct fs_aread *)arg)->fs;
+
+    fs_aread_finish(arg, rc, n);
+    fs_aread_pump(fs);                  /* a slot is free */
+}
+
+/* Start a (in flight): false when it finished at once. */
+static bool fs_aread_start(struct fs_aread *a)
+{
+    size_t n = 0;
+    int rc;
+
+    a->buf = tfs_malloc(a->size);
+    rc = a->buf == NULL ? -ENOMEM
+                        : tfs_file_read_async(a->h->file, a->buf, a->size,
+                                              a->off, fs_aread_done, a, &n);
+    if (rc == 1)
+        return true;                    /* a belongs to the completion */
+    fs_aread_finish(a, rc, n);
+    return false;
+}
+
+/* Start queued reads while there is room. */
+static void fs_aread_pump(struct tfs_fs *fs)
+{
+    struct fs_async *as = &fs->async;
+
+    for (;;) {
+        struct fs_aread *a;
+
+        pthread_mutex_lock(&as->lock);
+        a = as->closing || as->n_flight >= as->max ? NULL : as->head;
+        if (a != NULL) {
+            as->head = a->next;
+            if (as->head == NULL)
+                as->tail = NULL;
+            as->n_queued--;
+            fs_aread_link(as, a);
+        }
+        pthread_mutex_unlock(&as->lock);
+        if (a == NULL)
+            return;
+        fs_aread_start(a);
+    }
+}
+
+/*
+ * A read the cache cannot answer now: start it without a thread, or,
+ * past the bound, queue it; a completion starts it when a slot frees.
+ * The FUSE thread returns at once either way.
+ */
+static void fs_aread_submit(struct tfs_fs *fs, fuse_req_t req,
+                            fuse_ino_t ino, struct fuse_file_info *fi,
+                            size_t size, uint64_t off)
+{
+    struct fs_async *as = &fs->async;
+    struct fs_aread *a = tfs_calloc(1, sizeof(*a));
+    bool start;
+
+    if (a == NULL) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    a->fs = fs;
+    a->req = req;
+    a->ino = ino;
+    a->h = fs_handle_of(fi);
+    a->fi = *fi;
+    a->size = size;
+    a->off = off;
+    pthread_mutex_lock(&as->lock);
+    start = !as->closing && as->n_flight < as->max && as->head == NULL;
+    if (start) {
+        fs_aread_link(as, a);
+    } else if (!as->closing) {
+        a->overflow = true;
+        if (as->tail != NULL)
+            as->tail->next = a;
+        else
+            as->head = a;
+        as->tail = a;
+        as->n_queued++;
+    }
+    pthread_mutex_unlock(&as->lock);
+    if (!a->overflow && !start) {       /* closing */
+        fuse_reply_err(req, EIO);
+        tfs_free(a);
+        return;
+    }
+    if (start && !fs_aread_start(a))
+        fs_aread_pump(fs);
+}
+
+/* At close: answer every read in flight or queued EIO. */
+static void fs_aread_cancel(struct tfs_fs *fs)
+{
+    struct fs_async *as = &fs->async;
+    struct fs_aread *q;
+
+    pthread_mutex_lock(&as->lock);
+    as->closing = true;
+    for (struct fs_aread *a = as->flight; a != NULL; a = a->next) {
+        if (!atomic_exchange(&a->answered, true))
+            fuse_reply_err(a->req, EIO);
+    }
+    q = as->head;
+    as->head = as->tail = NULL;
+    as->n_queued = 0;
+    pthread_mutex_unlock(&as->lock);
+    while (q != NULL) {
+        struct fs_aread *next = q->next;
+        fuse_reply_err(q->req, EIO);
+        tfs_free(q);
+        q = next;
+    }
+}
+
+/* Reads of a moved object and of the control file or a staged file. */
+static void fs_read_blocking(struct tfs_fs *fs, fuse_req_t req,
+                             struct fs_handle *h, size_t size, uint64_t off)
+{
     const char *data = NULL;
     size_t n = 0;
-    int rc = fs_read_pinned(fs, req, fs_handle_of(fi), size, (uint64_t)off);
+    int rc = fs_do_read(fs, h, size, off, &data, &n);
 
-    if (rc == 0)
-        return;
-    if (rc == -E2BIG)
-        rc = fs_do_read(fs, fs_handle_of(fi), size, (uint64_t)off, &data,
-                        &n);
     if (rc < 0)
         fuse_reply_err(req, fs_errno(rc));
     else
         fuse_reply_buf(req, data, n);
+}
+
+/*
+ * Reads never wait on the store in a FUSE thread: what the cache holds
+ * is answered now, the rest from the fetch completion (fs_aread_*).
+ * Reads of a moved object (a blocking read at the inode's key) take the
+ * store path.
+ */
+static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+    struct tfs_fs *fs = fs_of(req);
+    struct fs_handle *h = fs_handle_of(fi);
+    int rc;
+
+    if (h->kind != FS_H_FILE) {
+        fs_read_blocking(fs, req, h, size, (uint64_t)off);
+        return;
+    }
+    if (atomic_load(&h->moved)) {
+        if (!fs_gate_enter(fs)) {
+            fs_defer_read(fs, req, ino, fi, size, (uint64_t)off);
+            return;
+        }
+        fs_read_blocking(fs, req, h, size, (uint64_t)off);
+        fs_gate_leave(fs);
+        return;
+    }
+    rc = fs_read_now(fs, req, h, size, (uint64_t)off);
+    if (rc == -EAGAIN) {
+        fs_aread_submit(fs, req, ino, fi, size, (uint64_t)off);
+    } else if (rc == -ENOENT && fs->wb != NULL) {
+        atomic_store(&h->moved, true);
+        fs_read(req, ino, size, off, fi);
+    } else if (rc < 0) {
+        fs_read_warn(fs, h, size, (uint64_t)off, rc);
+        fuse_reply_err(req, fs_errno(rc));
+    }
 }
 
 /* The last close of a handle; a writer's seals what it wrote (mmap). */
@@ -1174,10 +1657,17 @@ static int fs_do_getxattr(struct tfs_fs *fs, fuse_ino_t ino,
 static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
                         size_t size)
 {
+    struct tfs_fs *fs = fs_of(req);
     char val[1024];
     size_t len = 0;
-    int rc = fs_do_getxattr(fs_of(req), ino, name, val, sizeof(val), &len);
+    int rc;
 
+    if (!fs_gate_enter(fs)) {
+        fs_defer_op(fs, FS_OP_GETXATTR, req, ino, NULL, size, name);
+        return;
+    }
+    rc = fs_do_getxattr(fs, ino, name, val, sizeof(val), &len);
+    fs_gate_leave(fs);
     if (rc < 0)
         fuse_reply_err(req, fs_errno(rc));
     else if (size == 0)
@@ -1336,6 +1826,8 @@ int tfs_fs_open(struct tfs_fs *fs, struct tfs_store *st,
         rc = tfs_cache_open(fs->cache, st);
     if (rc == 0)
         rc = fs_wb_open(fs);
+    if (rc == 0)
+        rc = fs_spath_start(fs);
     if (rc == 0 && fs->metrics != NULL)
         rc = tfs_http_start(fs->metrics, fs_metrics_fill, fs, &fs->http);
     if (rc == 0 && fs->http != NULL)
@@ -1404,6 +1896,10 @@ void tfs_fs_close(struct tfs_fs *fs)
 {
     if (fs == NULL)
         return;
+    /* The loop has ended: what still waits on the store is answered
+       EIO now, while the session can take replies. */
+    fs_aread_cancel(fs);
+    fs_spath_stop(fs);
     if (fs->se != NULL) {
         if (fs->mounted)
             fuse_session_unmount(fs->se);
@@ -1417,6 +1913,9 @@ void tfs_fs_close(struct tfs_fs *fs)
     wb_close(fs->wb);
     tfs_cache_close(fs->cache);
     pthread_mutex_destroy(&fs->hlock);
+    pthread_mutex_destroy(&fs->async.lock);
+    pthread_mutex_destroy(&fs->spath.lock);
+    pthread_cond_destroy(&fs->spath.cond);
     tfs_buf_cleanup(&fs->fuse_opts);
     tfs_free(fs->cache_dir);
     tfs_free((char *)fs->wcfg.staging_dir);

@@ -139,6 +139,53 @@ struct fs_counters {
     atomic_uint_fast64_t errors;        /* requests answered with an error */
     atomic_uint_fast64_t writes;        /* write requests */
     atomic_uint_fast64_t write_bytes;   /* bytes written */
+    atomic_uint_fast64_t async_reads;   /* reads answered from a fetch
+                                           completion */
+    atomic_uint_fast64_t async_overflow; /* of them, queued past the
+                                           bound first */
+    atomic_uint_fast64_t deferred;      /* requests handed to the
+                                           store-path threads */
+};
+
+struct fs_aread;
+struct fs_defer;
+
+/*
+ * Reads that wait for the store (fs.c): started without a thread, answered
+ * from the fetch completion.  At most max in flight (each holds a reply
+ * buffer); the rest wait in a FIFO that completions drain.
+ */
+struct fs_async {
+    pthread_mutex_t  lock;
+    struct fs_aread *flight;            /* started, unanswered; lock */
+    struct fs_aread *head;              /* past the bound; lock */
+    struct fs_aread *tail;              /* lock */
+    unsigned         n_flight;          /* lock */
+    unsigned         n_queued;          /* lock */
+    unsigned         max;               /* async_reads */
+    bool             closing;           /* lock */
+};
+
+#define FS_SPATH_THREADS 4
+
+/*
+ * The store path: requests that may wait on the store's metadata (lookup,
+ * open, opendir, getxattr, reads of moved files).  At most cap FUSE
+ * threads run them at once; past that they go to FS_SPATH_THREADS
+ * threads of their own, so a hung HEAD or LIST cannot take every FUSE
+ * thread.
+ */
+struct fs_spath {
+    pthread_mutex_t  lock;
+    pthread_cond_t   cond;
+    struct fs_defer *head;              /* lock */
+    struct fs_defer *tail;              /* lock */
+    unsigned         n_queued;          /* lock */
+    bool             stopping;          /* lock */
+    atomic_uint      busy;              /* FUSE threads in the store path */
+    unsigned         cap;
+    pthread_t        threads[FS_SPATH_THREADS];
+    unsigned         n_threads;
 };
 
 enum fs_handle_kind {
@@ -178,6 +225,8 @@ struct tfs_fs {
     struct tfs_wb       *wb;            /* owned; NULL: read-only */
     struct fs_itable     inodes;
     struct fs_counters   n;
+    struct fs_async      async;
+    struct fs_spath      spath;
     pthread_mutex_t      hlock;
     struct fs_handle    *handles;       /* open handles; hlock */
     size_t               nhandles;      /* hlock */

@@ -1309,6 +1309,133 @@ TEST(partition)
     free(buf);
 }
 
+/*
+ * open(path, flags) and pread len bytes in a child killed after
+ * timeout_ms: the open reaches the daemon too (an open needs a FUSE
+ * thread as much as a read does).
+ */
+static void timed_cat_start(struct timed_job *j, const char *path,
+                            int flags, size_t len, unsigned timeout_ms)
+{
+    j->len = len;
+    j->timeout_ms = timeout_ms;
+    j->shared = mmap(NULL, sizeof(ssize_t) + len, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(j->shared != MAP_FAILED);
+    j->t0 = now_ms();
+    j->pid = fork();
+    if (j->pid == 0) {
+        int fd = open(path, O_RDONLY | flags);
+        ssize_t n = fd < 0 ? -errno
+                           : pread_full(fd, j->shared + sizeof(ssize_t), len,
+                                        0);
+        memcpy(j->shared, &n, sizeof(n));
+        _exit(0);
+    }
+    CHECK(j->pid > 0);
+}
+
+/*
+ * D7 (the review's E13): a hung store must not stop cached reads.  Eight
+ * FUSE threads, ten readers of uncached files started with the store
+ * hung (partition_file, never answering): a fresh open and O_DIRECT read
+ * of a cached file still answers within 1 s, the hung reads wait in the
+ * daemon without a thread each (fuse.async_inflight), and they finish
+ * with the right bytes once the partition lifts.  Then a mount stopped
+ * with reads in flight answers them EIO at once and exits 0.
+ */
+TEST(hung_store)
+{
+    enum { FILES = 12, SIZE = 100000, READERS = 10 };
+    char pre[64], key[128], uri[2048], path[PATH_MAX + 64];
+    char cut[PATH_MAX], query[PATH_MAX + 64];
+    const char *args[] = {"--read-only", "--threads", "8", "--meta-ttl",
+                          "3600", NULL};
+    unsigned char *data[FILES];
+    unsigned char *buf = malloc(SIZE);
+    struct timed_job job[READERS];
+    struct timed_job ctl;
+    struct timed_read r;
+    struct stat sb;
+    double waiting;
+    bool ok = true;
+
+    new_prefix(pre, sizeof(pre));
+    for (int i = 0; i < FILES; i++) {
+        char name[16];
+        data[i] = gen_data(SIZE, 900 + (uint64_t)i);
+        sfmt(name, sizeof(name), "f%d", i);
+        key_of(key, sizeof(key), pre, name);
+        put_obj(key, data[i], SIZE);
+    }
+    sfmt(cut, sizeof(cut), "%s/hang-%u", t_work, ++t_seq);
+    sfmt(query, sizeof(query), "partition_file=%s", cut);
+    remote_uri(uri, sizeof(uri), "fault+", pre, query);
+    mnt_start(uri, args);
+    mnt_path(path, sizeof(path), "f0");
+    CHECK(file_equals(path, data[0], SIZE));
+    for (int i = 1; i < FILES; i++) {
+        sfmt(path, sizeof(path), "%s/f%d", t_mnt.dir, i);
+        CHECK(stat(path, &sb) == 0 && sb.st_size == SIZE);
+    }
+    close(open(cut, O_WRONLY | O_CREAT, 0644));        /* the store hangs */
+
+    for (int i = 0; i < READERS; i++) {
+        sfmt(path, sizeof(path), "%s/f%d", t_mnt.dir, i + 1);
+        timed_cat_start(&job[i], path, 0, SIZE, 30000);
+    }
+    sleep_ms(2000);
+    for (int i = 0; i < READERS; i++)
+        CHECK(timed_read_running(&job[i]));
+
+    /* The cached file: a fresh open and a read that reaches the daemon
+       (before D7's fix: killed at the deadline, every thread was hung). */
+    mnt_path(path, sizeof(path), "f0");
+    for (int k = 0; k < 3 && ok; k++) {
+        timed_cat_start(&ctl, path, O_DIRECT, SIZE, 8000);
+        r = timed_read_finish(&ctl, buf);
+        fprintf(stderr, "    cached read with the store hung: %zd bytes in "
+                "%llu ms\n", r.n, (unsigned long long)r.ms);
+        ok = r.n == SIZE && memcmp(buf, data[0], SIZE) == 0 && r.ms < 1000;
+    }
+    CHECK(ok);
+    if (ok) {                           /* the stats file answers too */
+        waiting = stat_num("fuse.async_inflight") +
+                  stat_num("fuse.async_queued");
+        fprintf(stderr, "    reads waiting on the hung store: %.0f\n",
+                waiting);
+        CHECK(waiting >= READERS);
+    }
+
+    unlink(cut);                        /* the store answers again */
+    for (int i = 0; i < READERS; i++) {
+        r = timed_read_finish(&job[i], buf);
+        CHECK_EQ(r.n, SIZE);
+        CHECK(r.n != SIZE || memcmp(buf, data[i + 1], SIZE) == 0);
+    }
+    CHECK(stat_num("fuse.async_reads") >= READERS);
+
+    /* Stopped with a read in flight on a hung store: EIO, not a hang. */
+    close(open(cut, O_WRONLY | O_CREAT, 0644));
+    sfmt(path, sizeof(path), "%s/f%d", t_mnt.dir, FILES - 1);
+    timed_cat_start(&ctl, path, O_DIRECT, SIZE, 20000);
+    sleep_ms(500);
+    CHECK(timed_read_running(&ctl));
+    kill(t_mnt.pid, SIGTERM);
+    r = timed_read_finish(&ctl, buf);
+    fprintf(stderr, "    read in flight at SIGTERM: %zd after %llu ms\n",
+            r.n, (unsigned long long)r.ms);
+    CHECK(!r.timed_out);
+    CHECK(r.n < 0);
+    unlink(cut);                        /* its fetch worker may finish */
+    CHECK_EQ(wait_pid(t_mnt.pid, EXIT_WAIT_MS), 0);
+    t_mnt.pid = 0;
+    CHECK(!is_mounted(t_mnt.dir));
+    for (int i = 0; i < FILES; i++)
+        free(data[i]);
+    free(buf);
+}
+
 /* Read a whole file through the mount, then drop its page cache. */
 static bool read_dropping(const char *path, const unsigned char *want,
                           size_t len)
@@ -1381,7 +1508,7 @@ TEST(scan_resistance)
 
 TESTS(T(basics), T(cli), T(random_ranges), T(concurrent_readers),
       T(restart_offline), T(corrupt_blocks), T(replace), T(capacity),
-      T(single_flight), T(partition), T(scan_resistance));
+      T(single_flight), T(partition), T(hung_store), T(scan_resistance));
 
 /* Remove what this run put on the remote. */
 static int cleanup_page(void *arg, const struct tfs_list_page *page)
