@@ -27,6 +27,7 @@ any object found anywhere can be checked without keeping a copy.
       errno, wrong bytes, p50/p99/max ms.
 """
 import argparse
+import errno
 import json
 import os
 import random
@@ -183,6 +184,8 @@ def cmd_read(a):
             state["reads"] += 1
             if err is not None:
                 errs[err] = errs.get(err, 0) + 1
+                if err == errno.ENOTCONN:   # the daemon is gone: stop
+                    state["gone"] = True
             else:
                 lat.append(dt)
                 state["bytes"] += len(got)
@@ -195,7 +198,7 @@ def cmd_read(a):
             idx = order[:]
             rnd.shuffle(idx)
             for i in (idx if t_end else order[k::a.threads]):
-                if t_end and time.monotonic() > t_end:
+                if state.get("gone") or (t_end and time.monotonic() > t_end):
                     return
                 one(i)
             if not t_end:

@@ -32,7 +32,8 @@ mnt_start() {
     mnt_dir=$dir
     mnt_log=$dir.log
     t0=$(now_ms)
-    "$tierfs" mount -f "$@" "$uri" "$dir" >>"$mnt_log" 2>&1 &
+    # mnt_wrap: e.g. nsenter --net=... to run the daemon in a netns
+    ${mnt_wrap:-} "$tierfs" mount -f "$@" "$uri" "$dir" >>"$mnt_log" 2>&1 &
     mnt_pid=$!
     for i in $(seq 3000); do
         if is_mounted "$dir" && [ -e "$dir/.tierfs-stats" ]; then
