@@ -44,6 +44,7 @@
 #define FS_DEFAULT_TTL_S 5.0            /* the cache's meta_ttl default */
 #define FS_DEFAULT_THREADS 64
 #define FS_DEFAULT_ASYNC_READS 256      /* reads in flight on the store */
+#define FS_MAX_BACKGROUND 4096          /* the kernel's background requests */
 #define FS_DEFAULT_KERNEL_RA (4u << 20) /* 4 requests of 1 MiB in flight */
 #define FS_XATTR_CACHED "user.tierfs.cached"
 #define FS_XATTR_SYNC "user.tierfs.sync"
@@ -456,8 +457,13 @@ static void fs_kernel_readahead(struct tfs_fs *fs, struct fuse_conn_info *conn)
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
     fs_kernel_readahead(userdata, conn);
-    conn->max_background = 64;
-    conn->congestion_threshold = 48;
+    /* Background requests (readahead, and O_DIRECT reads with async
+       DIO) past max_background wait in the kernel, in order: a cached
+       read would queue there behind reads hung on the store.  The
+       daemon holds them cheaply (fs_aread_*), so the kernel may send
+       many. */
+    conn->max_background = FS_MAX_BACKGROUND;
+    conn->congestion_threshold = FS_MAX_BACKGROUND / 4 * 3;
     conn->time_gran = 1;
     fs_want(conn, FUSE_CAP_ASYNC_READ, true);
     fs_want(conn, FUSE_CAP_PARALLEL_DIROPS, true);
