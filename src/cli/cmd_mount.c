@@ -425,6 +425,7 @@ int cmd_mount(int argc, char **argv)
     }
     if (rc == 0) {
         mount_tune_malloc();
+        tfs_nofile_raise(NULL);         /* fds on demand; see writeback.md */
         rc = mount_serve(&a, argv[optind], mnt, ready_fd);
     }
     tfs_free(mnt);

@@ -132,6 +132,13 @@ int tfs_parse_bool(const char *s, bool *out);
 /* "12.3 MiB" style; returns buf. */
 const char *tfs_fmt_bytes(char *buf, size_t len, double bytes);
 
+/*
+ * Raise the soft RLIMIT_NOFILE to the hard limit (limits.c), for the
+ * mount daemon at start: *soft (may be NULL) receives the new value.
+ * -errno.  Not for library code inside an application.
+ */
+int tfs_nofile_raise(uint64_t *soft);
+
 /* ---- private directories (dir.c) ---- */
 
 /* An existing leaf of ours with bits beyond mode is chmodded, not refused. */

@@ -13,6 +13,12 @@
  * an empty new file for a truncation to 0), so the journal's record of
  * the last seal always describes bytes that are complete on disk, and the
  * uploader reads sealed files without any lock.
+ *
+ * Descriptors: a node holds its data file open only while it has open
+ * handles (opened at its first read or write, closed when the last
+ * handle closes), so staged files waiting for upload hold none; the
+ * uploader opens its own for each put.  The daemon needs one descriptor
+ * per file open on the mount, as any passthrough file system does.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -87,6 +93,43 @@ static int data_copy(int in, int out, uint64_t len)
     return 0;
 }
 
+/*
+ * n's data file, opened on first use and kept until the last handle
+ * closes (node_idle_close); -ESTALE when n has none.  n->rw held,
+ * shared or exclusive (n->lock serialises the opening).
+ */
+static int node_fd(struct tfs_wb *wb, struct wb_node *n)
+{
+    char name[32];
+    int fd;
+
+    pthread_mutex_lock(&n->lock);
+    fd = n->fd;
+    if (fd < 0 && n->id == 0)
+        fd = -ESTALE;
+    if (fd < 0 && n->id != 0) {
+        snprintf(name, sizeof(name), "%016" PRIx64, n->id);
+        fd = openat(wb->data_fd, name, O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+            fd = tfs_err(-errno, "staging: cannot open data/%s", name);
+        else
+            n->fd = fd;
+    }
+    pthread_mutex_unlock(&n->lock);
+    return fd;
+}
+
+/* Close n's descriptor if no handle is open.  n->rw exclusive. */
+static void node_idle_close(struct wb_node *n)
+{
+    pthread_mutex_lock(&n->lock);
+    if (n->opens == 0 && n->fd >= 0) {
+        close(n->fd);
+        n->fd = -1;
+    }
+    pthread_mutex_unlock(&n->lock);
+}
+
 /* ---- room ---- */
 
 void wb_space_add(struct tfs_wb *wb, int64_t delta)
@@ -157,20 +200,14 @@ int wb_node_new(struct tfs_wb *wb, uint64_t id, uint64_t size,
                 int64_t mtime_ns, struct wb_node **out)
 {
     struct wb_node *n = tfs_calloc(1, sizeof(*n));
-    char path[4200];
 
     if (n == NULL)
         return -ENOMEM;
-    if (id == 0) {
+    n->fd = -1;                         /* a replayed one: opened on use */
+    n->id = id;
+    if (id == 0)
         n->fd = data_create(wb, &n->id);
-    } else {
-        wb_data_path(wb, id, path, sizeof(path));
-        n->fd = open(path, O_RDWR | O_CLOEXEC);
-        n->id = id;
-        if (n->fd < 0)
-            n->fd = tfs_err(-errno, "staging: cannot open %s", path);
-    }
-    if (n->fd < 0) {
+    if (n->fd < 0 && id == 0) {
         int rc = n->fd;
         tfs_free(n);
         return rc;
@@ -271,14 +308,12 @@ void wb_node_detached(struct tfs_wb *wb, struct wb_node *n)
     pthread_rwlock_wrlock(&n->rw);
     pthread_mutex_lock(&wb->lock);
     pthread_mutex_lock(&n->lock);
-    drop = n->ent == NULL && n->opens == 0 && n->fd >= 0;
+    drop = n->ent == NULL && n->opens == 0 && n->id != 0;
     pthread_mutex_unlock(&n->lock);
     pthread_mutex_unlock(&wb->lock);
-    if (drop) {
-        close(n->fd);
-        n->fd = -1;
+    node_idle_close(n);
+    if (drop)
         node_forget_files(wb, n);
-    }
     pthread_rwlock_unlock(&n->rw);
 }
 
@@ -290,11 +325,11 @@ int wb_node_open_read(struct wb_node *n, struct tfs_stat *st)
 
     pthread_rwlock_rdlock(&n->rw);
     pthread_mutex_lock(&n->lock);
-    if (n->fd >= 0)
+    if (n->id != 0)
         n->opens++;
     else if (n->up_gen > 0)
         *st = n->up_st;
-    rc = n->fd >= 0 ? 0 : n->up_gen > 0 ? -ENODATA : -ESTALE;
+    rc = n->id != 0 ? 0 : n->up_gen > 0 ? -ENODATA : -ESTALE;
     pthread_mutex_unlock(&n->lock);
     pthread_rwlock_unlock(&n->rw);
     return rc;
@@ -304,14 +339,14 @@ int wb_node_read(struct wb_node *n, void *buf, size_t len, uint64_t off,
                  size_t *nread)
 {
     size_t done = 0;
-    int rc = -ESTALE;
+    int rc;
+    int fd;
 
     pthread_rwlock_rdlock(&n->rw);
-    if (n->fd >= 0) {
-        rc = tfs_pread_full(n->fd, buf, len, off, &done);
-        if (rc < 0)
-            rc = tfs_err(rc, "staging: read failed");
-    }
+    fd = node_fd(n->wb, n);
+    rc = fd < 0 ? fd : tfs_pread_full(fd, buf, len, off, &done);
+    if (fd >= 0 && rc < 0)
+        rc = tfs_err(rc, "staging: read failed");
     pthread_rwlock_unlock(&n->rw);
     *nread = done;
     return rc;
@@ -324,15 +359,19 @@ int wb_node_read(struct wb_node *n, void *buf, size_t len, uint64_t off,
 static int node_unseal(struct tfs_wb *wb, struct wb_node *n, uint64_t keep)
 {
     uint64_t id;
-    int fd = data_create(wb, &id);
+    int old = keep > 0 ? node_fd(wb, n) : 0;
+    int fd;
     int rc = 0;
 
+    if (old == -ESTALE)
+        return tfs_err(-EIO, "staging: no local data to copy");
+    if (old < 0)
+        return old;
+    fd = data_create(wb, &id);
     if (fd < 0)
         return fd;
-    if (keep > 0 && n->fd >= 0)
-        rc = data_copy(n->fd, fd, keep);
-    if (rc == 0 && keep > 0 && n->fd < 0)
-        rc = tfs_err(-EIO, "staging: no local data to copy");
+    if (keep > 0)
+        rc = data_copy(old, fd, keep);
     if (rc < 0) {
         close(fd);
         wb_data_unlink(wb, id, 0);
@@ -371,7 +410,7 @@ static int node_lock_write(struct tfs_wb *wb, struct wb_node *n)
     int rc;
 
     pthread_rwlock_rdlock(&n->rw);
-    if (!n->cur_sealed && n->fd >= 0)
+    if (!n->cur_sealed && n->id != 0)
         return 0;
     pthread_rwlock_unlock(&n->rw);
     pthread_mutex_lock(&n->lock);
@@ -384,7 +423,7 @@ static int node_lock_write(struct tfs_wb *wb, struct wb_node *n)
     pthread_mutex_lock(&n->lock);
     size = n->size;                     /* a truncate may have run */
     pthread_mutex_unlock(&n->lock);
-    rc = n->cur_sealed || n->fd < 0 ? node_unseal(wb, n, size) : 0;
+    rc = n->cur_sealed || n->id == 0 ? node_unseal(wb, n, size) : 0;
     if (rc < 0)
         pthread_rwlock_unlock(&n->rw);
     return rc;
@@ -414,6 +453,7 @@ int wb_node_write(struct tfs_wb *wb, struct wb_node *n, const void *buf,
     size_t done = 0;
     uint64_t size;
     int rc;
+    int fd;
 
     pthread_mutex_lock(&n->lock);
     size = n->size;
@@ -426,8 +466,11 @@ int wb_node_write(struct tfs_wb *wb, struct wb_node *n, const void *buf,
     rc = node_lock_write(wb, n);
     if (rc < 0)
         return rc;
-    while (done < len) {
-        ssize_t w = pwrite(n->fd, (const char *)buf + done, len - done,
+    fd = node_fd(wb, n);
+    if (fd < 0)
+        rc = fd;
+    while (fd >= 0 && done < len) {
+        ssize_t w = pwrite(fd, (const char *)buf + done, len - done,
                            (off_t)(off + done));
         if (w < 0 && errno == EINTR)
             continue;
@@ -449,6 +492,7 @@ int wb_node_truncate(struct tfs_wb *wb, struct wb_node *n, uint64_t size)
 {
     uint64_t cur;
     int rc = 0;
+    int fd;
 
     pthread_mutex_lock(&n->lock);
     cur = n->size;
@@ -458,12 +502,16 @@ int wb_node_truncate(struct tfs_wb *wb, struct wb_node *n, uint64_t size)
     if (rc < 0)
         return rc;
     pthread_rwlock_wrlock(&n->rw);
-    if (n->cur_sealed || n->fd < 0)
+    if (n->cur_sealed || n->id == 0)
         rc = node_unseal(wb, n, TFS_MIN(size, cur));
-    if (rc == 0 && ftruncate(n->fd, (off_t)size) < 0)
+    fd = rc == 0 ? node_fd(wb, n) : -1;
+    if (rc == 0 && fd < 0)
+        rc = fd;
+    if (rc == 0 && ftruncate(fd, (off_t)size) < 0)
         rc = tfs_err(-errno, "staging: truncate failed");
     if (rc == 0)
         node_changed(wb, n, size, true);
+    node_idle_close(n);                 /* a truncate without a handle */
     pthread_rwlock_unlock(&n->rw);
     return rc;
 }
@@ -505,6 +553,7 @@ int wb_node_replace(struct tfs_wb *wb, struct wb_node *n, const char *key,
     bool attached;
     bool local;
     uint64_t id;
+    int old;
     int fd;
     int rc = wb_space_wait(wb, size, "a copy for writing");
 
@@ -518,11 +567,13 @@ int wb_node_replace(struct tfs_wb *wb, struct wb_node *n, const char *key,
         pthread_rwlock_unlock(&n->rw);
         return 1;
     }
-    local = st != NULL && n->fd >= 0 && wb_node_is_version(n, st->version);
+    local = st != NULL && n->id != 0 && wb_node_is_version(n, st->version);
+    old = local ? node_fd(wb, n) : -1;
+    local = local && old >= 0;          /* else from the store */
     fd = data_create(wb, &id);
     rc = fd < 0 ? fd : 0;
     if (rc == 0 && local)
-        rc = data_copy(n->fd, fd, size);
+        rc = data_copy(old, fd, size);
     else if (rc == 0 && st != NULL)
         rc = copy_from_store(wb, fd, key, st);
     if (rc < 0) {
@@ -547,6 +598,7 @@ int wb_node_replace(struct tfs_wb *wb, struct wb_node *n, const char *key,
     n->gen++;
     pthread_mutex_unlock(&n->lock);
     wb_space_add(wb, (int64_t)size);
+    node_idle_close(n);
     pthread_rwlock_unlock(&n->rw);
     return 0;
 }
@@ -584,6 +636,7 @@ static int node_seal_locked(struct tfs_wb *wb, struct wb_node *n,
     uint64_t size;
     int64_t mtime;
     int rc = 0;
+    int fd;
 
     pthread_mutex_lock(&n->lock);
     size = n->size;
@@ -594,7 +647,10 @@ static int node_seal_locked(struct tfs_wb *wb, struct wb_node *n,
     pthread_mutex_unlock(&wb->lock);
     if (rc == 1)
         return 0;
-    if (fdatasync(n->fd) < 0)
+    fd = node_fd(wb, n);
+    if (fd < 0)
+        return fd;
+    if (fdatasync(fd) < 0)
         return tfs_err(-errno, "staging: fdatasync failed");
     if (!n->dir_synced && fsync(wb->data_fd) < 0)
         return tfs_err(-errno, "staging: fsync of data/ failed");
@@ -623,7 +679,7 @@ int wb_node_seal(struct tfs_wb *wb, struct wb_node *n)
 
     pthread_rwlock_wrlock(&n->rw);
     pthread_mutex_lock(&n->lock);
-    dirty = n->dirty && n->fd >= 0;
+    dirty = n->dirty && n->id != 0;
     end = n->seal_end;
     pthread_mutex_unlock(&n->lock);
     if (dirty)

@@ -781,10 +781,57 @@ TEST(buf_sticky)
     tfs_buf_cleanup(&b);
 }
 
+/* Descriptors open in this process. */
+static int open_fds(void)
+{
+    return count_files("/proc/self/fd", "") - 1;    /* the opendir's */
+}
+
+/*
+ * D3: staged files hold no descriptor: 300 written and closed, then
+ * replayed, under a soft RLIMIT_NOFILE of what is open plus 48; all
+ * readable, written and uploaded.
+ */
+TEST(fds_on_demand)
+{
+    struct rlimit old;
+    struct rlimit low;
+    struct env e;
+    char key[16];
+    int base;
+
+    env_open(&e, "n", "n-stg");
+    CHECK_OK(getrlimit(RLIMIT_NOFILE, &old));
+    base = open_fds();
+    low = old;
+    low.rlim_cur = (rlim_t)base + 48;
+    CHECK_OK(setrlimit(RLIMIT_NOFILE, &low));
+    for (int i = 0; i < 300; i++) {
+        snprintf(key, sizeof(key), "g%03d", i);
+        wb_put_file(e.wb, key, key);
+    }
+    CHECK(open_fds() <= base + 2);
+    env_close(&e);
+    /* replays 300 FILE records; their uploads start at once, and each
+       of the 2 jobs holds a few descriptors while it runs */
+    env_open(&e, "n", "n-stg");
+    CHECK(open_fds() <= base + 16);
+    for (int i = 0; i < 300; i++) {
+        snprintf(key, sizeof(key), "g%03d", i);
+        CHECK_STR(wb_read(e.wb, e.c, key), key);
+    }
+    CHECK(open_fds() <= base + 16);
+    CHECK_OK(setrlimit(RLIMIT_NOFILE, &old));
+    sync_all(e.wb);
+    CHECK_STR(store_read(&e, "g000"), "g000");
+    CHECK_STR(store_read(&e, "g299"), "g299");
+    env_close(&e);
+}
+
 TESTS(T(view), T(replay), T(torn_tail), T(exclusive), T(copy_on_write),
       T(double_rename), T(corrupt_record), T(empty_journal),
       T(flip_every_byte), T(sync_error_sticks), T(alloc_failures),
-      T(buf_sticky));
+      T(buf_sticky), T(fds_on_demand));
 
 int main(int argc, char **argv)
 {
