@@ -114,6 +114,60 @@ int tfs_ckpt_store_open(const char *uri, const char *options, bool create,
     tfs_uri_cleanup(&u);
     if (rc == 0)
         rc = tfs_store_open(out, uri, options);
+/*
+ * Checkpoint staging is per user: /var/tmp/tierfs-ckpt-EUID (docs/ckpt.md,
+ * docs/security.md).  Not $XDG_RUNTIME_DIR: that is a small tmpfs, gone at
+ * logout, and kept shards are model-sized.
+ */
+#define CKPT_STAGING_ROOT "/var/tmp"
+
+static void ckpt_staging_name(char *buf, size_t len)
+{
+    snprintf(buf, len, "tierfs-ckpt-%u", (unsigned)geteuid());
+}
+
+char *tfs_ckpt_staging_default(void)
+{
+    char name[64];
+    char path[96];
+
+    ckpt_staging_name(name, sizeof(name));
+    snprintf(path, sizeof(path), "%s/%s", CKPT_STAGING_ROOT, name);
+    return tfs_strdup(path);
+}
+
+int tfs_ckpt_staging_open(const char *staging_dir, const char *sub,
+                          int *out_fd)
+{
+    char *def = tfs_ckpt_staging_default();
+    char name[64];
+    struct tfs_buf b;
+    int base;
+    int rc;
+
+    if (def == NULL)
+        return -ENOMEM;
+    ckpt_staging_name(name, sizeof(name));
+    tfs_buf_init(&b, 0);
+    rc = tfs_buf_printf(&b, "%s/%s", name, sub);
+    if (rc == 0 && strcmp(staging_dir, def) == 0) {
+        /* The default: every component below /var/tmp is checked. */
+        rc = tfs_dir_open(CKPT_STAGING_ROOT, tfs_buf_str(&b), 0700, 0,
+                          out_fd);
+    } else if (rc == 0) {
+        /* The user's own dir: nobody else may write in it; below it,
+         * everything is private. */
+        rc = tfs_dir_open_path(staging_dir, 0755, 0, &base);
+        if (rc == 0) {
+            rc = tfs_dir_openat(base, staging_dir, sub, 0700, 0, out_fd);
+            close(base);
+        }
+    }
+    tfs_buf_cleanup(&b);
+    tfs_free(def);
+    return rc;
+}
+
     return rc;
 }
 

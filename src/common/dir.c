@@ -65,17 +65,22 @@ static int dir_check_root(int fd, const char *name)
  * A component below the root: ours (the leaf of a group mode may be
  * another member's: its group is one of ours and it gives others
  * nothing), nobody else may write in it, and the leaf gives no access
- * beyond mode.  TFS_DIR_TIGHTEN chmods a leaf of ours instead.
+ * beyond mode.  With TFS_DIR_TIGHTEN a leaf of ours gets exactly mode
+ * instead (an older version's 0755; a private one asked to be shared),
+ * except a group-shared one (setgid) asked to be private: refused, the
+ * other members would lose it.
  */
 static int dir_check(int fd, const char *name, bool leaf, unsigned mode,
                      unsigned flags)
 {
     struct stat st;
     unsigned bad = (S_IWGRP | S_IWOTH) & ~mode;
+    unsigned now;
     bool mine;
 
     if (fstat(fd, &st) < 0)
         return tfs_err(-errno, "%s: cannot stat it", name);
+    now = st.st_mode & 07777;
     mine = st.st_uid == geteuid();
     if (leaf)
         bad = 0777 & ~mode;
@@ -84,11 +89,19 @@ static int dir_check(int fd, const char *name, bool leaf, unsigned mode,
         return tfs_err(-EPERM, "%s: owned by uid %u, not %u: refusing to "
                        "use it", name, (unsigned)st.st_uid,
                        (unsigned)geteuid());
-    if ((st.st_mode & bad) == 0)
+    if (leaf && mine && (flags & TFS_DIR_TIGHTEN) && now != mode) {
+        if ((now & S_ISGID) && !(mode & 070))
+            return tfs_err(-EPERM, "%s: a group-shared dir (mode %04o): "
+                           "refusing to make it private", name, now);
+        if (fchmod(fd, mode) < 0)
+            return tfs_err(-errno, "%s: cannot chmod it to %04o", name,
+                           mode);
+        TFS_INFO("%s: mode %04o set to %04o", name, now, mode);
         return 0;
-    if (!leaf || !mine || !(flags & TFS_DIR_TIGHTEN))
+    }
+    if ((st.st_mode & bad) != 0)
         return tfs_err(-EPERM, "%s: mode %03o lets %s in: refusing to use "
-                       "it", name, (unsigned)(st.st_mode & 0777),
+                       "it", name, now & 0777,
                        leaf ? "group or others" : "others");
     if (fchmod(fd, mode) < 0)
         return tfs_err(-errno, "%s: cannot chmod it to %03o", name, mode);

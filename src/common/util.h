@@ -141,7 +141,10 @@ int tfs_nofile_raise(uint64_t *soft);
 
 /* ---- private directories (dir.c) ---- */
 
-/* An existing leaf of ours with bits beyond mode is chmodded, not refused. */
+/*
+ * An existing leaf of ours is chmodded to exactly mode, not refused
+ * (but a setgid, group-shared one is never made private).
+ */
 #define TFS_DIR_TIGHTEN 1u
 
 /*
