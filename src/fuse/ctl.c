@@ -103,8 +103,10 @@ static int ctl_json_extra(struct tfs_fs *fs, struct tfs_buf *b)
         rc = tfs_buf_printf(b, "},\n"
         "\"store\": {\"stats\": %" PRIu64 ", \"reads\": %" PRIu64
         ", \"lists\": %" PRIu64 ", \"errors\": %" PRIu64
-        ", \"read_bytes\": %" PRIu64 "}", ss.stats, ss.reads,
-        ss.lists, ss.errors, ss.read_bytes);
+        ", \"read_bytes\": %" PRIu64 ", \"checksum_mismatches\": %" PRIu64
+        ", \"list_skipped\": %" PRIu64 "}", ss.stats, ss.reads,
+        ss.lists, ss.errors, ss.read_bytes, ss.checksum_mismatches,
+        ss.list_skipped);
     if (rc == 0 && fs->wb != NULL)
         rc = tfs_buf_puts(b, ",\n");
     if (rc == 0 && fs->wb != NULL)
