@@ -317,6 +317,14 @@ int tfs_ckpt_store_open(const char *uri, const char *options, bool create,
                         struct tfs_store **out);
 /* mkdir -p path. */
 int tfs_ckpt_mkdirs(const char *path);
+/* The default staging dir, /var/tmp/tierfs-ckpt-EUID (free with tfs_free). */
+char *tfs_ckpt_staging_default(void);
+/*
+ * Open staging_dir/sub (created 0700 as needed) with tfs_dir_open's
+ * checks; the default staging dir is checked from /var/tmp down.
+ */
+int tfs_ckpt_staging_open(const char *staging_dir, const char *sub,
+                          int *out_fd);
 /* "step-000100" */
 void tfs_ckpt_step_name(char *buf, size_t len, uint64_t step);
 /* Parse "step-N" (exactly); false otherwise. */
@@ -442,6 +450,7 @@ struct tfs_ckpt_writer {
     uint64_t         step;
     char            *stage_step;        /* STAGING/<ns>/step-N, owned */
     char            *stage_ns;          /* STAGING/<ns>, owned */
+    int              stage_fd;          /* stage_step, opened at save */
     /* tensors */
     struct wr_item  *items;             /* owned */
     size_t           n_items;

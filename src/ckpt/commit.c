@@ -100,20 +100,6 @@ int tfs_ckpt_mkdirs(const char *path)
     return rc;
 }
 
-int tfs_ckpt_store_open(const char *uri, const char *options, bool create,
-                        struct tfs_store **out)
-{
-    struct tfs_uri u;
-    int rc = tfs_uri_parse(uri, &u);
-
-    if (rc < 0)
-        return rc;
-    if (create && strcmp(u.schemes[u.n_schemes - 1], "file") == 0 &&
-        u.location[0] != '\0')
-        rc = tfs_ckpt_mkdirs(u.location);
-    tfs_uri_cleanup(&u);
-    if (rc == 0)
-        rc = tfs_store_open(out, uri, options);
 /*
  * Checkpoint staging is per user: /var/tmp/tierfs-ckpt-EUID (docs/ckpt.md,
  * docs/security.md).  Not $XDG_RUNTIME_DIR: that is a small tmpfs, gone at
@@ -168,6 +154,20 @@ int tfs_ckpt_staging_open(const char *staging_dir, const char *sub,
     return rc;
 }
 
+int tfs_ckpt_store_open(const char *uri, const char *options, bool create,
+                        struct tfs_store **out)
+{
+    struct tfs_uri u;
+    int rc = tfs_uri_parse(uri, &u);
+
+    if (rc < 0)
+        return rc;
+    if (create && strcmp(u.schemes[u.n_schemes - 1], "file") == 0 &&
+        u.location[0] != '\0')
+        rc = tfs_ckpt_mkdirs(u.location);
+    tfs_uri_cleanup(&u);
+    if (rc == 0)
+        rc = tfs_store_open(out, uri, options);
     return rc;
 }
 

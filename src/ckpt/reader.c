@@ -38,7 +38,6 @@
 #include "common/pool.h"
 #include "tierfs/log.h"
 
-#define RD_DEFAULT_STAGING "/var/tmp/tierfs-ckpt"
 
 /* ---- creation and settings ---- */
 
@@ -51,8 +50,8 @@ int tfs_ckpt_reader_create(struct tfs_ckpt_reader **out)
         return -ENOMEM;
     r->threads = 4;
     r->use_staging = true;
-    r->staging_dir = tfs_strdup(env != NULL && env[0] ? env
-                                                      : RD_DEFAULT_STAGING);
+    r->staging_dir = env != NULL && env[0] ? tfs_strdup(env)
+                                           : tfs_ckpt_staging_default();
     if (r->staging_dir == NULL) {
         tfs_free(r);
         return -ENOMEM;

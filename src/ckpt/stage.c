@@ -77,6 +77,14 @@ int tfs_ckpt_stage_header(const struct tfs_ckpt_writer *w,
     return rc;
 }
 
+/* The last component of a staging path (the name in w->stage_fd). */
+static const char *stage_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+
+    return slash != NULL ? slash + 1 : path;
+}
+
 /* Read all of [off, off+len); -EIO at an early end. */
 static int wr_pread(int fd, void *buf, size_t len, uint64_t off)
 {
@@ -103,7 +111,8 @@ static int stage_direct(struct tfs_ckpt_writer *w, struct wr_file *f)
     int fd;
     int rc = 0;
 
-    fd = open(f->tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
+    fd = openat(w->stage_fd, stage_name(f->tmp),
+                O_WRONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return errno == EINVAL ? 1 : tfs_err(-errno, "cannot open %s",
                                               f->tmp);
@@ -156,6 +165,31 @@ static int stage_direct(struct tfs_ckpt_writer *w, struct wr_file *f)
 }
 
 /*
+ * Open f's tmp file in the (private, checked) step directory, never
+ * through a symlink: a recycled file is ours, renamed there by
+ * stage_recycle_dir (0600 again, in case an older version made it 0644);
+ * a new one is created 0600 with O_EXCL after removing any stale name.
+ */
+static int stage_open_tmp(struct tfs_ckpt_writer *w, struct wr_file *f)
+{
+    const char *name = stage_name(f->tmp);
+
+    if (f->recycled) {
+        f->fd = openat(w->stage_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (f->fd >= 0 && fchmod(f->fd, 0600) < 0)
+            return tfs_err(-errno, "cannot chmod %s", f->tmp);
+    } else {
+        if (unlinkat(w->stage_fd, name, 0) < 0 && errno != ENOENT)
+            return tfs_err(-errno, "cannot remove the stale %s", f->tmp);
+        f->fd = openat(w->stage_fd, name, O_RDWR | O_CREAT | O_EXCL |
+                                              O_NOFOLLOW | O_CLOEXEC, 0600);
+    }
+    if (f->fd < 0)
+        return tfs_err(-errno, "cannot create %s", f->tmp);
+    return 0;
+}
+
+/*
  * Copy file f's tensors into its tmp file at their final offsets: a fresh
  * file of some size with O_DIRECT (above); otherwise through the page
  * cache, small tensors gathered into one buffer (they are adjacent in the
@@ -167,12 +201,10 @@ int tfs_ckpt_stage_file(struct tfs_ckpt_writer *w, struct wr_file *f)
     uint64_t agg_off = off;
     size_t agg_len = 0;
     char *agg;
-    int rc = 0;
+    int rc = stage_open_tmp(w, f);
 
-    f->fd = open(f->tmp, O_RDWR | O_CREAT | O_CLOEXEC |
-                             (f->recycled ? 0 : O_TRUNC), 0644);
-    if (f->fd < 0)
-        return tfs_err(-errno, "cannot create %s", f->tmp);
+    if (rc < 0)
+        return rc;
     /* Every byte of a recycled file is rewritten: data now, header at
      * finish; only its length needs setting. */
     if (f->recycled && ftruncate(f->fd, (off_t)f->size) < 0)
@@ -253,19 +285,6 @@ static int wr_hash_file(struct tfs_ckpt_writer *w, struct wr_file *f,
     return 0;
 }
 
-static int wr_fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = 0;
-
-    if (fd < 0)
-        return tfs_err(-errno, "cannot open %s", dir);
-    if (fsync(fd) < 0)
-        rc = tfs_err(-errno, "fsync of %s failed", dir);
-    close(fd);
-    return rc;
-}
-
 /*
  * Finish a staged file: checksums, the real header, fsync, rename into
  * place, fsync the directory.
@@ -297,10 +316,11 @@ int tfs_ckpt_stage_finish(struct tfs_ckpt_writer *w, struct wr_file *f)
         if (fsync(f->fd) < 0)
             rc = tfs_err(-errno, "fsync of %s failed", f->tmp);
     }
-    if (rc == 0 && rename(f->tmp, f->path) < 0)
+    if (rc == 0 && renameat(w->stage_fd, stage_name(f->tmp), w->stage_fd,
+                            stage_name(f->path)) < 0)
         rc = tfs_err(-errno, "rename of %s failed", f->tmp);
-    if (rc == 0)
-        rc = wr_fsync_dir(w->stage_step);
+    if (rc == 0 && fsync(w->stage_fd) < 0)
+        rc = tfs_err(-errno, "fsync of %s failed", w->stage_step);
     if (rc == 0) {
         close(f->fd);
         f->fd = -1;
@@ -463,7 +483,7 @@ void tfs_ckpt_stage_discard(struct tfs_ckpt_writer *w)
         if (w->files[i].fd >= 0)
             close(w->files[i].fd);
         w->files[i].fd = -1;
-        if (w->files[i].tmp != NULL)
-            (void)unlink(w->files[i].tmp);
+        if (w->files[i].tmp != NULL && w->stage_fd >= 0)
+            (void)unlinkat(w->stage_fd, stage_name(w->files[i].tmp), 0);
     }
 }

@@ -41,7 +41,6 @@
 #include "tierfs/log.h"
 
 #define WR_DEFAULT_SHARD (512ull << 20)
-#define WR_DEFAULT_STAGING "/var/tmp/tierfs-ckpt"
 
 /* ---- creation and settings ---- */
 
@@ -57,8 +56,9 @@ int tfs_ckpt_writer_create(struct tfs_ckpt_writer **out)
     w->staging_keep = 1;
     w->upload_threads = 4;
     w->timeout_ms = 600000;
-    w->staging_dir = tfs_strdup(env != NULL && env[0] ? env
-                                                      : WR_DEFAULT_STAGING);
+    w->stage_fd = -1;
+    w->staging_dir = env != NULL && env[0] ? tfs_strdup(env)
+                                           : tfs_ckpt_staging_default();
     w->run_id = tfs_strdup("");
     if (w->staging_dir == NULL || w->run_id == NULL) {
         tfs_free(w->staging_dir);
@@ -586,7 +586,8 @@ static int wr_each_file(struct tfs_ckpt_writer *w, wr_phase_fn *phase)
 /* Copy every file into staging, several at once (the caller waits). */
 static int wr_stage(struct tfs_ckpt_writer *w)
 {
-    int rc = tfs_ckpt_mkdirs(w->stage_step);
+    const char *sub = w->stage_step + strlen(w->staging_dir) + 1;
+    int rc = tfs_ckpt_staging_open(w->staging_dir, sub, &w->stage_fd);
 
     if (rc == 0)
         tfs_ckpt_stage_recycle(w);
@@ -838,6 +839,8 @@ void tfs_ckpt_writer_destroy(struct tfs_ckpt_writer *w)
     tfs_free(w->items);
     tfs_free(w->names);
     tfs_store_close(w->st);
+    if (w->stage_fd >= 0)
+        close(w->stage_fd);
     tfs_free(w->stage_step);
     tfs_free(w->stage_ns);
     tfs_free(w->staging_dir);

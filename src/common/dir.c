@@ -103,10 +103,6 @@ static int dir_check(int fd, const char *name, bool leaf, unsigned mode,
         return tfs_err(-EPERM, "%s: mode %03o lets %s in: refusing to use "
                        "it", name, now & 0777,
                        leaf ? "group or others" : "others");
-    if (fchmod(fd, mode) < 0)
-        return tfs_err(-errno, "%s: cannot chmod it to %03o", name, mode);
-    TFS_INFO("%s: mode %03o tightened to %03o", name,
-             (unsigned)(st.st_mode & 0777), mode);
     return 0;
 }
 
