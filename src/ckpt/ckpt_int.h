@@ -217,6 +217,10 @@ struct tfs_ckpt_tensor_info {
     uint64_t nbytes;
 };
 
+/* The save attempt a marker joined: 16 hex digits, or "" (none). */
+#define TFS_CKPT_ATTEMPT_LEN 20
+#define TFS_CKPT_ATTEMPT_NAME "attempt"
+
 struct tfs_ckpt_marker {
     unsigned                     rank;
     unsigned                     world_size;
@@ -227,6 +231,7 @@ struct tfs_ckpt_marker {
     struct tfs_ckpt_tensor_info *tensors;
     size_t                       n_tensors;
     char                        *extra;  /* JSON text, or NULL */
+    char                         attempt[TFS_CKPT_ATTEMPT_LEN];
 };
 
 /* A tensor that several ranks saved slices of. */
@@ -362,10 +367,23 @@ struct tfs_ckpt_commit {
     unsigned          rank;
     unsigned          world_size;
     const char       *run_id;
+    const char       *attempt;          /* rank 0's; accepted markers carry
+                                           it (world_size > 1) */
     uint64_t          deadline_ns;      /* 0: none */
     unsigned          keep_last;        /* 0: keep all */
 };
 
+/*
+ * Rank 0, opening a step of several ranks: a fresh attempt nonce in
+ * out, put as step-N/attempt.  Every rank's marker names the nonce it
+ * read there, and rank 0 takes only markers that name its own, so a
+ * marker left by an earlier attempt of the step is never committed.
+ */
+int tfs_ckpt_attempt_start(struct tfs_store *st, uint64_t step,
+                           char out[TFS_CKPT_ATTEMPT_LEN]);
+/* The current nonce of step ("" when none has been put). */
+int tfs_ckpt_attempt_read(struct tfs_store *st, uint64_t step,
+                          char out[TFS_CKPT_ATTEMPT_LEN]);
 /* Put this rank's marker (after its shards are durable in the store). */
 int tfs_ckpt_put_marker(const struct tfs_ckpt_commit *c,
                         const struct tfs_ckpt_marker *m);
@@ -377,10 +395,12 @@ int tfs_ckpt_commit_index(const struct tfs_ckpt_commit *c,
                           const struct tfs_ckpt_marker *mine);
 /*
  * Other ranks: wait for the index and check that it names this rank's
- * files with the checksums in mine.
+ * files with the checksums in mine.  While waiting, a new attempt nonce
+ * (rank 0 opened after this rank read it) is copied into mine and the
+ * marker put again.
  */
 int tfs_ckpt_await_index(const struct tfs_ckpt_commit *c,
-                         const struct tfs_ckpt_marker *mine);
+                         struct tfs_ckpt_marker *mine);
 /* Remove one step on st (index first); does not touch `latest`. */
 int tfs_ckpt_remove_step(struct tfs_store *st, uint64_t step);
 /* Keep the newest keep committed steps; *removed counts removals. */
@@ -448,6 +468,7 @@ struct tfs_ckpt_writer {
     bool             saved;
     struct tfs_store *st;               /* owned */
     uint64_t         step;
+    char             attempt[TFS_CKPT_ATTEMPT_LEN]; /* rank 0's nonce */
     char            *stage_step;        /* STAGING/<ns>/step-N, owned */
     char            *stage_ns;          /* STAGING/<ns>, owned */
     int              stage_fd;          /* stage_step, opened at save */

@@ -4,6 +4,7 @@
  *
  *   ROOT/step-000100/model-rank00000-00001.safetensors   shards
  *   ROOT/step-000100/rank-00000.done                     markers
+ *   ROOT/step-000100/attempt                             rank 0's nonce
  *   ROOT/step-000100/model.safetensors.index.json        the commit
  *   ROOT/latest                                          "step-000100\n"
  *
@@ -17,6 +18,18 @@
  * The other ranks wait for the index and check that it names their
  * shards.
  *
+ * A retried step must not commit a marker of an earlier attempt (its
+ * checksums name shards that the retry is overwriting).  Ranks cannot
+ * agree on an attempt id without a collective, so rank 0 makes one: on
+ * opening a step of several ranks it puts a random nonce as
+ * step-N/attempt.  Each rank reads it just before putting its marker and
+ * records it there; rank 0 takes only markers with its own nonce.  A
+ * rank that read the nonce of an earlier attempt (it got there before
+ * rank 0 opened) sees the new one while it waits for the index and puts
+ * its marker again.  A stale marker can only carry an old nonce.  This
+ * holds while one writer per rank and step is alive at a time (a retry
+ * starts after the earlier attempt's writers have returned or died).
+ *
  * Listing: a step directory is a checkpoint if and only if it has an
  * index; `latest` is a hint that readers check against that.
  */
@@ -25,6 +38,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -437,6 +451,60 @@ int tfs_ckpt_put_marker(const struct tfs_ckpt_commit *c,
     return rc;
 }
 
+/* ---- attempts ---- */
+
+int tfs_ckpt_attempt_start(struct tfs_store *st, uint64_t step,
+                           char out[TFS_CKPT_ATTEMPT_LEN])
+{
+    struct tfs_buf text;
+    struct tfs_buf key;
+    uint64_t r = 0;
+    int rc;
+
+    if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+        r = 0;
+    r ^= tfs_rand_u64();
+    tfs_buf_init(&text, 0);
+    tfs_buf_init(&key, 0);
+    rc = tfs_buf_printf(&text, "%016" PRIx64, r);
+    if (rc == 0)
+        rc = tfs_ckpt_key(&key, step, TFS_CKPT_ATTEMPT_NAME);
+    if (rc == 0)
+        rc = ckpt_put_str(st, tfs_buf_str(&key), &text);
+    if (rc == 0)
+        snprintf(out, TFS_CKPT_ATTEMPT_LEN, "%s", tfs_buf_str(&text));
+    tfs_buf_cleanup(&text);
+    tfs_buf_cleanup(&key);
+    return rc;
+}
+
+int tfs_ckpt_attempt_read(struct tfs_store *st, uint64_t step,
+                          char out[TFS_CKPT_ATTEMPT_LEN])
+{
+    struct tfs_buf key;
+    char *text = NULL;
+    size_t len = 0;
+    int rc;
+
+    tfs_buf_init(&key, 0);
+    rc = tfs_ckpt_key(&key, step, TFS_CKPT_ATTEMPT_NAME);
+    if (rc == 0)
+        rc = tfs_ckpt_get(st, tfs_buf_str(&key), 64, &text, &len);
+    if (rc == 0 && (len == 0 || len > 16 ||
+                    strspn(text, "0123456789abcdef") != len))
+        rc = tfs_err(TFS_EFORMAT, "%s is not an attempt nonce",
+                     tfs_buf_str(&key));
+    if (rc == 0)
+        memcpy(out, text, len + 1);
+    else if (rc == -ENOENT) {
+        out[0] = '\0';
+        rc = 0;
+    }
+    tfs_free(text);
+    tfs_buf_cleanup(&key);
+    return rc;
+}
+
 /* Sleep before the next poll; -ETIMEDOUT once the deadline has passed. */
 static int ckpt_backoff(const struct tfs_ckpt_commit *c, uint64_t *wait_ns)
 {
@@ -469,7 +537,8 @@ static int ckpt_try_marker(const struct tfs_ckpt_commit *c, unsigned r,
         return rc;
     if (out->rank != r || out->step != c->step ||
         out->world_size != c->world_size ||
-        (c->run_id[0] != '\0' && strcmp(out->run_id, c->run_id) != 0)) {
+        (c->run_id[0] != '\0' && strcmp(out->run_id, c->run_id) != 0) ||
+        (c->attempt != NULL && strcmp(out->attempt, c->attempt) != 0)) {
         tfs_ckpt_marker_cleanup(out);
         return -EAGAIN;                 /* a stale marker: wait for ours */
     }
@@ -689,8 +758,26 @@ static int ckpt_index_has(const char *text, size_t len, const char *what,
     return rc;
 }
 
+/* Rank 0 opened after we read the nonce: put our marker again. */
+static int ckpt_rejoin(const struct tfs_ckpt_commit *c,
+                       struct tfs_ckpt_marker *mine)
+{
+    char now[TFS_CKPT_ATTEMPT_LEN];
+    int rc = tfs_ckpt_attempt_read(c->st, c->step, now);
+
+    if (rc < 0)
+        return tfs_err_is_retryable(rc) ? 0 : rc;
+    if (now[0] == '\0' || strcmp(now, mine->attempt) == 0)
+        return 0;
+    memcpy(mine->attempt, now, sizeof(now));
+    TFS_INFO("ckpt: rank %u joins attempt %s of step %" PRIu64, c->rank,
+             now, c->step);
+    rc = tfs_ckpt_put_marker(c, mine);
+    return rc < 0 && tfs_err_is_retryable(rc) ? 0 : rc;
+}
+
 int tfs_ckpt_await_index(const struct tfs_ckpt_commit *c,
-                         const struct tfs_ckpt_marker *mine)
+                         struct tfs_ckpt_marker *mine)
 {
     uint64_t wait_ns = 10000000;
     struct tfs_buf key;
@@ -710,6 +797,9 @@ int tfs_ckpt_await_index(const struct tfs_ckpt_commit *c,
         }
         if (rc == 0 || (rc != -ENOENT && rc != -EAGAIN &&
                         !tfs_err_is_retryable(rc)))
+            break;
+        rc = c->world_size > 1 ? ckpt_rejoin(c, mine) : 0;
+        if (rc < 0)
             break;
         rc = ckpt_backoff(c, &wait_ns);
         if (rc < 0)

@@ -178,6 +178,8 @@ int tfs_ckpt_marker_write(struct tfs_buf *b, const struct tfs_ckpt_marker *m)
 
     if (rc == 0)
         rc = tfs_ckpt_json_put_str(b, m->run_id, strlen(m->run_id));
+    if (rc == 0 && m->attempt[0] != '\0')
+        rc = tfs_buf_printf(b, ",\"attempt\":\"%s\"", m->attempt);
     if (rc == 0)
         rc = tfs_buf_puts(b, ",\"files\":[");
     for (size_t i = 0; i < m->n_files && rc == 0; i++) {
@@ -285,6 +287,21 @@ static int mk_get_tensors(const struct tfs_ckpt_json *a,
     return rc;
 }
 
+/* The optional attempt nonce: up to 16 hex digits. */
+static int mk_get_attempt(const struct tfs_ckpt_json *v,
+                          struct tfs_ckpt_marker *m)
+{
+    const char *s = tfs_ckpt_json_str(v);
+
+    if (v == NULL)
+        return 0;
+    if (s == NULL || strlen(s) > 16 || strspn(s, "0123456789abcdef") !=
+                                           strlen(s))
+        return TFS_EFORMAT;
+    memcpy(m->attempt, s, strlen(s) + 1);
+    return 0;
+}
+
 static int mk_get(const struct tfs_ckpt_json *root, struct tfs_ckpt_marker *m)
 {
     const struct tfs_ckpt_json *extra = tfs_ckpt_json_get(root, "extra");
@@ -299,6 +316,8 @@ static int mk_get(const struct tfs_ckpt_json *root, struct tfs_ckpt_marker *m)
         m->rank >= m->world_size)
         return TFS_EFORMAT;
     rc = ix_get_strdup(root, "run_id", true, &m->run_id);
+    if (rc == 0)
+        rc = mk_get_attempt(tfs_ckpt_json_get(root, "attempt"), m);
     if (rc == 0)
         rc = mk_get_files(tfs_ckpt_json_get(root, "files"), &m->files,
                           &m->n_files, m->rank);

@@ -271,6 +271,9 @@ static int wr_check_step(struct tfs_ckpt_writer *w)
     if (rc == 0)
         rc = tfs_store_remove(w->st, tfs_buf_str(&key));
     tfs_buf_cleanup(&key);
+    /* Nor anyone's: rank 0 opens a new attempt (commit.c). */
+    if (rc == 0 && w->rank == 0 && w->world_size > 1)
+        rc = tfs_ckpt_attempt_start(w->st, w->step, w->attempt);
     return rc;
 }
 
@@ -681,6 +684,7 @@ static int wr_commit(struct tfs_ckpt_writer *w)
         .rank = w->rank,
         .world_size = w->world_size,
         .run_id = w->run_id,
+        .attempt = w->rank == 0 && w->world_size > 1 ? w->attempt : NULL,
         .keep_last = w->keep_last,
     };
     struct tfs_ckpt_marker m = {0};
@@ -690,6 +694,10 @@ static int wr_commit(struct tfs_ckpt_writer *w)
         c.deadline_ns = tfs_now_ns() + w->timeout_ms * 1000000ull;
     if (rc == 0)
         rc = wr_marker(w, &m);
+    if (rc == 0 && w->rank == 0)
+        memcpy(m.attempt, w->attempt, sizeof(m.attempt));
+    else if (rc == 0)
+        rc = tfs_ckpt_attempt_read(w->st, w->step, m.attempt);
     if (rc == 0)
         rc = tfs_ckpt_put_marker(&c, &m);
     if (rc == 0 && w->rank == 0)

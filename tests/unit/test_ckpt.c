@@ -238,6 +238,9 @@ struct rank_arg {
     char        detail[512];
 };
 
+static unsigned own_seed;               /* changes the own%u tensors */
+static unsigned start_delay_ms[8];      /* per rank, before open */
+
 static void *rank_main(void *p)
 {
     struct rank_arg *a = p;
@@ -251,6 +254,7 @@ static void *rank_main(void *p)
     int rc;
 
     path(staging, sizeof(staging), "staging");
+    usleep(start_delay_ms[a->rank] * 1000u);
     rc = tfs_ckpt_writer_create(&w);
     if (rc == 0)
         rc = tfs_ckpt_writer_set_rank(w, a->rank, a->ws);
@@ -266,7 +270,7 @@ static void *rank_main(void *p)
         rc = tfs_ckpt_writer_add_slice(w, "m", "F32", 3, shape, off, m_shape,
                                        &mfull[off[0] * 12],
                                        (size_t)rows * 12 * 4);
-    fill(own, sizeof(own), 10 + a->rank);
+    fill(own, sizeof(own), 10 + a->rank + own_seed);
     snprintf(name, sizeof(name), "own%u", a->rank);
     if (rc == 0)
         rc = tfs_ckpt_writer_add(w, name, "F32", 1, (int64_t[]){5}, own, 20);
@@ -841,6 +845,12 @@ TEST(allocation_failures)
     CHECK_OK(tfs_replace_allocator(failing_malloc, failing_realloc,
                                    failing_calloc, free));
     for (long k = 0; k < 5000; k++) {
+        char rel[32];
+
+        /* A root of its own per round: a commit lists the root's steps
+         * (R3), which would otherwise grow as fast as the budget. */
+        snprintf(rel, sizeof(rel), "mem/%ld", k);
+        path(uri, sizeof(uri), rel);
         atomic_store(&mem_budget, k);
         rc = mem_round(uri, (uint64_t)k + 100);
         atomic_store(&mem_budget, -1);
@@ -865,6 +875,72 @@ static void setup(void)
         exit(1);
     }
     data_init();
+}
+
+/* ---- retried steps (R2) ---- */
+
+/* The own1 tensor of step 10 at uri holds the data of seed. */
+static void check_own1(const char *uri, unsigned seed)
+{
+    struct tfs_ckpt_reader *r = reader(uri, 10, false);
+    float own[5];
+    size_t len;
+    void *p = read_all(r, "own1", &len);
+
+    fill(own, sizeof(own), 11 + seed);
+    CHECK(len == 20 && memcmp(p, own, 20) == 0);
+    free(p);
+    CHECK_OK(tfs_ckpt_reader_verify(r, NULL));
+    tfs_ckpt_reader_destroy(r);
+}
+
+/*
+ * A step retried without a run id: the first attempt left rank 1's
+ * marker (rank 0 gave up first).  In the retry rank 0 opens first and
+ * waits while rank 1 has not opened yet: it must not commit the stale
+ * marker, whose checksums name shards the retry then overwrites.
+ */
+TEST(stale_marker_retry)
+{
+    struct rank_arg a[2];
+    char uri[128];
+
+    path(uri, sizeof(uri), "retry");
+    own_seed = 1;
+    a[0] = (struct rank_arg){uri, 0, 2, NULL, 200, 0, ""};
+    run_ranks(a, 1);
+    CHECK_RC(a[0].rc, -ETIMEDOUT);
+    a[0] = (struct rank_arg){uri, 1, 2, NULL, 200, 0, ""};
+    run_ranks(a, 1);
+    CHECK_RC(a[0].rc, -ETIMEDOUT);      /* its marker stays behind */
+    own_seed = 2;
+    start_delay_ms[1] = 400;
+    a[0] = (struct rank_arg){uri, 0, 2, NULL, 5000, 0, ""};
+    a[1] = (struct rank_arg){uri, 1, 2, NULL, 5000, 0, ""};
+    run_ranks(a, 2);
+    start_delay_ms[1] = 0;
+    CHECK_OK(a[0].rc);
+    if (a[1].rc != 0)
+        TEST_FAIL_("rank 1: %d (%s) [%s]", a[1].rc, tfs_strerror(a[1].rc),
+                   a[1].detail);
+    check_own1(uri, 2);
+    /* Rank 1 of the retry first: it reads the earlier attempt's nonce,
+     * then joins rank 0's when that appears. */
+    path(uri, sizeof(uri), "retry2");
+    own_seed = 3;
+    a[0] = (struct rank_arg){uri, 0, 2, NULL, 200, 0, ""};
+    run_ranks(a, 1);
+    CHECK_RC(a[0].rc, -ETIMEDOUT);
+    own_seed = 4;
+    start_delay_ms[0] = 400;
+    a[0] = (struct rank_arg){uri, 0, 2, NULL, 5000, 0, ""};
+    a[1] = (struct rank_arg){uri, 1, 2, NULL, 5000, 0, ""};
+    run_ranks(a, 2);
+    start_delay_ms[0] = 0;
+    own_seed = 0;
+    CHECK_OK(a[0].rc);
+    CHECK_OK(a[1].rc);
+    check_own1(uri, 4);
 }
 
 /* ---- overlapping commits (R3) ---- */
@@ -941,7 +1017,8 @@ static void teardown(void)
 
 TESTS(T(roundtrip), T(ranks), T(commit_protocol), T(retention),
       T(checksums), T(recycle), T(direct_staging), T(streaming),
-      T(allocation_failures), T(latest_overlapping_commits));
+      T(allocation_failures), T(latest_overlapping_commits),
+      T(stale_marker_retry));
 
 int main(int argc, char **argv)
 {

@@ -355,8 +355,8 @@ TEST(index_build)
     struct tfs_ckpt_file_info f0[] = {finfo("f0", 0)};
     struct tfs_ckpt_file_info f1[] = {finfo("f1", 1)};
     struct tfs_ckpt_marker m[2] = {
-        {0, 2, 7, (char *)"run", f0, 1, t0, 2, (char *)"{\"a\":1}"},
-        {1, 2, 7, (char *)"run", f1, 1, t1, 1, NULL},
+        {0, 2, 7, (char *)"run", f0, 1, t0, 2, (char *)"{\"a\":1}", ""},
+        {1, 2, 7, (char *)"run", f1, 1, t1, 1, NULL, ""},
     };
     struct tfs_ckpt_index ix;
     struct tfs_ckpt_index back;
@@ -505,7 +505,7 @@ static void slice_at(struct tfs_ckpt_tensor_info *t, int64_t r0, int64_t c0,
 static int build_one(struct tfs_ckpt_tensor_info *t, size_t n)
 {
     struct tfs_ckpt_file_info f[] = {finfo("f0", 0)};
-    struct tfs_ckpt_marker m = {0, 1, 7, (char *)"", f, 1, t, n, NULL};
+    struct tfs_ckpt_marker m = {0, 1, 7, (char *)"", f, 1, t, n, NULL, ""};
     struct tfs_ckpt_index ix;
     int rc = tfs_ckpt_index_build(&m, 1, 0, &ix);
 
