@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -31,28 +32,49 @@
 #include "tierfs/log.h"
 
 #define FS_SYNC_WAIT_MS 500             /* one sync poll waits this long */
+#define FS_STAGING_ROOT "/var/tmp"      /* of the default staging dir */
 
 /* ---- start ---- */
 
 /*
  * The default staging dir: CACHE_DIR/staging/ID, or
- * /var/tmp/tierfs-UID/staging/ID without a cache dir, where ID hashes the
- * store's identity, so a remount of the same store finds its journal and
- * mounts of different stores never share one.
+ * /var/tmp/tierfs-UID/staging/ID without a cache dir or with a cache dir
+ * shared with a group (whose members must not reach the journal), where
+ * ID hashes the store's identity, so a remount of the same store finds
+ * its journal and mounts of different stores never share one.
  */
-static char *fs_staging_default(struct tfs_fs *fs)
+static char *fs_staging_default(struct tfs_fs *fs, bool *in_var_tmp)
 {
     const char *ident = tfs_store_identity(fs->st);
     uint64_t h = XXH3_64bits(ident, strlen(ident));
+    struct stat st;
     struct tfs_buf b;
 
+    *in_var_tmp = fs->cache_dir == NULL ||
+                  (stat(fs->cache_dir, &st) == 0 && (st.st_mode & 070));
     tfs_buf_init(&b, 0);
-    if (fs->cache_dir != NULL)
+    if (!*in_var_tmp)
         tfs_buf_printf(&b, "%s/staging/%016" PRIx64, fs->cache_dir, h);
     else
-        tfs_buf_printf(&b, "/var/tmp/tierfs-%u/staging/%016" PRIx64,
-                       (unsigned)getuid(), h);
+        tfs_buf_printf(&b, FS_STAGING_ROOT "/tierfs-%u/staging/%016" PRIx64,
+                       (unsigned)geteuid(), h);
     return tfs_buf_steal(&b);
+}
+
+/*
+ * Check the default staging dir from /var/tmp down (tfs_dir_open): a
+ * tierfs-UID or staging made by another user, or a symlink anywhere in
+ * it, refuses the mount instead of handing them the journal.
+ */
+static int fs_staging_check(const char *dir)
+{
+    const char *sub = dir + strlen(FS_STAGING_ROOT "/");
+    int fd;
+    int rc = tfs_dir_open(FS_STAGING_ROOT, sub, 0700, 0, &fd);
+
+    if (rc == 0)
+        close(fd);
+    return rc;
 }
 
 int fs_wb_open(struct tfs_fs *fs)
@@ -67,10 +89,16 @@ int fs_wb_open(struct tfs_fs *fs)
         TFS_INFO("--immutable: the mount is read-only");
         return 0;
     }
-    if (fs->wcfg.staging_dir == NULL)
-        fs->wcfg.staging_dir = fs_staging_default(fs);
-    if (fs->wcfg.staging_dir == NULL)
-        return -ENOMEM;
+    if (fs->wcfg.staging_dir == NULL) {
+        bool in_var_tmp;
+
+        fs->wcfg.staging_dir = fs_staging_default(fs, &in_var_tmp);
+        if (fs->wcfg.staging_dir == NULL)
+            return -ENOMEM;
+        rc = in_var_tmp ? fs_staging_check(fs->wcfg.staging_dir) : 0;
+        if (rc < 0)
+            return rc;
+    }
     rc = wb_open(&fs->wb, &fs->wcfg, fs->st, fs->cache);
     if (rc < 0)
         return rc;
