@@ -46,6 +46,10 @@ TFS_API int tfs_cache_create(struct tfs_cache **out);
  *   mem_cache      bytes of the RAM tier (default 1G; 0 disables it
  *                  except for blocks being read)
  *   cache_dir      directory of the disk tier (default: none)
+ *   cache_mode     private (default: dirs 0700, files 0600, an existing
+ *                  dir of ours tightened) or group (02770/0660: shared
+ *                  with the dir's group, who can also poison it; never
+ *                  other users; docs/security.md)
  *   cache_size     bytes of the disk tier (default 10G)
  *   max_blocks     blocks the disk index holds (default cache_size /
  *                  256K + 1024; raise it for caches of small files)

@@ -32,6 +32,7 @@ int tfs_cache_create(struct tfs_cache **out)
     c->cfg.block_size = 4u << 20;
     c->cfg.mem_cache = 1u << 30;
     c->cfg.cache_size = 10ull << 30;
+    c->cfg.cache_mode = TFS_CACHE_MODE_PRIVATE;
     c->cfg.free_space_pct = 5.0;
     c->cfg.eviction = TFS_EVICT_TINYLFU;
     c->cfg.max_inflight = 32;
@@ -58,6 +59,18 @@ static int cache_set_size(const char *name, const char *value, uint64_t lo,
     if (tfs_parse_size(value, &v) < 0 || v < lo || v > hi)
         return cache_bad(name, value, "a size in range");
     *out = v;
+    return 0;
+}
+
+/* cache_mode: private (0700/0600) or group (02770/0660, never other). */
+static int cache_set_mode(struct tfs_cache *c, const char *value)
+{
+    if (strcmp(value, "private") == 0 || strcmp(value, "0700") == 0)
+        c->cfg.cache_mode = TFS_CACHE_MODE_PRIVATE;
+    else if (strcmp(value, "group") == 0 || strcmp(value, "0770") == 0)
+        c->cfg.cache_mode = TFS_CACHE_MODE_GROUP;
+    else
+        return cache_bad("cache_mode", value, "private or group");
     return 0;
 }
 
@@ -140,6 +153,8 @@ static int cache_set_misc(struct tfs_cache *c, const char *name,
         c->cfg.cache_dir = dir;
         return 0;
     }
+    if (strcmp(name, "cache_mode") == 0)
+        return cache_set_mode(c, value);
     return tfs_err(TFS_EOPTION, "unknown cache option '%s'", name);
 }
 

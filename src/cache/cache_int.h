@@ -178,10 +178,16 @@ struct tfs_fetch;
 struct tfs_meta;
 struct tfs_disk;
 
+/* cache_mode: the dirs' mode; files get its rw bits (0600 or 0660). */
+#define TFS_CACHE_MODE_PRIVATE 0700u
+#define TFS_CACHE_MODE_GROUP 02770u
+#define TFS_CACHE_FILE_MODE(m) ((m) & 0660u)
+
 struct tfs_cache_cfg {
     uint64_t block_size;
     uint64_t mem_cache;
     char    *cache_dir;                 /* owned, or NULL */
+    unsigned cache_mode;                /* its dirs: 0700, or 02770 (group) */
     uint64_t cache_size;
     uint64_t max_blocks;                /* index entries; 0: derived */
     uint64_t free_space;                /* bytes, or 0 with a percentage */

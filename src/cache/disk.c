@@ -79,6 +79,7 @@ struct tfs_disk {
     uint64_t          cap_checked_ns;   /* protected by lock */
     uint64_t          capacity;         /* protected by lock */
     bool              no_direct;        /* O_DIRECT refused here */
+    unsigned          mode;             /* cfg.cache_mode of the dirs */
 };
 
 /* ---- encoding ---- */
@@ -360,8 +361,9 @@ bool tfs_disk_has(struct tfs_cache *c, const uint8_t *id)
  * matters: with blocks evicted and admitted all the time, ext4 spends a
  * fifth of the daemon's CPU looking for free inodes it may reuse.
  */
-static int disk_open_tmp(const char *tmp, const char *reuse)
+static int disk_open_tmp(const char *tmp, const char *reuse, unsigned mode)
 {
+    unsigned fmode = TFS_CACHE_FILE_MODE(mode);
     int fd;
 
     if (reuse != NULL && rename(reuse, tmp) == 0) {
@@ -370,8 +372,17 @@ static int disk_open_tmp(const char *tmp, const char *reuse)
             return fd;
         unlink(tmp);
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    return fd < 0 ? -errno : fd;
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+              fmode);
+    if (fd < 0)
+        return -errno;
+    if ((fmode & 060) && fchmod(fd, fmode) < 0) {   /* past the umask */
+        int rc = -errno;
+        close(fd);
+        unlink(tmp);
+        return rc;
+    }
+    return fd;
 }
 
 /*
@@ -413,7 +424,7 @@ static int disk_write_file(struct tfs_disk *d, const char *path,
 
     snprintf(tmp, sizeof(tmp), "%.*s/.tmp-%016llx", (int)(slash - path),
              path, (unsigned long long)tfs_rand_u64());
-    fd = disk_open_tmp(tmp, reuse);
+    fd = disk_open_tmp(tmp, reuse, d->mode);
     if (fd < 0)
         return fd;
     if (disk_direct_ok(d, data, len, hlen))
@@ -675,6 +686,20 @@ static void disk_scan_sub(struct tfs_index *ix, int sub_fd)
     closedir(dir);
 }
 
+/*
+ * Give subdirectory name of dfd exactly mode if it is ours: a new one
+ * past the umask (group mode), an old one made 0755 by an older version.
+ */
+static void disk_fix_mode(int dfd, const char *name, unsigned mode)
+{
+    struct stat st;
+
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+        (st.st_mode & 07777) != mode)
+        (void)fchmodat(dfd, name, mode, 0);
+}
+
 /* Create the 256 subdirectories and index what they hold. */
 static int disk_scan(struct tfs_disk *d, bool rebuild)
 {
@@ -687,11 +712,12 @@ static int disk_scan(struct tfs_disk *d, bool rebuild)
         int sub;
 
         snprintf(name, sizeof(name), "%02x", i);
-        if (mkdirat(dfd, name, 0755) < 0 && errno != EEXIST) {
+        if (mkdirat(dfd, name, d->mode) < 0 && errno != EEXIST) {
             int rc = tfs_err(-errno, "cannot create %s/%s", d->dir, name);
             close(dfd);
             return rc;
         }
+        disk_fix_mode(dfd, name, d->mode);
         if (!rebuild)
             continue;
         sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -702,11 +728,27 @@ static int disk_scan(struct tfs_disk *d, bool rebuild)
     return 0;
 }
 
-static int disk_mkdir(const char *path)
+/*
+ * Create or check the cache dir and CACHE_DIR/blocks (tfs_dir_open:
+ * no symlinks, ours or, in group mode, our group's; an old 0755 one of
+ * ours is tightened to the mode, logged once).
+ */
+static int disk_mkdirs(const struct tfs_cache *c)
 {
-    if (mkdir(path, 0755) < 0 && errno != EEXIST)
-        return tfs_err(-errno, "cannot create the cache dir %s", path);
-    return 0;
+    unsigned mode = c->cfg.cache_mode;
+    int top;
+    int fd;
+    int rc = tfs_dir_open_path(c->cfg.cache_dir, mode, TFS_DIR_TIGHTEN,
+                               &top);
+
+    if (rc < 0)
+        return rc;
+    rc = tfs_dir_openat(top, c->cfg.cache_dir, "blocks", mode,
+                        TFS_DIR_TIGHTEN, &fd);
+    if (rc == 0)
+        close(fd);
+    close(top);
+    return rc;
 }
 
 /* Open the index, rebuilding it when this is the only user. */
@@ -729,6 +771,27 @@ static int disk_open_index(struct tfs_cache *c, struct tfs_disk *d)
     if (rc == 0 && exclusive)
         rc = tfs_index_ready(d->ix);
     return rc;
+}
+
+/* A new file at path (a stale one removed first), mode exactly. */
+static FILE *disk_create_file(const char *path, unsigned mode)
+{
+    int fd;
+    FILE *f;
+
+    (void)unlink(path);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+              mode);
+    if (fd < 0)
+        return NULL;
+    f = fchmod(fd, mode) == 0 ? fdopen(fd, "w") : NULL;
+    if (f == NULL) {
+        int err = errno;
+        close(fd);
+        unlink(path);
+        errno = err;
+    }
+    return f;
 }
 
 /*
@@ -774,7 +837,7 @@ static int disk_settings(struct tfs_cache *c)
     if (bs == c->cfg.block_size && cs == c->cfg.cache_size)
         return 0;
     snprintf(tmp, sizeof(tmp), "%s.tmp-%d", path, (int)getpid());
-    f = fopen(tmp, "w");
+    f = disk_create_file(tmp, TFS_CACHE_FILE_MODE(c->cfg.cache_mode));
     if (f == NULL)
         return tfs_err(-errno, "cannot write %s", tmp);
     fprintf(f, "block_size=%llu\ncache_size=%llu\n",
@@ -795,12 +858,10 @@ int tfs_disk_open(struct tfs_cache *c)
 
     if (c->cfg.cache_dir == NULL)
         return 0;
-    rc = disk_mkdir(c->cfg.cache_dir);
+    rc = disk_mkdirs(c);
     if (rc == 0)
         rc = disk_settings(c);
     snprintf(path, sizeof(path), "%s/blocks", c->cfg.cache_dir);
-    if (rc == 0)
-        rc = disk_mkdir(path);
     if (rc < 0)
         return rc;
     d = tfs_calloc(1, sizeof(*d));
@@ -808,6 +869,7 @@ int tfs_disk_open(struct tfs_cache *c)
         tfs_free(d);
         return -ENOMEM;
     }
+    d->mode = c->cfg.cache_mode;
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->cond, NULL);
     pthread_cond_init(&d->idle, NULL);

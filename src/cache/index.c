@@ -302,6 +302,27 @@ static int ix_init_header(struct tfs_index *ix, uint64_t n_slots)
     return rc;
 }
 
+/*
+ * The mode of the index files: 0600, or 0660 when their directory (the
+ * cache dir, docs/security.md) is shared with its group.  A file of ours
+ * with another mode (0644 from an older version) is set to it.
+ */
+static void ix_set_mode(int fd, const char *path)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    struct stat st;
+    unsigned mode = 0600;
+
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1,
+             slash ? path : ".");
+    if (stat(dir, &st) == 0 && (st.st_mode & 070))
+        mode = 0660;
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() &&
+        (st.st_mode & 0777) != mode)
+        (void)fchmod(fd, mode);
+}
+
 static int ix_flock(int fd, int op)
 {
     int rc;
@@ -338,8 +359,11 @@ int tfs_index_open(const char *path, uint64_t max_blocks,
     if (ix == NULL)
         return -ENOMEM;
     snprintf(lock_path, sizeof(lock_path), "%s.lock", path);
-    ix->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    ix->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ix->lock_fd = open(lock_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC,
+                       0600);
+    ix->fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    ix_set_mode(ix->lock_fd, lock_path);
+    ix_set_mode(ix->fd, path);
     if (ix->lock_fd < 0 || ix->fd < 0) {
         rc = tfs_err(-errno, "cannot open the cache index %s", path);
         goto err_close;

@@ -74,6 +74,7 @@ struct tfs_meta {
     size_t            n_snap;
     char             *snap_names;       /* owned */
     char             *snap_path;        /* owned, or NULL */
+    unsigned          mode;             /* cfg.cache_mode */
 };
 
 static uint64_t meta_hash(const char *s)
@@ -392,8 +393,13 @@ static int snap_save(struct tfs_meta *m)
     }
     put_le(&b, XXH3_64bits(b.p, b.len), 8, &rc);
     snprintf(tmp, sizeof(tmp), "%s.tmp-%d", m->snap_path, (int)getpid());
-    fd = rc == 0 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
+    if (rc == 0)
+        (void)unlink(tmp);              /* a stale one, never followed */
+    fd = rc == 0 ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+                                 O_CLOEXEC, TFS_CACHE_FILE_MODE(m->mode))
                  : -1;
+    if (fd >= 0 && (m->mode & 070))
+        (void)fchmod(fd, TFS_CACHE_FILE_MODE(m->mode));  /* past umask */
     if (fd >= 0) {
         ssize_t n = write(fd, b.p, b.len);
         rc = n == (ssize_t)b.len && fsync(fd) == 0 ? 0 : -EIO;
@@ -975,6 +981,9 @@ int tfs_meta_open(struct tfs_cache *c)
 {
     struct tfs_meta *m = tfs_calloc(1, sizeof(*m));
     char path[4200];
+    int top;
+    int fd;
+    int rc;
 
     if (m == NULL)
         return -ENOMEM;
@@ -983,9 +992,16 @@ int tfs_meta_open(struct tfs_cache *c)
     c->meta = m;
     if (c->cfg.cache_dir == NULL || !c->cfg.immutable)
         return 0;
-    snprintf(path, sizeof(path), "%s/meta", c->cfg.cache_dir);
-    if (mkdir(path, 0755) < 0 && errno != EEXIST)
-        return tfs_err(-errno, "cannot create %s", path);
+    m->mode = c->cfg.cache_mode;
+    rc = tfs_dir_open_path(c->cfg.cache_dir, m->mode, TFS_DIR_TIGHTEN, &top);
+    if (rc == 0) {
+        rc = tfs_dir_openat(top, c->cfg.cache_dir, "meta", m->mode,
+                            TFS_DIR_TIGHTEN, &fd);
+        close(top);
+    }
+    if (rc < 0)
+        return rc;
+    close(fd);
     snprintf(path, sizeof(path), "%s/meta/%016llx%016llx.snap",
              c->cfg.cache_dir, (unsigned long long)get_le(c->ns, 8),
              (unsigned long long)get_le(c->ns + 8, 8));

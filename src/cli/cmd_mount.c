@@ -45,7 +45,7 @@ static const struct {
     {"threads", "max_threads"},     {"trace", "trace"},
     {"staging-dir", "staging_dir"}, {"staging-max", "staging_max"},
     {"upload-bw", "upload_bw"},     {"upload-jobs", "upload_jobs"},
-    {"upload-delay", "upload_delay"},
+    {"upload-delay", "upload_delay"}, {"cache-mode", "cache_mode"},
 };
 
 struct mount_args {
@@ -69,6 +69,9 @@ static void mount_help(FILE *f)
         "unmounts.\n\n"
         "  --cache-dir DIR       disk tier (default: RAM only)\n"
         "  --cache-size SIZE     bytes of the disk tier (default 10G)\n"
+        "  --cache-mode MODE     private (default: 0700/0600) or group\n"
+        "                        (2770/0660: shared with the dir's group,\n"
+        "                        who can also poison it; docs/security.md)\n"
         "  --mem-cache SIZE      bytes of the RAM tier (default 1G)\n"
         "  --block-size SIZE     cache block size (default 4M)\n"
         "  --eviction POLICY     tinylfu (default) or lru\n"

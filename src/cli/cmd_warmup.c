@@ -69,6 +69,8 @@ static void warm_help(FILE *f)
             "nothing\n"
             "  --cache-dir DIR    the cache dir (URI mode; required)\n"
             "  --cache-size N     its bound (default: the dir's own)\n"
+            "  --cache-mode MODE  private (default) or group: as the "
+            "mount has it\n"
             "  --block-size N     block size (default: the dir's own)\n"
             "  -q, --quiet        no progress bar\n");
 }
@@ -291,6 +293,7 @@ struct warm_opts {
     const char *cache_dir;
     const char *cache_size;
     const char *block_size;
+    const char *cache_mode;
     unsigned    jobs;
     bool        quiet;
     bool        check;
@@ -305,6 +308,7 @@ static int warm_parse(int argc, char **argv, struct warm_opts *o)
         {"cache-dir", required_argument, NULL, 'D'},
         {"cache-size", required_argument, NULL, 'S'},
         {"block-size", required_argument, NULL, 'B'},
+        {"cache-mode", required_argument, NULL, 'M'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -318,6 +322,7 @@ static int warm_parse(int argc, char **argv, struct warm_opts *o)
         case 'D': o->cache_dir = optarg; break;
         case 'S': o->cache_size = optarg; break;
         case 'B': o->block_size = optarg; break;
+        case 'M': o->cache_mode = optarg; break;
         case 'q': o->quiet = true; break;
         case 'j':
             if (cli_parse_uint("warmup", "--jobs", optarg, 1, 256,
@@ -352,6 +357,8 @@ static int warm_open_cache(const char *uri, const struct warm_opts *o,
         rc = tfs_cache_set(w->cache, "cache_size", o->cache_size);
     if (rc == 0 && o->block_size != NULL)
         rc = tfs_cache_set(w->cache, "block_size", o->block_size);
+    if (rc == 0 && o->cache_mode != NULL)
+        rc = tfs_cache_set(w->cache, "cache_mode", o->cache_mode);
     if (rc == 0)
         rc = tfs_cache_set(w->cache, "mem_cache", "64M");
     if (rc == 0)
