@@ -68,10 +68,38 @@ static void cli_help(FILE *f)
             "Exit status: 0 ok, 1 failure, 2 usage error.\n");
 }
 
+/*
+ * what as an error shows it: a "user:password@" in it (in a URI, or in an
+ * endpoint= of its query: both refused) becomes "***@", so that the
+ * password never reaches a terminal or a log (docs/security.md).
+ */
+static const char *cli_shown(const char *what, char *buf, size_t len)
+{
+    size_t n = 0;
+    size_t start = 0;                   /* in buf: after ://, =, &, ? */
+
+    if (strchr(what, '@') == NULL)
+        return what;
+    for (const char *p = what; *p != '\0' && n + 4 < len; p++) {
+        if (*p == '@' && memchr(buf + start, ':', n - start) != NULL) {
+            memcpy(buf + start, "***", 3);
+            n = start + 3;
+        }
+        buf[n++] = *p;
+        if (*p == '=' || *p == '&' || *p == '?' ||
+            (*p == '/' && n >= 3 && memcmp(buf + n - 3, "://", 3) == 0))
+            start = n;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
 int cli_fail(const char *cmd, const char *what, int rc)
 {
     const char *detail = tfs_errdetail();
+    char shown[1024];
 
+    what = cli_shown(what, shown, sizeof(shown));
     if (detail[0] != '\0')
         fprintf(stderr, "tierfs: %s %s: %s (%s)\n", cmd, what,
                 tfs_strerror(rc), detail);

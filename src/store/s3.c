@@ -416,6 +416,22 @@ static int s3_refuse_secret_opts(struct tfs_store *st)
     return 0;
 }
 
+/*
+ * url for an error message: everything from after the scheme to the last
+ * '@' (user:password, wherever a stray '/' put it) masked as "***".
+ */
+static const char *s3_url_shown(const char *url, char *buf, size_t len)
+{
+    const char *s = strstr(url, "://");
+    const char *auth = s != NULL ? s + 3 : url;
+    const char *at = strrchr(auth, '@');
+
+    if (at == NULL)
+        return url;
+    snprintf(buf, len, "%.*s***%.200s", (int)(auth - url), url, at);
+    return buf;
+}
+
 /* Parse "http[s]://authority[/path]" of where into the base URL parts. */
 static int s3_set_endpoint(struct s3_priv *p, const char *url,
                            const char *where)
@@ -425,14 +441,18 @@ static int s3_set_endpoint(struct s3_priv *p, const char *url,
     size_t alen = strcspn(auth, "/?#");
     const char *path = auth + alen;
     size_t plen = strcspn(path, "?#");
+    char shown[256];
     bool vhost;
 
     if (!https && strncasecmp(url, "http://", 7) != 0)
         return tfs_err(TFS_EOPTION, "S3 endpoint '%s' (%s) must start with "
-                       "http:// or https://", url, where);
-    if (alen == 0 || memchr(auth, '@', alen) != NULL || path[plen] != '\0')
+                       "http:// or https://",
+                       s3_url_shown(url, shown, sizeof(shown)), where);
+    if (alen == 0 || strchr(url, '@') != NULL || path[plen] != '\0')
         return tfs_err(TFS_EOPTION, "S3 endpoint '%s' (%s) is not a plain "
-                       "http[s]://host[:port][/path] URL", url, where);
+                       "http[s]://host[:port][/path] URL (no user:password@: "
+                       "credentials come from the environment)",
+                       s3_url_shown(url, shown, sizeof(shown)), where);
     while (plen > 0 && path[plen - 1] == '/')
         plen--;
     /* a dotted bucket cannot be a TLS host name: use path style then */
