@@ -178,3 +178,12 @@ add_test(NAME faults.ci COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/faults.sh
   $<TARGET_FILE:tierfs>)
 set_tests_properties(faults.ci PROPERTIES LABELS "faults;fuse" TIMEOUT 300)
 # ---- end of the fault matrix ----
+
+# ---- security (docs/security.md): private dirs, modes, credentials ----
+add_test(NAME security.posix COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/security.sh
+  $<TARGET_FILE:tierfs> $<TARGET_FILE:tierfs_shared>)
+set_tests_properties(security.posix PROPERTIES LABELS "security;fuse"
+  TIMEOUT 300 SKIP_RETURN_CODE 77)
+tfs_s3_test(security.s3 ${PROJECT_SOURCE_DIR}/tests/integ/security.sh
+  $<TARGET_FILE:tierfs> $<TARGET_FILE:tierfs_shared> s3://tierfs-test/security)
+set_tests_properties(security.s3 PROPERTIES SKIP_RETURN_CODE 77)
