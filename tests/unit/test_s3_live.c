@@ -559,11 +559,13 @@ TEST(slow_transfer_outlasts_timeout)
     secs = (double)(tfs_now_ns() - t0) / 1e9;
     if (secs < 2.0)
         TEST_FAIL_("the 3 MiB PUT took %.2f s: not throttled", secs);
+    printf("# 3 MiB PUT at conn_bw=1M: %.2f s\n", secs);
     t0 = tfs_now_ns();
     CHECK_OK(tfs_store_read(st, "slow/obj", back, len, 0, NULL, &n));
     secs = (double)(tfs_now_ns() - t0) / 1e9;
     if (secs < 2.0)
         TEST_FAIL_("the 3 MiB GET took %.2f s: not throttled", secs);
+    printf("# 3 MiB GET at conn_bw=1M: %.2f s\n", secs);
     CHECK_EQ(n, len);
     CHECK(memcmp(back, data, len) == 0);
     tfs_store_close(st);
@@ -598,11 +600,13 @@ TEST(stalled_transfer_fails)
     secs = (double)(tfs_now_ns() - t0) / 1e9;
     if (secs < 0.9 || secs > 5.0)
         TEST_FAIL_("the stalled GET failed after %.2f s, want ~1", secs);
+    printf("# stalled GET failed after %.2f s\n", secs);
     t0 = tfs_now_ns();
     CHECK_RC(tfs_store_put(st, "k", buf, len, NULL), -ETIMEDOUT);
     secs = (double)(tfs_now_ns() - t0) / 1e9;
     if (secs < 0.9 || secs > 10.0)
         TEST_FAIL_("the stalled PUT failed after %.2f s, want < 10", secs);
+    printf("# stalled PUT failed after %.2f s\n", secs);
     tfs_store_close(st);
     close(fd);
     free(buf);
