@@ -48,7 +48,7 @@ struct tfs_ckpt_reader;
 
 /*
  * Create a writer with defaults: rank 0 of 1, shards of at most 512 MiB,
- * staging under $TIERFS_CKPT_STAGING or /var/tmp/tierfs-ckpt, 4 upload
+ * staging under $TIERFS_CKPT_STAGING or /var/tmp/tierfs-ckpt-EUID, 4 upload
  * threads, no bandwidth cap, keep every checkpoint, a 10 minute commit
  * deadline.  Free with tfs_ckpt_writer_destroy.  -ENOMEM.
  */
