@@ -155,12 +155,16 @@ int tfs_ckpt_staging_open(const char *staging_dir, const char *sub,
         rc = tfs_dir_open(CKPT_STAGING_ROOT, tfs_buf_str(&b), 0700, 0,
                           out_fd);
     } else if (rc == 0) {
-        /* The user's own dir: nobody else may write in it; below it,
-         * everything is private. */
-        rc = tfs_dir_open_path(staging_dir, 0755, 0, &base);
-        if (rc == 0) {
-            rc = tfs_dir_openat(base, staging_dir, sub, 0700, 0, out_fd);
-            close(base);
+        /* The user's own dir is the root (ours or root's, sticky if
+         * others may write: /tmp will do); below it all is private.  A
+         * missing one is made 0700 first. */
+        rc = tfs_dir_open(staging_dir, sub, 0700, 0, out_fd);
+        if (rc == -ENOENT) {
+            rc = tfs_dir_open_path(staging_dir, 0700, 0, &base);
+            if (rc == 0) {
+                close(base);
+                rc = tfs_dir_open(staging_dir, sub, 0700, 0, out_fd);
+            }
         }
     }
     tfs_buf_cleanup(&b);

@@ -112,6 +112,18 @@ posix_cases() {
         grep -q "$d: a symbolic link: refusing" "$err" &&
         [ -z "$(ls -A "$W/elsewhere")" ]'
     rm -f $d
+    # ckpt-explicit-root: TIERFS_CKPT_STAGING may be a sticky shared dir
+    # (like /tmp), everything below it is private; another user's is not.
+    mkdir -m 1777 "$W/sticky" && chmod 1777 "$W/sticky"
+    TIERFS_CKPT_STAGING=$W/sticky save "file://$W/store" 5 2>"$err"
+    rc=$?
+    check ckpt-explicit-root '[ $rc = 0 ] &&
+        [ "$(modes "$W/sticky/$h" "$W/sticky/$h/step-000005")" = "700 700" ]'
+    mkdir -m 755 "$W/theirs" && chown $OTHER "$W/theirs"
+    TIERFS_CKPT_STAGING=$W/theirs save "file://$W/store" 6 2>"$err"
+    rc=$?
+    check ckpt-explicit-foreign '[ $rc != 0 ] &&
+        grep -q "$W/theirs: owned by uid $OTHER, not 0 or root" "$err"'
 
     # ---- write-back staging (D5) ----
     st=/var/tmp/tierfs-0/staging
@@ -171,6 +183,14 @@ posix_cases() {
         "2770 2770 2770 660" ] && [ -n "$(find $c/blocks -type f)" ] &&
         [ -z "$(find $c -type f ! -perm 660)" ] &&
         [ -z "$(find $c -perm /007)" ]'
+    # cache-group-no-staging: a rw mount over a group cache keeps its
+    # staging out of it, in /var/tmp/tierfs-EUID.
+    rm -rf /var/tmp/tierfs-0
+    mnt --cache-mode group --cache-dir $c "$W/store" "$W/mnt"
+    rc=$?
+    check cache-group-no-staging '[ $rc = 0 ] && [ ! -e $c/staging ] &&
+        [ -d "$st/$h/data" ]'
+    unmnt "$W/mnt"
     # cache-group-kept: a private mount never takes a group cache private.
     mnt --read-only --cache-dir $c "$W/store" "$W/mnt"
     rc=$?
