@@ -176,6 +176,28 @@ TEST(group_leaf_of_another_member)
     cleanup();
 }
 
+TEST(group_dir_kept)
+{
+    const char *b = scratch("keep");
+    char p[512];
+    int fd = -1;
+
+    /* A group-shared (setgid) dir of ours is never made private. */
+    CHECK_OK(tfs_dir_open(b, "g", 02770, 0, &fd));
+    close(fd);
+    CHECK_EQ(mode_of("%s/%s", b, "g"), 02770);
+    CHECK_RC(tfs_dir_open(b, "g", 0700, TFS_DIR_TIGHTEN, &fd), -EPERM);
+    CHECK(detail_has("a group-shared dir (mode 2770): refusing"));
+    CHECK_EQ(mode_of("%s/%s", b, "g"), 02770);
+    /* A private one asked to be shared is opened up to the group. */
+    snprintf(p, sizeof(p), "%s/p", b);
+    CHECK_EQ(mkdir(p, 0700), 0);
+    CHECK_OK(tfs_dir_open(b, "p", 02770, TFS_DIR_TIGHTEN, &fd));
+    close(fd);
+    CHECK_EQ(mode_of("%s/%s", b, "p"), 02770);
+    cleanup();
+}
+
 TEST(unsafe_root)
 {
     const char *b = scratch("root");
@@ -215,5 +237,6 @@ TEST(user_path)
 
 TESTS(T(creates_private), T(symlink_refused), T(foreign_owner_refused),
       T(modes_refused_or_tightened), T(group_leaf_of_another_member),
+      T(group_dir_kept),
       T(unsafe_root), T(user_path));
 TEST_MAIN()
