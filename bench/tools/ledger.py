@@ -21,7 +21,7 @@ any object found anywhere can be checked without keeping a copy.
       N source files of SIZE bytes (a dataset to read), in a directory
       or a store URI.
   ledger.py read DIR N [--tag T] [--start I] [--seconds S] [--threads K]
-                 [--json F]
+                 [--json F] [--lat-log F]
       Read DIR/T-I..I+N-1 (again and again for S seconds, or once), compare
       every byte, record each file's latency.  Summary: reads, errors by
       errno, wrong bytes, p50/p99/max ms.
@@ -167,6 +167,7 @@ def cmd_read(a):
     t0 = time.monotonic()
     t_end = t0 + a.seconds if a.seconds else None
     order = list(range(a.start, a.start + a.n))
+    lat_log = open(a.lat_log, "w") if a.lat_log else None
 
     def one(i):
         name = "%s-%05d" % (a.tag, i)
@@ -181,6 +182,8 @@ def cmd_read(a):
         if got is not None and name not in sizes:
             sizes[name] = content(name, a.size)
         with lock:
+            if lat_log:
+                lat_log.write("%.3f %.3f %d\n" % (s - t0, dt, err or 0))
             state["reads"] += 1
             if err is not None:
                 errs[err] = errs.get(err, 0) + 1
@@ -210,6 +213,8 @@ def cmd_read(a):
     for t in th:
         t.join()
     wall = time.monotonic() - t0
+    if lat_log:
+        lat_log.close()
     out = {"reads": state["reads"], "ok": len(lat), "wrong": state["wrong"],
            "errors": {os.strerror(k): v for k, v in errs.items()},
            "p50_ms": round(pct(lat, 0.5), 2), "p99_ms": round(pct(lat, 0.99), 2),
@@ -249,6 +254,7 @@ def main():
     r.add_argument("--seconds", type=float, default=0)
     r.add_argument("--threads", type=int, default=1)
     r.add_argument("--json")
+    r.add_argument("--lat-log", help="one line a read: start s, ms, errno")
     a = p.parse_args()
     {"write": cmd_write, "check": cmd_check, "gen": cmd_gen,
      "read": cmd_read}[a.cmd](a)
