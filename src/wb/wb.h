@@ -50,11 +50,14 @@ struct wb_cfg {
 
 /*
  * Open the staging dir (creating it), lock it against a second mount,
- * replay its journal, delete staged data nobody references, and start
- * the uploader, which resumes every pending change at once.  st and c
- * are borrowed until wb_close.  Errors: -EBUSY (another mount holds the
- * staging dir), TFS_EOPTION (it holds pending changes for another
- * store), -errno from the staging dir, -ENOMEM.
+ * replay its journal (resynchronising after damage), move staged data
+ * nobody references and unreadable journal bytes to lost+found (never
+ * deleting them), and start the uploader, which resumes every pending
+ * change at once.  st and c are borrowed until wb_close.  Errors:
+ * -EBUSY (another mount holds the staging dir), TFS_EOPTION (it holds
+ * pending changes for another store), TFS_EFORMAT (not a journal),
+ * -EUCLEAN (an empty or missing journal beside data files: nothing is
+ * changed), -errno from the staging dir (-EMFILE included), -ENOMEM.
  */
 int wb_open(struct tfs_wb **out, const struct wb_cfg *cfg,
             struct tfs_store *st, struct tfs_cache *c);
