@@ -1422,6 +1422,6 @@ TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--pidns-helper") == 0)
-        return pidns_helper(argv[2], atoi(argv[3]));
+        return pidns_helper(argv[2], (int)strtol(argv[3], NULL, 10));
     return test_run(test_cases, TFS_ARRAY_LEN(test_cases), argc, argv);
 }
