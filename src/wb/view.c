@@ -296,7 +296,11 @@ void wb_ent_requeue(struct tfs_wb *wb, struct wb_ent *e)
             wb->qhead = e;
         wb->qtail = e;
         e->queued = true;
-        wb_upload_kick(wb);
+        /* The scheduler walks the whole queue when kicked and looks
+           again within a second anyway: waking it for an entry due
+           later made every close of N pending files cost O(N). */
+        if (e->ready_ns < tfs_now_ns() + WB_KICK_NS)
+            wb_upload_kick(wb);
     } else if (!needs && e->queued) {
         if (e->qprev != NULL)
             e->qprev->qnext = e->qnext;

@@ -127,7 +127,10 @@ void wb_unhide_parents(struct tfs_wb *wb, const char *key,
  * it, as a local file system would; the root needs nothing.
  */
 void wb_keep_parent(struct tfs_wb *wb, const char *key, struct tfs_buf *rec);
-/* Put e on the pending queue, or take it off, as its state says. */
+/* The longest the upload scheduler sleeps between passes (upload.c). */
+#define WB_KICK_NS 1000000000ull
+/* Put e on the pending queue, or take it off, as its state says; the
+   scheduler is woken only for an entry due within WB_KICK_NS. */
 void wb_ent_requeue(struct tfs_wb *wb, struct wb_ent *e);
 /* Whether e needs a store operation (node: sealed and not uploaded). */
 bool wb_ent_needs_work(struct tfs_wb *wb, struct wb_ent *e);
