@@ -1436,6 +1436,93 @@ TEST(hung_store)
     free(buf);
 }
 
+/*
+ * The store path (D7): lookups of names the metadata cache does not know
+ * wait on a hung store (LIST), in at most 6 of 8 FUSE threads, then the
+ * store-path threads (16 lookups in 16 directories): a read of a cached file open before still
+ * answers within 1 s, and the lookups all end once the store answers.
+ */
+TEST(hung_metadata)
+{
+    enum { SIZE = 100000, LOOKUPS = 16 };
+    char pre[64], key[128], uri[2048], path[PATH_MAX + 64];
+    char cut[PATH_MAX], query[PATH_MAX + 64];
+    const char *args[] = {"--read-only", "--threads", "8", "--meta-ttl",
+                          "3600", NULL};
+    unsigned char *data = gen_data(SIZE, 990);
+    unsigned char *buf = malloc(SIZE);
+    pid_t kids[LOOKUPS];
+    struct timed_job job;
+    struct timed_read r;
+    int fd;
+
+    new_prefix(pre, sizeof(pre));
+    key_of(key, sizeof(key), pre, "f0");
+    put_obj(key, data, SIZE);
+    for (int i = 0; i < LOOKUPS; i++) {     /* one directory each: the */
+        char name[32];                      /* kernel serializes lookups */
+        sfmt(name, sizeof(name), "d%d/x", i);   /* in one directory */
+        key_of(key, sizeof(key), pre, name);
+        put_obj(key, "x", 1);
+    }
+    sfmt(cut, sizeof(cut), "%s/hang-%u", t_work, ++t_seq);
+    sfmt(query, sizeof(query), "partition_file=%s", cut);
+    remote_uri(uri, sizeof(uri), "fault+", pre, query);
+    mnt_start(uri, args);
+    mnt_path(path, sizeof(path), "f0");
+    CHECK(file_equals(path, data, SIZE));
+    fd = open(path, O_RDONLY);
+    CHECK(fd >= 0);
+    /* Buffered, its page cache dropped: the read reaches the daemon, and
+       stays killable when it hangs (an O_DIRECT read waiting in the
+       kernel is not). */
+    CHECK(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
+    for (int i = 0; i < LOOKUPS; i++) {     /* the directories, known */
+        struct stat sb;
+        sfmt(path, sizeof(path), "%s/d%d", t_mnt.dir, i);
+        CHECK(stat(path, &sb) == 0 && S_ISDIR(sb.st_mode));
+    }
+    close(open(cut, O_WRONLY | O_CREAT, 0644));        /* the store hangs */
+    for (int i = 0; i < LOOKUPS; i++) {
+        kids[i] = fork();
+        if (kids[i] == 0) {
+            struct stat sb;
+            char p[PATH_MAX + 64];
+            sfmt(p, sizeof(p), "%s/d%d/nope", t_mnt.dir, i);
+            _exit(stat(p, &sb) < 0 && errno == ENOENT ? 0 : 1);
+        }
+        CHECK(kids[i] > 0);
+    }
+    sleep_ms(1500);
+    CHECK(wait_pid(kids[0], 0) == -1);  /* still waiting on the store */
+    timed_read_start(&job, fd, SIZE, 0, 8000);
+    r = timed_read_finish(&job, buf);
+    fprintf(stderr, "    cached read with %d lookups hung: %zd bytes in "
+            "%llu ms\n", LOOKUPS, r.n, (unsigned long long)r.ms);
+    if (r.n != SIZE || memcmp(buf, data, SIZE) != 0 || r.ms >= 1000) {
+        unlink(cut);                    /* before the fix: every thread */
+        TEST_FAIL_("the cached read did not answer in 1 s");  /* hung */
+    }
+    fprintf(stderr, "    store path: %.0f of %.0f FUSE threads, %.0f queued, "
+            "%.0f handed over\n", stat_num("fuse.store_path_busy"),
+            stat_num("fuse.store_path_max"),
+            stat_num("fuse.store_path_queued"), stat_num("fuse.deferred"));
+    unlink(cut);
+    for (int i = 0; i < LOOKUPS; i++) {
+        int rc = wait_pid(kids[i], 15000);
+        if (rc == -1) {
+            kill(kids[i], SIGKILL);
+            waitpid(kids[i], NULL, 0);
+        }
+        CHECK_EQ(rc, 0);
+    }
+    CHECK(stat_num("fuse.deferred") >= 1);
+    close(fd);
+    mnt_stop();
+    free(buf);
+    free(data);
+}
+
 /* Read a whole file through the mount, then drop its page cache. */
 static bool read_dropping(const char *path, const unsigned char *want,
                           size_t len)
@@ -1508,7 +1595,8 @@ TEST(scan_resistance)
 
 TESTS(T(basics), T(cli), T(random_ranges), T(concurrent_readers),
       T(restart_offline), T(corrupt_blocks), T(replace), T(capacity),
-      T(single_flight), T(partition), T(hung_store), T(scan_resistance));
+      T(single_flight), T(partition), T(hung_store), T(hung_metadata),
+      T(scan_resistance));
 
 /* Remove what this run put on the remote. */
 static int cleanup_page(void *arg, const struct tfs_list_page *page)
