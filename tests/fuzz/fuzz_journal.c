@@ -12,6 +12,7 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,23 @@ static bool f_intact(const char *path, unsigned id)
     return n == (ssize_t)id;
 }
 
+static int f_rm(const char *path, const struct stat *sb, int type,
+                struct FTW *ftw)
+{
+    (void)sb;
+    (void)type;
+    (void)ftw;
+    return remove(path);
+}
+
+/* At exit: the scratch dir goes (the fuzzer runs until killed or done). */
+static void f_teardown(void)
+{
+    tfs_cache_close(f_c);
+    tfs_store_close(f_st);
+    nftw(f_root, f_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static void f_setup(void)
 {
     char uri[300];
@@ -93,6 +111,7 @@ static void f_setup(void)
         tfs_cache_set(f_c, "mem_cache", "16M") < 0 ||
         tfs_cache_open(f_c, f_st) < 0)
         f_die("store");
+    atexit(f_teardown);
 }
 
 /* STAGING afresh: data/1..4, lost+found emptied, the journal. */
