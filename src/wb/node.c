@@ -663,8 +663,9 @@ static int node_seal_locked(struct tfs_wb *wb, struct wb_node *n,
     }
     pthread_mutex_unlock(&wb->lock);
     tfs_buf_cleanup(&rec);
-    if (rc == 0)
-        n->cur_sealed = true;
+    /* Even when the append failed: the overlay names these bytes now,
+       and a compaction will record them, so they must not change. */
+    n->cur_sealed = true;
     return rc;
 }
 

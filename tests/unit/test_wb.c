@@ -627,7 +627,9 @@ TEST(flip_every_byte)
 }
 
 /* R1: a failed journal fdatasync fails the change that waited on it and
-   every later one, even once syncs work again, until compaction. */
+   every later one, even once syncs work again, until compaction; the
+   bytes that failed seal stay as they were (a later write copies), so
+   the compaction's record of them stays true. */
 TEST(sync_error_sticks)
 {
     struct wb_want w = {.create = true, .trunc = true};
@@ -650,7 +652,8 @@ TEST(sync_error_sticks)
     CHECK(dup2(real, e.wb->j.fd) >= 0); /* the disk is back */
     CHECK_OK(wb_open_write(e.wb, "b", &w, &n));
     CHECK_OK(wb_node_write(e.wb, n, "B", 1, 0));
-    CHECK_RC(wb_node_seal(e.wb, n), -EINVAL);
+    CHECK_RC(wb_node_seal(e.wb, n), -EINVAL);   /* the append failed */
+    CHECK_OK(wb_node_write(e.wb, n, "B2", 2, 1));  /* on a copy */
     wb_node_close(e.wb, n, true, false);
     wb_node_put(n);
     CHECK_RC(wb_mkdir(e.wb, "d"), -EINVAL);
@@ -663,6 +666,8 @@ TEST(sync_error_sticks)
     close(null);
     env_close(&e);
     env_open(&e, "s", "s-stg");
+    CHECK_STR(wb_read(e.wb, e.c, "a"), "A");   /* what the seals saw */
+    CHECK_STR(wb_read(e.wb, e.c, "b"), "B");
     CHECK_STR(wb_read(e.wb, e.c, "c"), "C");
     CHECK_STR(wb_read(e.wb, e.c, "d2"), "<dir>");
     env_close(&e);
