@@ -996,7 +996,8 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino,
                     struct fuse_file_info *fi)
 {
     struct tfs_fs *fs = fs_of(req);
-    bool gate = ino != FS_CTL_INO;
+    /* Read-only and immutable, an open asks the store nothing. */
+    bool gate = ino != FS_CTL_INO && !(fs->immutable && fs->wb == NULL);
     int rc;
 
     if (gate && !fs_gate_enter(fs)) {
