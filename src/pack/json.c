@@ -363,19 +363,3 @@ const struct tfs_pack_json *tfs_pack_json_get(const struct tfs_pack_json *j,
     }
     return NULL;
 }
-
-int tfs_pack_json_escape(struct tfs_buf *b, const char *s)
-{
-    int rc = tfs_buf_puts(b, "\"");
-
-    for (const unsigned char *p = (const unsigned char *)s;
-         rc == 0 && *p != '\0'; p++) {
-        if (*p == '"' || *p == '\\')
-            rc = tfs_buf_printf(b, "\\%c", *p);
-        else if (*p < 0x20)
-            rc = tfs_buf_printf(b, "\\u%04x", *p);
-        else
-            rc = tfs_buf_append(b, p, 1);
-    }
-    return rc == 0 ? tfs_buf_puts(b, "\"") : rc;
-}

@@ -188,9 +188,6 @@ struct tfs_pack_json {
  */
 int tfs_pack_json_parse(const char *s, size_t len, struct tfs_pack_json **out);
 void tfs_pack_json_free(struct tfs_pack_json *j);
-/* Append s as a quoted JSON string (escaping '"', '\\', controls). */
-struct tfs_buf;
-int tfs_pack_json_escape(struct tfs_buf *b, const char *s);
 /* The member named key of object j, or NULL. */
 const struct tfs_pack_json *tfs_pack_json_get(const struct tfs_pack_json *j,
                                       const char *key);

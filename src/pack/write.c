@@ -457,7 +457,7 @@ static int pw_fields_json(const struct pack_job *w, struct tfs_buf *b)
             continue;
         rc = tfs_buf_puts(b, first ? "" : ", ");
         if (rc == 0)
-            rc = tfs_pack_json_escape(b, f[i]);
+            rc = tfs_buf_json_str(b, f[i]);
         if (rc == 0)
             rc = tfs_buf_printf(b, ": %zu", run);
         first = false;

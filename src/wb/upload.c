@@ -799,22 +799,6 @@ void wb_sync_status(struct tfs_wb *wb, const char *prefix, uint64_t seq,
 
 #define UP_PARKED_LISTED 100            /* entries named in the JSON */
 
-static int up_json_str(struct tfs_buf *b, const char *s)
-{
-    int rc = tfs_buf_puts(b, "\"");
-
-    for (const unsigned char *p = (const unsigned char *)s;
-         rc == 0 && *p != '\0'; p++) {
-        if (*p == '"' || *p == '\\')
-            rc = tfs_buf_printf(b, "\\%c", *p);
-        else if (*p < 0x20)
-            rc = tfs_buf_printf(b, "\\u%04x", *p);
-        else
-            rc = tfs_buf_append(b, p, 1);
-    }
-    return rc == 0 ? tfs_buf_puts(b, "\"") : rc;
-}
-
 /* {"op": ..., "key": ..., "error": ..., "detail": ...}.  wb->lock held. */
 static int up_json_parked(struct tfs_buf *b, const struct wb_ent *e)
 {
@@ -822,15 +806,15 @@ static int up_json_parked(struct tfs_buf *b, const struct wb_ent *e)
                             up_kind_verb(e));
 
     if (rc == 0)
-        rc = up_json_str(b, e->h.key);
+        rc = tfs_buf_json_str(b, e->h.key);
     if (rc == 0)
         rc = tfs_buf_puts(b, ", \"error\": ");
     if (rc == 0)
-        rc = up_json_str(b, tfs_strerror(e->last_err));
+        rc = tfs_buf_json_str(b, tfs_strerror(e->last_err));
     if (rc == 0)
         rc = tfs_buf_puts(b, ", \"detail\": ");
     if (rc == 0)
-        rc = up_json_str(b, e->last_detail ? e->last_detail : "");
+        rc = tfs_buf_json_str(b, e->last_detail ? e->last_detail : "");
     return rc == 0 ? tfs_buf_puts(b, "}") : rc;
 }
 

@@ -136,11 +136,20 @@ TEST(capped_buffer)
     CHECK_EQ(b.len, 9);
     CHECK_RC(tfs_buf_puts(&b, "ab"), TFS_ETOOBIG);
     CHECK_EQ(b.len, 9);
-    CHECK_OK(tfs_buf_puts(&b, "a"));
+    /* the failure sticks: what would still fit is refused too */
+    CHECK_RC(tfs_buf_puts(&b, "a"), TFS_ETOOBIG);
+    CHECK_RC(tfs_buf_error(&b), TFS_ETOOBIG);
     s = tfs_buf_steal(&b);
-    CHECK_STR(s, "123456789a");
+    CHECK_STR(s, "123456789");
     CHECK_EQ(b.len, 0);
+    CHECK_OK(tfs_buf_error(&b));
+    CHECK_OK(tfs_buf_puts(&b, "a"));
     tfs_free(s);
+    tfs_buf_cleanup(&b);
+
+    tfs_buf_init(&b, 64);
+    CHECK_OK(tfs_buf_json_str(&b, "q\"\\\n"));
+    CHECK_STR(tfs_buf_str(&b), "\"q\\\"\\\\\\u000a\"");
     tfs_buf_cleanup(&b);
 }
 
