@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -30,6 +31,13 @@
 #define META_BUCKETS 4096u
 #define META_MAX_STATS 1000000u
 #define SNAP_MAGIC "TFSSNAP1"
+/*
+ * How long a lookup whose entry expired waits for the store before it
+ * answers from the expired entry (stale-if-error); the store's answer
+ * still lands when it comes.
+ */
+#define META_STALE_NS (1000 * 1000000ull)
+#define META_MAX_REVALS 256u            /* threads; past it, wait inline */
 
 enum meta_kind {
     META_NONE,                          /* negative: no such key */
@@ -57,6 +65,19 @@ struct tfs_dir {
     char             *names;            /* owned blob the names point in */
 };
 
+/* One revalidation of an expired entry, in flight on its own thread. */
+struct meta_reval {
+    struct meta_reval *next;            /* meta revals list */
+    char              *key;             /* owned */
+    unsigned           refs;            /* thread + waiters; meta lock */
+    bool               done;            /* meta lock */
+    bool               late;            /* a waiter gave up; meta lock */
+    int                rc;              /* the store's answer, once done */
+    bool               is_dir;
+    struct tfs_stat    st;
+    struct tfs_cache  *c;
+};
+
 struct snap_ent {
     char           *key;                /* points into snap names */
     struct tfs_stat st;
@@ -67,6 +88,9 @@ struct tfs_meta {
     struct meta_ent  *stats[META_BUCKETS];  /* protected by lock */
     size_t            n_stats;              /* protected by lock */
     struct tfs_dir   *dirs[META_BUCKETS];   /* protected by lock */
+    struct meta_reval *revals;          /* in flight; protected by lock */
+    unsigned          n_reval_threads;  /* protected by lock */
+    pthread_cond_t    reval_cond;       /* a reval done; CLOCK_MONOTONIC */
     /* immutable mode */
     pthread_mutex_t   snap_lock;        /* loads the snapshot once */
     bool              snap_ready;       /* set once, under snap_lock */
@@ -764,7 +788,9 @@ static int meta_lookup_store(struct tfs_cache *c, const char *key,
 
 /*
  * The store is unreachable: answer from an expired entry if there is one
- * (stale-if-error), so cached data stays readable during an outage.
+ * (stale-if-error), so cached data stays readable during an outage.  The
+ * stat's version still pins every read (If-Match), so a changed object
+ * gives TFS_ECHANGED, never its old bytes.
  */
 static int meta_stale(struct tfs_cache *c, const char *key, bool *is_dir,
                       struct tfs_stat *st, int rc)
@@ -780,14 +806,141 @@ static int meta_stale(struct tfs_cache *c, const char *key, bool *is_dir,
         return rc;
     tfs_log(TFS_LOG_INFO, "cache: store unreachable (%s); using the "
             "expired metadata of '%s'", tfs_strerror(rc), key);
+    TFS_COUNT(&c->ctr, meta_stale_served, 1);
     *is_dir = kind == META_DIR;
     return 0;
+}
+
+/* Keep the store's answer about key if it is a definite one; m->lock. */
+static void meta_record(struct tfs_cache *c, const char *key, int rc,
+                        bool is_dir, const struct tfs_stat *st)
+{
+    if (rc == 0 || rc == -ENOENT)
+        meta_put(c->meta, key, rc < 0 ? META_NONE
+                               : is_dir ? META_DIR : META_FILE,
+                 rc == 0 && !is_dir ? st : NULL, c->cfg.meta_ttl_ns);
+}
+
+/* Drop one reference to r, under m->lock. */
+static void meta_reval_put(struct meta_reval *r)
+{
+    if (--r->refs == 0) {
+        tfs_free(r->key);
+        tfs_free(r);
+    }
+}
+
+/* The revalidation thread: ask the store, record and post the answer. */
+static void *meta_reval_main(void *arg)
+{
+    struct meta_reval *r = arg;
+    struct tfs_cache *c = r->c;
+    struct tfs_meta *m = c->meta;
+    struct tfs_stat st;
+    bool is_dir = false;
+    int rc;
+
+    memset(&st, 0, sizeof(st));
+    rc = meta_lookup_store(c, r->key, &is_dir, &st);
+    pthread_mutex_lock(&m->lock);
+    meta_record(c, r->key, rc, is_dir, &st);
+    r->rc = rc;
+    r->is_dir = is_dir;
+    r->st = st;
+    r->done = true;
+    for (struct meta_reval **pp = &m->revals; *pp != NULL;
+         pp = &(*pp)->next) {
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    }
+    meta_reval_put(r);
+    m->n_reval_threads--;
+    pthread_cond_broadcast(&m->reval_cond);
+    pthread_mutex_unlock(&m->lock);
+    return NULL;
+}
+
+/*
+ * key's entry expired: ask the store on a thread of its own (one per key
+ * at a time) and wait up to META_STALE_NS for the answer; once one waiter
+ * has given up on a revalidation, later ones do not wait for it.  1 when
+ * the store did not answer in time (the caller serves the expired entry;
+ * the answer is recorded when it comes); -EAGAIN when no thread could
+ * start (or META_MAX_REVALS are in flight): the caller asks inline.
+ */
+static int meta_revalidate(struct tfs_cache *c, const char *key,
+                           bool *is_dir, struct tfs_stat *st, int *rc)
+{
+    struct tfs_meta *m = c->meta;
+    struct meta_reval *r;
+    struct timespec ts;
+    bool done;
+
+    pthread_mutex_lock(&m->lock);
+    for (r = m->revals; r != NULL; r = r->next) {
+        if (strcmp(r->key, key) == 0)
+            break;
+    }
+    if (r == NULL && m->n_reval_threads >= META_MAX_REVALS) {
+        pthread_mutex_unlock(&m->lock);
+        return -EAGAIN;
+    }
+    if (r == NULL) {
+        pthread_attr_t attr;
+        pthread_t tid;
+        int err = -1;
+
+        r = tfs_calloc(1, sizeof(*r));
+        if (r != NULL && (r->key = tfs_strdup(key)) != NULL) {
+            r->c = c;
+            r->refs = 1;                /* the thread's */
+            pthread_attr_init(&attr);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            err = pthread_create(&tid, &attr, meta_reval_main, r);
+            pthread_attr_destroy(&attr);
+        }
+        if (err != 0) {
+            pthread_mutex_unlock(&m->lock);
+            if (r != NULL)
+                tfs_free(r->key);
+            tfs_free(r);
+            return -EAGAIN;
+        }
+        r->next = m->revals;
+        m->revals = r;
+        m->n_reval_threads++;
+    }
+    r->refs++;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += (time_t)(META_STALE_NS / 1000000000u);
+    ts.tv_nsec += (long)(META_STALE_NS % 1000000000u);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    while (!r->done && !r->late &&
+           pthread_cond_timedwait(&m->reval_cond, &m->lock, &ts) == 0)
+        ;
+    done = r->done;
+    r->late = r->late || !done;
+    if (done) {
+        *rc = r->rc;
+        *is_dir = r->is_dir;
+        if (r->rc == 0 && st != NULL)
+            *st = r->st;
+    }
+    meta_reval_put(r);
+    pthread_mutex_unlock(&m->lock);
+    return done ? 0 : 1;
 }
 
 int tfs_cache_lookup(struct tfs_cache *c, const char *key, bool *is_dir,
                      struct tfs_stat *st)
 {
     struct tfs_meta *m = c->meta;
+    bool stale;
     int kind;
     int rc;
 
@@ -797,6 +950,8 @@ int tfs_cache_lookup(struct tfs_cache *c, const char *key, bool *is_dir,
     }
     pthread_mutex_lock(&m->lock);
     rc = meta_get(m, key, &kind, st, false) ? 1 : 0;
+    stale = rc == 0 && meta_get(m, key, &kind, NULL, true) &&
+            kind != META_NONE;
     pthread_mutex_unlock(&m->lock);
     if (rc == 1) {
         TFS_COUNT(&c->ctr, meta_hits, 1);
@@ -808,11 +963,21 @@ int tfs_cache_lookup(struct tfs_cache *c, const char *key, bool *is_dir,
         TFS_COUNT(&c->ctr, meta_hits, 1);
         return rc;
     }
+    if (stale) {
+        /* A definite answer within the bound wins; else the old entry. */
+        int w = meta_revalidate(c, key, is_dir, st, &rc);
+        if (w == 1)
+            return meta_stale(c, key, is_dir, st, -ETIMEDOUT);
+        if (w == 0 && rc == -ENOENT)
+            return tfs_err(-ENOENT, "no such key '%s'", key);
+        if (w == 0)
+            return tfs_err_is_retryable(rc)
+                       ? meta_stale(c, key, is_dir, st, rc) : rc;
+    }
     rc = meta_lookup_store(c, key, is_dir, st);
     if (rc == 0 || rc == -ENOENT) {
         pthread_mutex_lock(&m->lock);
-        meta_put(m, key, rc < 0 ? META_NONE : *is_dir ? META_DIR : META_FILE,
-                 rc == 0 && !*is_dir ? st : NULL, c->cfg.meta_ttl_ns);
+        meta_record(c, key, rc, *is_dir, st);
         pthread_mutex_unlock(&m->lock);
     } else if (tfs_err_is_retryable(rc)) {
         rc = meta_stale(c, key, is_dir, st, rc);
@@ -989,6 +1154,13 @@ int tfs_meta_open(struct tfs_cache *c)
         return -ENOMEM;
     pthread_mutex_init(&m->lock, NULL);
     pthread_mutex_init(&m->snap_lock, NULL);
+    {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&m->reval_cond, &ca);
+        pthread_condattr_destroy(&ca);
+    }
     c->meta = m;
     if (c->cfg.cache_dir == NULL || !c->cfg.immutable)
         return 0;
@@ -1015,11 +1187,17 @@ void tfs_meta_close(struct tfs_cache *c)
 
     if (m == NULL)
         return;
+    /* Revalidations in flight use the cache and its store: wait. */
+    pthread_mutex_lock(&m->lock);
+    while (m->n_reval_threads > 0)
+        pthread_cond_wait(&m->reval_cond, &m->lock);
+    pthread_mutex_unlock(&m->lock);
     tfs_cache_forget_meta(c);
     tfs_free(m->snap);
     tfs_free(m->snap_names);
     tfs_free(m->snap_path);
     pthread_mutex_destroy(&m->snap_lock);
+    pthread_cond_destroy(&m->reval_cond);
     pthread_mutex_destroy(&m->lock);
     tfs_free(m);
     c->meta = NULL;

@@ -57,6 +57,7 @@ uint64_t tfs_hist_quantile(const struct tfs_hist *h, double q);
     X(stall_ns, "time readers spent waiting for blocks")                   \
     X(meta_hits, "stats and listings served from the metadata cache")      \
     X(meta_misses, "stats and listings that went to the store")            \
+    X(meta_stale_served, "expired stats served, the store unreachable")    \
     X(warmup_bytes, "bytes loaded by warmup")
 
 struct tfs_counters {

@@ -1407,6 +1407,123 @@ TEST(index_pending_other_pidns)
     remove_dirs();
 }
 
+/* Removes the partition file after 4 s unless told to stop first. */
+struct heal_watchdog {
+    const char *cut;
+    atomic_bool stop;
+};
+
+static void *heal_watchdog_main(void *arg)
+{
+    struct heal_watchdog *w = arg;
+
+    for (int i = 0; i < 400 && !atomic_load(&w->stop); i++)
+        usleep(10000);
+    unlink(w->cut);
+    return NULL;
+}
+
+/*
+ * Finding F1: a stat whose TTL ran out while the store hangs is answered
+ * from the expired entry within the bound (1 s), the cached bytes stay
+ * readable, a changed object still gives TFS_ECHANGED, and a definite
+ * ENOENT after the heal removes the entry.
+ */
+TEST(meta_stale_if_partitioned)
+{
+    const char *kv[] = {"meta_ttl", "0.2", "block_size", "64K",
+                        "hedge", "0", NULL};
+    size_t len = 200000;
+    unsigned char *data = pattern(len, 21);
+    unsigned char *data2 = pattern(len, 22);
+    unsigned char buf[1000];
+    struct heal_watchdog w;
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    struct tfs_file *f;
+    struct tfs_stat sb0;
+    struct tfs_stat sb;
+    char opts[200];
+    char cut[100];
+    pthread_t tid;
+    uint64_t t0;
+    size_t n;
+    int rc = 0;
+    int fd;
+
+    setup_dirs();
+    snprintf(cut, sizeof(cut), "%s.cut", cdir);
+    snprintf(opts, sizeof(opts), "partition_file=%s", cut);
+    write_remote("k", data, len);
+    st = open_remote(opts);
+    c = open_cache(st, kv);
+    CHECK_OK(tfs_cache_stat(c, "k", &sb0));
+    f = NULL;
+    CHECK_OK(tfs_file_open(c, "k", &f));     /* cache block 0 */
+    CHECK_OK(tfs_file_read(f, buf, sizeof(buf), 0, &n));
+    CHECK(n == sizeof(buf) && memcmp(buf, data, n) == 0);
+    tfs_file_close(f);
+    usleep(300000);                     /* the TTL runs out */
+    fd = open(cut, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    CHECK(fd >= 0);
+    close(fd);                          /* the store hangs */
+    w.cut = cut;
+    atomic_init(&w.stop, false);
+    CHECK(pthread_create(&tid, NULL, heal_watchdog_main, &w) == 0);
+    t0 = tfs_now_ns();
+    CHECK_OK(tfs_cache_stat(c, "k", &sb));
+    fprintf(stderr, "# expired stat served in %.0f ms while the store hangs\n",
+            (double)(tfs_now_ns() - t0) / 1e6);
+    CHECK(tfs_now_ns() - t0 < 1500000000u);
+    CHECK_EQ(sb.size, len);
+    CHECK(strcmp(sb.version, sb0.version) == 0);
+    /* The cached block, at once: the revalidation is already late. */
+    f = NULL;
+    CHECK_OK(tfs_file_open(c, "k", &f));
+    CHECK_OK(tfs_file_read(f, buf, sizeof(buf), 1000, &n));
+    CHECK_EQ(n, sizeof(buf));
+    CHECK(memcmp(buf, data + 1000, n) == 0);
+    tfs_file_close(f);
+    CHECK(tfs_now_ns() - t0 < 1500000000u);
+    CHECK(stat_of(c, "meta_stale_served") >= 2);
+    atomic_store(&w.stop, true);
+    CHECK(pthread_join(tid, NULL) == 0);  /* the heal */
+    usleep(50000);                      /* the revalidation lands */
+    CHECK_OK(tfs_cache_stat(c, "k", &sb));
+    CHECK(strcmp(sb.version, sb0.version) == 0);
+
+    /* A changed object behind an expired entry: never its old bytes. */
+    write_remote("k", data2, len);
+    CHECK_OK(tfs_fault_configure(st, "error=ECONNRESET&error_ops=stat&"
+                                     "error_rate=1"));
+    usleep(300000);
+    t0 = tfs_now_ns();
+    CHECK_OK(tfs_cache_stat(c, "k", &sb));
+    CHECK(tfs_now_ns() - t0 < 1500000000u);
+    CHECK(strcmp(sb.version, sb0.version) == 0);   /* stale, served */
+    f = NULL;
+    CHECK_OK(tfs_file_open(c, "k", &f));
+    CHECK_RC(tfs_file_read(f, buf, sizeof(buf), 150000, &n), TFS_ECHANGED);
+    tfs_file_close(f);
+
+    /* A definite answer wins: ENOENT after the heal removes the entry. */
+    CHECK_OK(tfs_fault_configure(st, "error_rate=0"));
+    tfs_store_remove(raw, "k");
+    for (int i = 0; i < 300; i++) {
+        rc = tfs_cache_stat(c, "k", &sb);
+        if (rc == -ENOENT)
+            break;
+        usleep(10000);
+    }
+    CHECK_RC(rc, -ENOENT);
+    CHECK_RC(tfs_cache_stat(c, "k", &sb), -ENOENT);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    free(data2);
+    remove_dirs();
+}
+
 TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
       T(stream_read_once_is_not_kept),
       T(disk_tier_survives_reopen), T(corrupt_blocks_are_refetched),
@@ -1418,7 +1535,8 @@ TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
       T(queued_reads_promoted_not_hedged), T(cache_dir_settings_adopted),
       T(cache_dir_settings_checked), T(index_open_race),
       T(index_pending_other_pidns),
-      T(pinned_reads), T(note_put_patches_listings));
+      T(pinned_reads), T(note_put_patches_listings),
+      T(meta_stale_if_partitioned));
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--pidns-helper") == 0)
