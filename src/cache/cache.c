@@ -612,6 +612,8 @@ static void cache_view(struct tfs_cache *c, struct tfs_metrics_view *v)
     pthread_mutex_unlock(&c->ram_lock);
     tfs_disk_usage(c, &v->cache_bytes_disk, &v->cache_blocks_disk,
                    &v->cache_capacity_disk);
+    v->disk_tier = c->disk != NULL ? "on"
+                   : c->disk_off[0] != '\0' ? c->disk_off : "none";
     tfs_retry_get_stats(c->st, &rs);
     v->retries = rs.retries;
     v->uptime_ns = tfs_now_ns() - c->open_ns;

@@ -224,6 +224,8 @@ struct tfs_cache {
     struct tfs_bufpool   pool;
 
     struct tfs_disk     *disk;          /* NULL without a cache dir */
+    char                 disk_off[48];  /* "off: why" when the cache dir
+                                           could not be written, or "" */
     struct tfs_fetch    *fetch;
     struct tfs_meta     *meta;
 
@@ -298,6 +300,11 @@ void tfs_ram_spend(struct tfs_cache *c, struct tfs_block *b);
 
 /* ---- disk.c ---- */
 
+/*
+ * Open the disk tier of the cache dir, if any.  A dir that cannot be
+ * written (EROFS, EACCES) leaves it off: 0, c->disk NULL, c->disk_off
+ * saying why, one WARN logged.
+ */
 int tfs_disk_open(struct tfs_cache *c);
 void tfs_disk_close(struct tfs_cache *c);
 /*

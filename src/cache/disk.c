@@ -850,12 +850,32 @@ static int disk_settings(struct tfs_cache *c)
     return 0;
 }
 
+/*
+ * A cache dir we may not write (EROFS: a read-only mount; EACCES): the
+ * cache runs without its disk tier, from RAM and the store, said once
+ * in the log and in the stats ("disk_tier").  Every other error, and a
+ * refusal of the dir checks (EPERM, ELOOP, ENOTDIR), stays fatal.
+ */
+static int disk_off(struct tfs_cache *c, int rc)
+{
+    if (rc != -EROFS && rc != -EACCES)
+        return rc;
+    snprintf(c->disk_off, sizeof(c->disk_off), "off: %s",
+             rc == -EROFS ? "read-only file system" : "permission denied");
+    TFS_WARN("cache: cache dir %s cannot be written (%s: %s): running "
+             "without the disk tier, reading from the store",
+             c->cfg.cache_dir, strerror(-rc), tfs_errdetail());
+    tfs_errdetail_clear();
+    return 0;
+}
+
 int tfs_disk_open(struct tfs_cache *c)
 {
     struct tfs_disk *d;
     char path[4200];
     int rc;
 
+    c->disk_off[0] = '\0';
     if (c->cfg.cache_dir == NULL)
         return 0;
     rc = disk_mkdirs(c);
@@ -863,7 +883,7 @@ int tfs_disk_open(struct tfs_cache *c)
         rc = disk_settings(c);
     snprintf(path, sizeof(path), "%s/blocks", c->cfg.cache_dir);
     if (rc < 0)
-        return rc;
+        return disk_off(c, rc);
     d = tfs_calloc(1, sizeof(*d));
     if (d == NULL || (d->dir = tfs_strdup(path)) == NULL) {
         tfs_free(d);
@@ -883,6 +903,8 @@ int tfs_disk_open(struct tfs_cache *c)
         tfs_free(d->dir);
         tfs_free(d);
         c->disk = NULL;
+        if (rc != -EAGAIN)
+            rc = disk_off(c, rc);
     }
     return rc;
 }

@@ -138,13 +138,14 @@ int tfs_metrics_json(const struct tfs_metrics_view *v, char *buf,
                   ", \"stall_seconds\": %.6f, \"retries\": %llu"
                   ", \"cache_bytes_ram\": %llu, \"cache_bytes_disk\": %llu"
                   ", \"cache_capacity_disk\": %llu"
-                  ", \"cache_blocks_disk\": %llu",
+                  ", \"cache_blocks_disk\": %llu, \"disk_tier\": \"%s\"",
                   (double)ctr_get(&c->stall_ns) / 1e9,
                   (unsigned long long)v->retries,
                   (unsigned long long)v->cache_bytes_ram,
                   (unsigned long long)v->cache_bytes_disk,
                   (unsigned long long)v->cache_capacity_disk,
-                  (unsigned long long)v->cache_blocks_disk);
+                  (unsigned long long)v->cache_blocks_disk,
+                  v->disk_tier ? v->disk_tier : "none");
     json_hist(&r, "backend_get_latency", v->get_latency);
     json_hist(&r, "read_latency", v->read_latency);
     render_printf(&r, "}\n");

@@ -79,6 +79,7 @@ struct tfs_metrics_view {
     uint64_t cache_bytes_disk;
     uint64_t cache_capacity_disk;
     uint64_t cache_blocks_disk;
+    const char *disk_tier;              /* "on", "none", "off: why" */
     uint64_t retries;                   /* from a retry layer, if any */
     uint64_t uptime_ns;
 };

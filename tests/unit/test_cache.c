@@ -24,6 +24,7 @@
 #include "test.h"
 #include "tierfs/cache.h"
 #include "tierfs/fault.h"
+#include "tierfs/log.h"
 #include "tierfs/store.h"
 #include "common/util.h"
 #include "cache/cache_int.h"
@@ -1524,6 +1525,113 @@ TEST(meta_stale_if_partitioned)
     remove_dirs();
 }
 
+/*
+ * F4: a cache dir that cannot be written (a filled one bound read-only
+ * over itself) opens without its disk tier: reads come from the store,
+ * right bytes, and the stats say "disk_tier": "off: read-only file
+ * system".  A symlink to it stays refused.  The checks run after the
+ * unmount, so that a failure leaves no mount behind.
+ */
+static int ro_warns;                    /* WARN lines naming ro_dir */
+static char ro_dir[80];
+
+static void ro_log(void *arg, int level, const char *msg)
+{
+    (void)arg;
+    if (level == TFS_LOG_WARNING && strstr(msg, ro_dir) != NULL &&
+        strstr(msg, "Read-only file system") != NULL &&
+        strstr(msg, "without the disk tier") != NULL)
+        ro_warns++;
+}
+
+TEST(read_only_cache_dir_reads_from_store)
+{
+    size_t len = (3u << 20) + 77;
+    unsigned char *data = pattern(len, 44);
+    unsigned char *got = calloc(1, len);
+    const char *kv[] = {"block_size", "1M", "mem_cache", "16M", "cache_dir",
+                        NULL, NULL};
+    char cmd[300];
+    char link[80];
+    char json[8192] = "";
+    size_t jlen = 0;
+    size_t done = 0;
+    size_t n = 0;
+    struct tfs_store *st;
+    struct tfs_cache *c = NULL;
+    struct tfs_file *f = NULL;
+    uint64_t reads = 0;
+    int rc;
+    int rc_read = -1;
+    int rc_link;
+
+    setup_dirs();
+    kv[5] = cdir;
+    write_remote("ro/obj", data, len);
+    st = open_remote(NULL);
+    c = open_cache(st, kv);             /* fill the disk tier */
+    read_all_check(c, "ro/obj", data, len, 1u << 20);
+    tfs_cache_flush(c);
+    CHECK_EQ(stat_of(c, "cache_blocks_disk"), 4);
+    tfs_cache_close(c);
+    snprintf(cmd, sizeof(cmd), "mount --bind %s %s && mount -o "
+             "remount,bind,ro %s", cdir, cdir, cdir);
+    CHECK(system(cmd) == 0);
+    snprintf(link, sizeof(link), "%s-link", cdir);
+    rc_link = symlink(cdir, link) == 0 ? 0 : -errno;
+    kv[5] = link;
+    c = NULL;
+    if (rc_link == 0)
+        rc_link = tfs_cache_create(&c);
+    for (const char **p = kv; rc_link == 0 && p[0] != NULL; p += 2)
+        rc_link = tfs_cache_set(c, p[0], p[1]);
+    if (rc_link == 0)
+        rc_link = tfs_cache_open(c, st);
+    tfs_cache_close(c);
+    kv[5] = cdir;
+    c = NULL;
+    rc = tfs_cache_create(&c);
+    for (const char **p = kv; rc == 0 && p[0] != NULL; p += 2)
+        rc = tfs_cache_set(c, p[0], p[1]);
+    reads = remote_reads(st);
+    snprintf(ro_dir, sizeof(ro_dir), "%s", cdir);
+    tfs_log_set_sink(ro_log, NULL);
+    if (rc == 0)
+        rc = tfs_cache_open(c, st);
+    tfs_log_set_sink(NULL, NULL);
+    if (rc == 0)
+        rc_read = tfs_file_open(c, "ro/obj", &f);
+    while (rc_read == 0 && done < len) {
+        rc_read = tfs_file_read(f, got + done, 1u << 20, done, &n);
+        if (rc_read == 0 && n == 0)
+            rc_read = -EIO;
+        done += n;
+    }
+    if (f != NULL)
+        tfs_file_close(f);
+    if (rc == 0)
+        (void)tfs_cache_stats_json(c, json, sizeof(json), &jlen);
+    reads = remote_reads(st) - reads;
+    tfs_cache_close(c);
+    snprintf(cmd, sizeof(cmd), "umount %s", cdir);
+    CHECK(system(cmd) == 0);
+    unlink(link);
+    CHECK_RC(rc_link, -ELOOP);          /* a symlink: still refused */
+    CHECK_OK(rc);
+    CHECK_OK(rc_read);
+    CHECK_EQ(done, len);
+    CHECK(memcmp(got, data, len) == 0);
+    CHECK_EQ(reads, 4);                 /* every block from the store */
+    CHECK_EQ(ro_warns, 1);
+    CHECK(strstr(json, "\"disk_tier\": \"off: read-only file system\"")
+          != NULL);
+    CHECK(strstr(json, "\"cache_blocks_disk\": 0,") != NULL);
+    tfs_store_close(st);
+    free(data);
+    free(got);
+    remove_dirs();
+}
+
 TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
       T(stream_read_once_is_not_kept),
       T(disk_tier_survives_reopen), T(corrupt_blocks_are_refetched),
@@ -1536,7 +1644,8 @@ TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
       T(cache_dir_settings_checked), T(index_open_race),
       T(index_pending_other_pidns),
       T(pinned_reads), T(note_put_patches_listings),
-      T(meta_stale_if_partitioned));
+      T(meta_stale_if_partitioned),
+      T(read_only_cache_dir_reads_from_store));
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--pidns-helper") == 0)
