@@ -34,6 +34,15 @@ struct tfs_retry_stats {
 TFS_API void tfs_retry_get_stats(struct tfs_store *st,
                                  struct tfs_retry_stats *out);
 
+/*
+ * The overall deadline, in ms, that the first retry layer of st gives
+ * one operation moving bytes (deadline_ms plus the min_rate allowance,
+ * docs/wrappers.md); 0 when st has no retry layer or no deadline.  A
+ * caller that queues work before the store sees it (the fetch engine)
+ * starts this clock at the request, not when the work is taken up.
+ */
+TFS_API uint64_t tfs_retry_deadline_ms(struct tfs_store *st, uint64_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

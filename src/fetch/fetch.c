@@ -19,15 +19,34 @@
  * read lands in its own buffer; the winner's becomes the block's data and
  * the loser frees its own, so a late read never writes into bytes that
  * readers are already using.
+ *
+ * Deadlines: a job carries the absolute deadline of the request that
+ * queued it (the earlier of the caller's request deadline and the retry
+ * layer's overall deadline counted from the submit: tfs_retry_deadline_ms),
+ * and runs its store read under it (tfs_deadline_set).  Time queued
+ * behind other reads, both checked reads and a hedge (which takes the
+ * deadline of the read it doubles) all count against that one deadline,
+ * so a read of a hung store fails at it however many were asked at once.
+ *
+ * A block whose read timed out (after trying: not one that only waited
+ * out its deadline in the queue) is not asked of the store again for
+ * FETCH_MEMO_NS: a request for it then fails at once with the same
+ * -ETIMEDOUT.  The kernel answers a failed readahead by reading the
+ * first page again, a second FUSE request for the same block; without
+ * this memo it waited a whole deadline more (F2: 20 s for one `cat`
+ * with deadline_ms=10000).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cache/cache_int.h"
+#include "tierfs/retry.h"
 #include "tierfs/log.h"
 
 #define FETCH_LAT_RING 512
+#define FETCH_MEMO_N   64               /* blocks whose read timed out */
+#define FETCH_MEMO_NS  1000000000ull    /* how long one is remembered */
 
 struct fetch_job {
     struct fetch_job *next;
@@ -40,8 +59,18 @@ struct fetch_job {
     size_t            len;
     unsigned char    *dst;              /* where this read lands; owned
                                            until handed to the block */
+    uint64_t          deadline;         /* absolute ns, 0 = none: from
+                                           the request that queued it */
+    struct fetch_job *run_next;         /* running list; fetch lock */
     bool              hedge;
     bool              fill;             /* warmup writes to disk itself */
+    bool              tried;            /* taken up before its deadline */
+};
+
+/* A block whose store read timed out, and when. */
+struct fetch_memo {
+    uint8_t  id[TFS_BLOCK_ID_LEN];
+    uint64_t at_ns;                     /* 0: unused */
 };
 
 struct fetch_queue {
@@ -58,6 +87,9 @@ struct tfs_fetch {
     struct fetch_queue prefetch;        /* protected by lock */
     unsigned           prefetch_active; /* protected by lock */
     unsigned           active;          /* reads running; lock */
+    struct fetch_job  *running;         /* jobs being read; lock */
+    struct fetch_memo  memo[FETCH_MEMO_N]; /* protected by lock */
+    unsigned           memo_next;       /* protected by lock */
     unsigned           prefetch_max;
     bool               stopping;        /* protected by lock */
     /* recent block-read latencies, for the hedging threshold */
@@ -141,6 +173,23 @@ static struct fetch_job *fetch_job_new(struct tfs_cache *c,
     return j;
 }
 
+/*
+ * The deadline of a read of len bytes asked for now: the earlier of the
+ * calling thread's request deadline and the retry layer's overall one.
+ */
+static uint64_t fetch_deadline(struct tfs_cache *c, size_t len)
+{
+    uint64_t caller = tfs_deadline_get();
+    uint64_t ms = tfs_retry_deadline_ms(c->st, len);
+    uint64_t own = ms == 0 ? 0 : tfs_now_ns() + ms * 1000000ull;
+
+    if (caller == 0)
+        return own;
+    if (own == 0)
+        return caller;
+    return TFS_MIN(caller, own);
+}
+
 static void fetch_enqueue(struct fetch_queue *q, struct fetch_job *j)
 {
     j->next = NULL;
@@ -161,6 +210,46 @@ static struct fetch_job *fetch_dequeue(struct fetch_queue *q)
             q->tail = NULL;
     }
     return j;
+}
+
+/* ---- timed-out blocks ---- */
+
+/* Remember that the read of block id timed out now. */
+static void fetch_memo_note(struct tfs_fetch *f, const uint8_t *id)
+{
+    struct fetch_memo *m = NULL;
+
+    pthread_mutex_lock(&f->lock);
+    for (unsigned i = 0; i < FETCH_MEMO_N && m == NULL; i++) {
+        if (memcmp(f->memo[i].id, id, TFS_BLOCK_ID_LEN) == 0)
+            m = &f->memo[i];
+    }
+    if (m == NULL)
+        m = &f->memo[f->memo_next++ % FETCH_MEMO_N];
+    memcpy(m->id, id, TFS_BLOCK_ID_LEN);
+    m->at_ns = tfs_now_ns();
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* Did the read of block id time out less than FETCH_MEMO_NS ago? */
+static bool fetch_memo_recent(struct tfs_fetch *f, const uint8_t *id,
+                              uint64_t *ago_ns)
+{
+    uint64_t now = tfs_now_ns();
+    bool hit = false;
+
+    pthread_mutex_lock(&f->lock);
+    for (unsigned i = 0; i < FETCH_MEMO_N && !hit; i++) {
+        const struct fetch_memo *m = &f->memo[i];
+
+        if (m->at_ns != 0 && now - m->at_ns < FETCH_MEMO_NS &&
+            memcmp(m->id, id, TFS_BLOCK_ID_LEN) == 0) {
+            hit = true;
+            *ago_ns = now - m->at_ns;
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+    return hit;
 }
 
 /*
@@ -192,6 +281,8 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
     pthread_mutex_unlock(&c->ram_lock);
     tfs_blockbuf_put(c, j->dst, j->len);
     j->dst = NULL;
+    if (failed && rc == -ETIMEDOUT && j->tried)
+        fetch_memo_note(c->fetch, b->id);
     if (failed)
         tfs_block_publish(c, b, rc, TFS_SRC_NONE);
     if (!winner)
@@ -252,11 +343,16 @@ static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
     }
 
     j->dst = tfs_blockbuf_get(c, j->len);
-    if (j->dst == NULL)
+    if (j->dst == NULL) {
         rc = tfs_err(-ENOMEM, "fetch: no memory for block %llu of '%s'",
                      (unsigned long long)j->index, j->key);
-    else
+    } else {
+        uint64_t prev = tfs_deadline_set(j->deadline);
+
+        j->tried = j->deadline == 0 || t0 < j->deadline;
         rc = fetch_read_verified(c, j, &n);
+        tfs_deadline_set(prev);
+    }
     if (rc == 0 && n != j->len)
         rc = tfs_err(TFS_ECHANGED, "'%s' is shorter than its listed size",
                      j->key);
@@ -306,8 +402,19 @@ static void *fetch_worker(void *arg)
             break;
         f->prefetch_active += is_prefetch;
         f->active++;
+        j->run_next = f->running;
+        f->running = j;
         pthread_mutex_unlock(&f->lock);
         fetch_run(c, j);
+        pthread_mutex_lock(&f->lock);
+        for (struct fetch_job **pp = &f->running; *pp != NULL;
+             pp = &(*pp)->run_next) {
+            if (*pp == j) {
+                *pp = j->run_next;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&f->lock);
         tfs_ram_put(c, j->b);
         fetch_job_free(c, j);
         pthread_mutex_lock(&f->lock);
@@ -340,12 +447,20 @@ static int fetch_queue_job(struct tfs_cache *c, struct fetch_job *j,
 int tfs_fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
                      struct tfs_block *b, bool prio_demand, bool fill)
 {
-    struct fetch_job *j = fetch_job_new(c, r, b);
+    struct fetch_job *j;
+    uint64_t ago = 0;
     int rc;
 
+    if (fetch_memo_recent(c->fetch, b->id, &ago))
+        return tfs_err(-ETIMEDOUT, "fetch: the read of block %llu of '%s' "
+                       "timed out %llu ms ago; not asked again yet",
+                       (unsigned long long)r->index, r->key,
+                       (unsigned long long)(ago / 1000000));
+    j = fetch_job_new(c, r, b);
     if (j == NULL)
         return -ENOMEM;
     j->fill = fill;
+    j->deadline = fetch_deadline(c, j->len);
     pthread_mutex_lock(&c->ram_lock);
     b->refs++;                          /* the job's pin */
     b->reads++;
@@ -395,6 +510,27 @@ static bool fetch_promote(struct tfs_fetch *f, struct tfs_block *b)
     return j != NULL;
 }
 
+/*
+ * The deadline of b's running read, for a hedge of it (a hedge is
+ * started only once that read runs); now if it has just finished, so
+ * the hedge then fails at once and that read's answer stands.
+ */
+static uint64_t fetch_running_deadline(struct tfs_fetch *f,
+                                       struct tfs_block *b)
+{
+    uint64_t dl = tfs_now_ns();
+
+    pthread_mutex_lock(&f->lock);
+    for (struct fetch_job *j = f->running; j != NULL; j = j->run_next) {
+        if (j->b == b && !j->hedge) {
+            dl = j->deadline;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&f->lock);
+    return dl;
+}
+
 enum tfs_hedge_result tfs_fetch_hedge(struct tfs_cache *c,
                                       const struct tfs_block_ref *r,
                                       struct tfs_block *b)
@@ -428,6 +564,7 @@ enum tfs_hedge_result tfs_fetch_hedge(struct tfs_cache *c,
     if (j == NULL)
         return TFS_HEDGE_NONE;
     j->hedge = true;
+    j->deadline = fetch_running_deadline(c->fetch, b);
     pthread_mutex_lock(&c->ram_lock);
     b->refs++;
     b->reads++;

@@ -461,3 +461,16 @@ void tfs_retry_get_stats(struct tfs_store *st, struct tfs_retry_stats *out)
     out->giveups = atomic_load(&p->n_giveups);
     out->deadline_exceeded = atomic_load(&p->n_deadline);
 }
+
+uint64_t tfs_retry_deadline_ms(struct tfs_store *st, uint64_t bytes)
+{
+    struct tfs_store *r = tfs_store_find(st, "retry");
+    struct retry_op op = {"read", "", NULL, NULL, 0};
+    struct retry_priv *p;
+
+    if (r == NULL)
+        return 0;
+    p = tfs_store_priv(r);
+    op.bytes = bytes > RETRY_SMALL_READ ? bytes : 0;
+    return retry_plus_ms(p->deadline_ms, retry_allowance_ms(p, &op));
+}

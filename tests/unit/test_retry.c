@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -17,6 +18,7 @@
 
 #include "test.h"
 #include "common/util.h"
+#include "tierfs/cache.h"
 #include "tierfs/fault.h"
 #include "tierfs/log.h"
 #include "tierfs/retry.h"
@@ -543,8 +545,120 @@ TEST(options)
     tfs_store_close(st);
 }
 
+/*
+ * F2: an uncached read through a cache over retry+fault with the store
+ * hung fails within deadline_ms of the caller's request (plus a margin),
+ * alone and when more reads than fetch workers ask at once: a read
+ * queued behind hung ones does not start its deadline when a worker
+ * takes it up; and the same block asked again at once fails at once.
+ */
+#define CD_FILES   8
+#define CD_DL_MS   1000
+#define CD_SLACK_S 0.5
+
+struct cd_reader {
+    struct tfs_cache *c;
+    char              key[16];
+    struct tfs_stat   st;
+    int               rc;
+    double            secs;             /* from the request to the answer */
+};
+
+static void *cd_read(void *arg)
+{
+    struct cd_reader *r = arg;
+    struct tfs_file *f = NULL;
+    uint64_t t0 = tfs_now_ns();
+    char buf[64];
+    size_t n = 0;
+
+    r->rc = tfs_file_open_stat(r->c, r->key, &r->st, &f);
+    if (r->rc == 0) {
+        r->rc = tfs_file_read(f, buf, sizeof(buf), 0, &n);
+        tfs_file_close(f);
+    }
+    r->secs = secs_since(t0);
+    return NULL;
+}
+
+TEST(cache_read_deadline)
+{
+    struct tfs_store *st;
+    struct tfs_cache *c = NULL;
+    struct cd_reader rd[CD_FILES + 1];
+    pthread_t th[CD_FILES];
+    char query[300];
+    char cut[200];
+    double worst = 0;
+    double one;
+    double again;
+
+    use_dir("cachedl");
+    snprintf(cut, sizeof(cut), "%s/cut-cachedl", base_dir);
+    unlink(cut);
+    snprintf(query, sizeof(query), "partition_file=%s&timeout_ms=200"
+             "&deadline_ms=%d&retries=1000&retry_base_ms=1", cut, CD_DL_MS);
+    st = open_retry(query);
+    CHECK_OK(tfs_cache_create(&c));
+    CHECK_OK(tfs_cache_set(c, "max_inflight", "2"));
+    CHECK_OK(tfs_cache_open(c, st));
+    for (int i = 0; i <= CD_FILES; i++) {
+        rd[i].c = c;
+        snprintf(rd[i].key, sizeof(rd[i].key), "f%d", i);
+        free(put_plain(rd[i].key, 8192));
+        CHECK_OK(tfs_store_stat(st, rd[i].key, &rd[i].st));
+    }
+    CHECK_STR(make_cut("cut-cachedl"), cut);        /* the store hangs */
+
+    /* One read alone. */
+    cd_read(&rd[CD_FILES]);
+    CHECK(rd[CD_FILES].rc < 0);
+    one = rd[CD_FILES].secs;
+    if (one > CD_DL_MS / 1000.0 + CD_SLACK_S)
+        TEST_FAIL_("one read failed after %.3f s, want <= %.1f s", one,
+                   CD_DL_MS / 1000.0 + CD_SLACK_S);
+
+    /*
+     * The same block again at once (as the kernel rereads the first page
+     * after a failed readahead): the timeout just seen, not a new wait;
+     * once the memo has lapsed, the store is asked again.
+     */
+    cd_read(&rd[CD_FILES]);
+    CHECK_RC(rd[CD_FILES].rc, -ETIMEDOUT);
+    again = rd[CD_FILES].secs;
+    if (again > 0.2)
+        TEST_FAIL_("the same block again failed after %.3f s, want at once",
+                   again);
+    tfs_sleep_ns(1100000000ull);
+    cd_read(&rd[CD_FILES]);
+    CHECK(rd[CD_FILES].rc < 0);
+    if (rd[CD_FILES].secs < CD_DL_MS / 1000.0 - 0.05)
+        TEST_FAIL_("after the memo lapsed: failed after %.3f s, want the "
+                   "store asked again (a deadline)", rd[CD_FILES].secs);
+
+    /* Four times as many reads as fetch workers, at once. */
+    for (int i = 0; i < CD_FILES; i++)
+        CHECK(pthread_create(&th[i], NULL, cd_read, &rd[i]) == 0);
+    for (int i = 0; i < CD_FILES; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(rd[i].rc < 0);
+        worst = TFS_MAX(worst, rd[i].secs);
+    }
+    printf("cache_read_deadline: deadline %d ms, one read %.3f s, "
+           "again at once %.3f s, slowest of %d concurrent reads %.3f s\n",
+           CD_DL_MS, one, again, CD_FILES, worst);
+    if (worst > CD_DL_MS / 1000.0 + CD_SLACK_S)
+        TEST_FAIL_("slowest of %d concurrent reads failed after %.3f s, "
+                   "want <= %.1f s", CD_FILES, worst,
+                   CD_DL_MS / 1000.0 + CD_SLACK_S);
+    unlink(cut);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+}
+
 TESTS(T(flaky_reads), T(non_retryable), T(overall_deadline),
       T(attempt_timeout), T(transfer_allowance), T(caller_deadline),
       T(put_and_list),
-      T(other_ops), T(failed_put_no_partial), T(logging), T(options));
+      T(other_ops), T(failed_put_no_partial), T(logging), T(options),
+      T(cache_read_deadline));
 TEST_MAIN()
