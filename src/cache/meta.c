@@ -1171,6 +1171,15 @@ int tfs_meta_open(struct tfs_cache *c)
                             TFS_DIR_TIGHTEN, &fd);
         close(top);
     }
+    if (rc == -EROFS || rc == -EACCES) {
+        /* A cache dir that cannot be written (as in tfs_disk_open):
+           no listing snapshot, the listing comes from the store. */
+        tfs_log(TFS_LOG_WARNING, "cache: cannot create %s/meta (%s: %s): "
+                "running without the listing snapshot", c->cfg.cache_dir,
+                tfs_strerror(rc), tfs_errdetail());
+        tfs_errdetail_clear();
+        return 0;
+    }
     if (rc < 0)
         return rc;
     close(fd);

@@ -1564,6 +1564,7 @@ TEST(read_only_cache_dir_reads_from_store)
     int rc;
     int rc_read = -1;
     int rc_link;
+    int rc_imm;
 
     setup_dirs();
     kv[5] = cdir;
@@ -1613,6 +1614,24 @@ TEST(read_only_cache_dir_reads_from_store)
         (void)tfs_cache_stats_json(c, json, sizeof(json), &jlen);
     reads = remote_reads(st) - reads;
     tfs_cache_close(c);
+    /* --immutable on it: no meta/ there to hold the listing snapshot */
+    c = NULL;
+    rc_imm = tfs_cache_create(&c);
+    for (const char **p = kv; rc_imm == 0 && p[0] != NULL; p += 2)
+        rc_imm = tfs_cache_set(c, p[0], p[1]);
+    if (rc_imm == 0)
+        rc_imm = tfs_cache_set(c, "immutable", "1");
+    if (rc_imm == 0)
+        rc_imm = tfs_cache_open(c, st);
+    if (rc_imm == 0)
+        rc_imm = tfs_file_open(c, "ro/obj", &f);
+    if (rc_imm == 0)
+        rc_imm = tfs_file_read(f, got, 4096, 0, &n);
+    if (rc_imm == 0 && (n != 4096 || memcmp(got, data, 4096) != 0))
+        rc_imm = -EIO;
+    if (f != NULL)
+        tfs_file_close(f);
+    tfs_cache_close(c);
     snprintf(cmd, sizeof(cmd), "umount %s", cdir);
     CHECK(system(cmd) == 0);
     unlink(link);
@@ -1626,6 +1645,7 @@ TEST(read_only_cache_dir_reads_from_store)
     CHECK(strstr(json, "\"disk_tier\": \"off: read-only file system\"")
           != NULL);
     CHECK(strstr(json, "\"cache_blocks_disk\": 0,") != NULL);
+    CHECK_OK(rc_imm);
     tfs_store_close(st);
     free(data);
     free(got);
