@@ -52,8 +52,13 @@ xxh() {
 x=ctypes.CDLL('libxxhash.so.0');x.XXH3_64bits.restype=ctypes.c_uint64
 s=sys.argv[1].encode();print('%016x'%x.XXH3_64bits(s,len(s)))" "$1"
 }
+# A sanitizer build of the library loads into Debian's python only with
+# its runtime preloaded (leak checks off: CPython's own allocations).
+preload=$(ldd "$lib" 2>/dev/null | awk '/libasan|libubsan/ {print $3}' |
+    tr '\n' ':')
 # save URI STEP: one checkpoint of one 4 KiB tensor through the binding.
 save() {
+    LD_PRELOAD=${preload%:} ASAN_OPTIONS=detect_leaks=0 \
     PYTHONPATH=$src/python TIERFS_LIB=$lib PYTHONDONTWRITEBYTECODE=1 \
         /usr/bin/python3 -c "import ctypes,sys
 from tierfs import ckpt
