@@ -442,10 +442,13 @@ static struct wb_node *up_put_done(struct tfs_wb *wb, struct wb_op *op,
         n->up_gen = op->sgen;
         n->up_st = op->out;
     }
-    dirty = n->dirty;
+    /* A handle open for writing keeps the node in the view: detached,
+       its next writes and seal would belong to no key (a file created
+       empty, uploaded at once, then written and closed lost its bytes). */
+    dirty = n->dirty || n->writers > 0;
     pthread_mutex_unlock(&n->lock);
     if (dirty || n->sealed_gen != op->sgen)
-        return NULL;                    /* newer content follows */
+        return NULL;                    /* newer content may follow */
     wb_ent_set(wb, e, WB_NONE, NULL, NULL, NULL, 0);
     wb_jop_ent(wb, rec, e);
     return n;

@@ -8,6 +8,8 @@
 #          deadline_ms=30000; an 8 MB file takes 7.6 s on that link, more
 #          than one attempt's timeout_ms: `tierfs sync --timeout 60`
 #          succeeds and the bytes are in the store
+#   late   writes through a handle after a flush of it was uploaded
+#          reach the view and the store (a lost write before)
 #   parked puts under refused/ fail with EACCES (fault error_prefix):
 #          the change is parked, `tierfs sync` exits 1 naming the key and
 #          the cause, files written after it are uploaded, `tierfs stats
@@ -57,6 +59,36 @@ umount_it() {
 }
 
 mkdir -p "$W/store" "$W/cache" "$W/mnt"
+
+# ---- late write: a write through a handle after a flush of it was
+# uploaded (the shell's `echo x > f` flushes the empty file when it
+# closes the fd it dup2'ed): before this test the upload
+# detached the node from the view, and the write and the close's seal
+# went nowhere: view and store empty, sync 0 ----
+mount_at "file://$W/store"
+/usr/bin/python3 -c "
+import os, sys, time
+fd0 = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+fd = os.dup(fd0)
+os.close(fd0)                   # flush: the empty file is sealed
+time.sleep(1)                   # ... and uploaded (upload delay 0)
+os.write(fd, b'late bytes\\n')
+os.fsync(fd)                    # sealed again while the handle is open
+time.sleep(1)                   # uploaded with the handle still open
+os.close(fd)
+fd = os.open(sys.argv[2], os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+fd2 = os.dup(fd)
+os.close(fd)
+time.sleep(1)
+os.write(fd2, b'second\\n')
+os.close(fd2)" "$W/mnt/late" "$W/mnt/late2" || fail "late: the writer failed"
+"$T" sync -q --timeout 30 "$W/mnt" || fail "late: sync did not finish"
+[ "$(cat "$W/mnt/late")" = "late bytes" ] || fail "late: view of late"
+[ "$(cat "$W/store/late")" = "late bytes" ] || fail "late: store/late"
+[ "$(cat "$W/store/late2")" = second ] || fail "late: store/late2"
+umount_it
+[ "$(cat "$W/store/late2")" = second ] || fail "late: store/late2 after umount"
+echo "ok - late: writes after an uploaded flush reach the view and the store"
 
 # ---- slow: an upload longer than one attempt ----
 mount_at "retry+fault+file://$W/store?bw=1M&timeout_ms=5000&deadline_ms=30000"
