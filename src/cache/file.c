@@ -158,6 +158,21 @@ static int file_get_block(struct tfs_file *f, uint64_t b, size_t len,
 }
 
 /* Readahead for a read of [off, off+len); the clamped end in *end. */
+/* Whether [off, off + len), clipped to the object, crosses a block
+   boundary (the pinned reads serve one block). */
+static bool file_spans_blocks(const struct tfs_file *f, size_t len,
+                              uint64_t off)
+{
+    uint64_t bs = f->c->cfg.block_size;
+
+    uint64_t last;
+
+    if (len == 0 || off >= f->st.size)
+        return false;
+    last = off + TFS_MIN((uint64_t)len, f->st.size - off) - 1;
+    return off / bs != last / bs;
+}
+
 static bool file_begin(struct tfs_file *f, size_t len, uint64_t off,
                        uint64_t *end)
 {
@@ -239,8 +254,7 @@ int tfs_file_read_pin(struct tfs_file *f, size_t len, uint64_t off,
     *n = 0;
     *pin = NULL;
     *data = NULL;
-    if (len > 0 && off < f->st.size &&
-        off / bs != (off + TFS_MIN((uint64_t)len, f->st.size - off) - 1) / bs)
+    if (file_spans_blocks(f, len, off))
         return -E2BIG;
     if (!file_begin(f, len, off, &end))
         return 0;
@@ -362,8 +376,7 @@ int tfs_file_read_pin_try(struct tfs_file *f, size_t len, uint64_t off,
     *n = 0;
     *pin = NULL;
     *data = NULL;
-    if (len > 0 && off < f->st.size &&
-        off / bs != (off + TFS_MIN((uint64_t)len, f->st.size - off) - 1) / bs)
+    if (file_spans_blocks(f, len, off))
         return -E2BIG;
     if (!file_begin(f, len, off, &end))
         return 0;
