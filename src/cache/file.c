@@ -157,14 +157,12 @@ static int file_get_block(struct tfs_file *f, uint64_t b, size_t len,
     return rc;
 }
 
-/* Readahead for a read of [off, off+len); the clamped end in *end. */
 /* Whether [off, off + len), clipped to the object, crosses a block
    boundary (the pinned reads serve one block). */
 static bool file_spans_blocks(const struct tfs_file *f, size_t len,
                               uint64_t off)
 {
     uint64_t bs = f->c->cfg.block_size;
-
     uint64_t last;
 
     if (len == 0 || off >= f->st.size)
@@ -173,6 +171,7 @@ static bool file_spans_blocks(const struct tfs_file *f, size_t len,
     return off / bs != last / bs;
 }
 
+/* Readahead for a read of [off, off+len); the clamped end in *end. */
 static bool file_begin(struct tfs_file *f, size_t len, uint64_t off,
                        uint64_t *end)
 {
