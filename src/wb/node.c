@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "tierfs/log.h"
@@ -154,28 +155,81 @@ static bool space_drainable(struct tfs_wb *wb)
     return false;
 }
 
-int wb_space_wait(struct tfs_wb *wb, uint64_t need, const char *why)
+/*
+ * How far used may grow on the staging disk: used plus the disk's free
+ * bytes less a reserve (1/32 of the disk, at most 64 MiB: room for the
+ * journal and for whoever shares the disk), read at most every 50 ms
+ * (or now, with fresh).  Staged bytes written since the reading count
+ * against it through used, so a fast writer cannot outrun the sample.
+ * UINT64_MAX when statvfs fails: then only staging_max bounds.
+ */
+#define WB_DISK_RESERVE_MAX (64ull << 20)
+#define WB_DISK_EVERY_NS    50000000ull
+
+static uint64_t disk_limit(struct tfs_wb *wb, bool fresh)
+{
+    uint64_t now = tfs_now_ns();
+    uint64_t used = (uint64_t)atomic_load(&wb->used);
+    struct statvfs sv;
+    uint64_t avail, reserve, limit;
+
+    if (!fresh && now - atomic_load(&wb->disk_at_ns) < WB_DISK_EVERY_NS)
+        return atomic_load(&wb->disk_limit);
+    if (fstatvfs(wb->data_fd, &sv) != 0 || sv.f_frsize == 0) {
+        limit = UINT64_MAX;
+    } else {
+        avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+        reserve = (uint64_t)sv.f_blocks * sv.f_frsize / 32;
+        if (reserve > WB_DISK_RESERVE_MAX)
+            reserve = WB_DISK_RESERVE_MAX;
+        limit = used + (avail > reserve ? avail - reserve : 0);
+    }
+    atomic_store(&wb->disk_limit, limit);
+    atomic_store(&wb->disk_at_ns, now);
+    return limit;
+}
+
+/* Whether need more staged bytes would pass staging_max or the disk. */
+static bool space_short(struct tfs_wb *wb, uint64_t need, bool fresh)
 {
     uint64_t max = wb->cfg.staging_max;
+    uint64_t used = (uint64_t)atomic_load(&wb->used);
+
+    if (max != 0 && used + need > max)
+        return true;
+    return used + need > disk_limit(wb, fresh);
+}
+
+int wb_space_wait(struct tfs_wb *wb, uint64_t need, const char *why)
+{
     uint64_t t0 = 0;
     int rc = 0;
 
-    if (max == 0 || (uint64_t)atomic_load(&wb->used) + need <= max)
+    if (!space_short(wb, need, false))
         return 0;
     pthread_mutex_lock(&wb->lock);
-    while ((uint64_t)atomic_load(&wb->used) + need > max) {
+    while (space_short(wb, need, t0 != 0)) {
         uint64_t now = tfs_now_ns();
         char a[32];
         char b[32];
+        char c[32];
 
         if (!space_drainable(wb))
             break;                      /* only open files: soft bound */
         if (t0 == 0) {
+            uint64_t lim = atomic_load(&wb->disk_limit);
+            uint64_t used = (uint64_t)atomic_load(&wb->used);
+
             t0 = now;
-            TFS_LOGL(TFS_LOG_NOTICE, "staging full (%s of %s): %s waits "
-                     "for uploads", tfs_fmt_bytes(a, sizeof(a),
-                     (double)atomic_load(&wb->used)),
-                     tfs_fmt_bytes(b, sizeof(b), (double)max), why);
+            TFS_LOGL(TFS_LOG_NOTICE, "staging full (%s of %s staged, %s "
+                     "free on its disk): %s waits for uploads",
+                     tfs_fmt_bytes(a, sizeof(a),
+                                   (double)atomic_load(&wb->used)),
+                     tfs_fmt_bytes(b, sizeof(b),
+                                   (double)wb->cfg.staging_max),
+                     lim == UINT64_MAX ? "?" :
+                     tfs_fmt_bytes(c, sizeof(c), lim > used ?
+                                   (double)(lim - used) : 0.0), why);
         }
         if (now - t0 >= wb->cfg.staging_wait_ms * 1000000) {
             TFS_WARN("staging full for %" PRIu64 " s: %s fails with "

@@ -340,6 +340,10 @@ struct tfs_wb {
     atomic_uint_fast64_t next_id;       /* data file ids */
     atomic_uint_fast64_t next_nid;
     atomic_int_fast64_t  used;          /* staged bytes on disk */
+    atomic_uint_fast64_t disk_at_ns;    /* when disk_limit was read */
+    atomic_uint_fast64_t disk_limit;    /* used may grow to this: used +
+                                           the staging disk's free bytes
+                                           less a reserve (node.c) */
     struct wb_journal    j;
     void                *replay;        /* during wb_open only (wb.c) */
 
