@@ -174,6 +174,10 @@ set_tests_properties(ckpt.torch-s3 PROPERTIES LABELS "python;ckpt;s3")
 add_test(NAME faults.relay COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/faults_relay.sh
   $<TARGET_FILE:relay>)
 set_tests_properties(faults.relay PROPERTIES LABELS faults TIMEOUT 60)
+# The lossy disk under the disk rows (bench/tools/lazyfs.c), on its own.
+add_test(NAME faults.lazyfs COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/lazyfs.sh
+  $<TARGET_FILE:lazyfs>)
+set_tests_properties(faults.lazyfs PROPERTIES LABELS faults TIMEOUT 60)
 add_test(NAME faults.ci COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/faults.sh
   $<TARGET_FILE:tierfs>)
 set_tests_properties(faults.ci PROPERTIES LABELS "faults;fuse" TIMEOUT 300)
