@@ -181,6 +181,10 @@ set_tests_properties(faults.lazyfs PROPERTIES LABELS faults TIMEOUT 60)
 add_test(NAME faults.ci COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/faults.sh
   $<TARGET_FILE:tierfs>)
 set_tests_properties(faults.ci PROPERTIES LABELS "faults;fuse" TIMEOUT 300)
+# A training job killed -9 and resumed (torch: not in the sanitizer run).
+add_test(NAME faults.train COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/faults.sh
+  $<TARGET_FILE:tierfs> train)
+set_tests_properties(faults.train PROPERTIES LABELS "faults;python" TIMEOUT 300)
 # ---- end of the fault matrix ----
 
 # ---- security (docs/security.md): private dirs, modes, credentials ----

@@ -623,10 +623,19 @@ class Checkpointer:
         self._handle = None
 
     def latest_step(self):
-        return _ck.latest(self.uri, self.save_kwargs.get("options"))
+        """The newest committed step, or None on a fresh run.  Not only
+        the one `latest` names: a save killed after its commit and before
+        `latest` moved leaves a newer complete checkpoint, and a job
+        resumed from the older one would save that step again and fail
+        "already committed" after every restart."""
+        opts = self.save_kwargs.get("options")
+        step = _ck.latest(self.uri, opts)
+        if step is None:
+            return None
+        return max([step] + _ck.list_steps(self.uri, opts))
 
     def resume(self, map_location="cpu", lazy=False, **load_kwargs):
-        """(step, state) of the latest checkpoint, or (None, None)."""
+        """(step, state) of the newest checkpoint, or (None, None)."""
         step = self.latest_step()
         if step is None:
             return None, None

@@ -241,6 +241,28 @@ def test_lazy_semantics(tmp_path, monkeypatch):
     _wipe(root)
 
 
+def test_checkpointer_resumes_past_a_stale_latest(tmp_path, monkeypatch):
+    """A saver killed after its index and before `latest`: the pointer
+    names the checkpoint before.  Checkpointer.resume must take the
+    newest committed step, or the resumed job saves that step again and
+    fails "already committed" after every restart (bench/faults
+    train-kill, F7)."""
+    monkeypatch.setenv("TIERFS_CKPT_STAGING", str(tmp_path / "staging"))
+    root = _new_root(str(tmp_path))
+    ck = tt.Checkpointer(root, every=5, keep_last=3, async_=False)
+    for step in (5, 10):
+        ck.step(step, {"w": torch.full((4,), float(step)), "step": step})
+    with tierfs.Store(root) as st:
+        st.put("latest", b"step-000005\n")
+    assert ckpt.latest(root) == 5 and ck.latest_step() == 10
+    step, state = ck.resume()
+    assert step == 10 and state["step"] == 10
+    ck.step(15, {"w": torch.full((4,), 15.0), "step": 15})
+    ck.close()
+    assert ckpt.list_steps(root) == [5, 10, 15] and ckpt.latest(root) == 15
+    _wipe(root)
+
+
 def test_checkpointer(tmp_path, monkeypatch):
     monkeypatch.setenv("TIERFS_CKPT_STAGING", str(tmp_path / "staging"))
     root = _new_root(str(tmp_path))

@@ -97,3 +97,58 @@ faults_summary() {
     echo "$1: $pass passed, $fail failed"
     [ "$fail" = 0 ]
 }
+
+# train_kill_run DIR KILLS MIN_S MAX_S: bench/tools/train_resume.py's job
+# (20 ms of "compute" a step) run once uninterrupted, then jobs of the
+# same killed (kill -9 of the process group) at a uniform draw in
+# [MIN_S, MAX_S] seconds after each resume begins ("start" logged), each
+# resumed from its latest checkpoint until it finishes, until KILLS kills
+# in all; every job is checked against the uninterrupted one.  Prints
+# the totals and the last check's JSON; status 1 on any difference.
+train_kill_run() {
+    local d=$1 kills=$2 lo=$3 hi=$4 tr pid t n=0 jobs=0 badj=0 i r
+    local args=(--step-ms 20 --epochs 2)
+    tr="env PYTHONPATH=$faults_top/python /usr/bin/python3 $faults_top/bench/tools/train_resume.py"
+    rm -rf "$d"
+    mkdir -p "$d"
+    $tr make "$d/src" >/dev/null || return 1
+    "$tierfs" pack -q --shard-size 16K --shuffle-seed 3 "$d/src" "$d/data" >/dev/null 2>"$d/pack.err" || { cat "$d/pack.err"; return 1; }
+    $tr run "${args[@]}" --data "$d/data" --ckpt "fault+file://$d/ref-ck?latency_ms=20" \
+        --log "$d/ref.log" >"$d/ref.out" 2>&1 || { tail -3 "$d/ref.out"; return 1; }
+    while [ "$n" -lt "$kills" ]; do
+        jobs=$((jobs + 1))
+        local log=$d/run$jobs.log ck="fault+file://$d/ck$jobs?latency_ms=20"
+        : >"$log"
+        while [ "$n" -lt "$kills" ] && ! grep -q '^done ' "$log"; do
+            local starts; starts=$(grep -c '^start ' "$log")
+            setsid $tr run "${args[@]}" --data "$d/data" --ckpt "$ck" --log "$log" >>"$d/run.out" 2>&1 &
+            pid=$!
+            for i in $(seq 600); do
+                [ "$(grep -c '^start ' "$log")" -gt "$starts" ] && break
+                kill -0 "$pid" 2>/dev/null || break
+                sleep 0.05
+            done
+            t=$(awk -v lo="$lo" -v hi="$hi" -v s="$RANDOM" 'BEGIN { srand(s); printf "%.2f", lo + rand() * (hi - lo) }')
+            sleep "$t"
+            if kill -9 -- "-$pid" 2>/dev/null; then n=$((n + 1)); fi
+            wait "$pid" 2>/dev/null
+        done
+        grep -q '^done ' "$log" ||
+            $tr run "${args[@]}" --data "$d/data" --ckpt "$ck" --log "$log" >>"$d/run.out" 2>&1 ||
+            { tail -3 "$d/run.out"; return 1; }
+        r=$($tr check "$log" "$d/ref.log") || badj=$((badj + 1))
+        echo "$r" >>"$d/checks"
+    done
+    /usr/bin/python3 - "$d/checks" "$n" "$jobs" "$badj" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(f"{sys.argv[2]} kills over {sys.argv[3]} jobs, {sys.argv[4]} jobs differing "
+      f"from the uninterrupted one; restarts {sum(r['restarts'] for r in rows)}, "
+      f"resumed at steps {sorted(s for r in rows for s in r['resumed_at'])}; "
+      f"steps with another batch than the uninterrupted job's "
+      f"{sum(r['wrong_steps'] for r in rows)}, resumes not after a checkpoint "
+      f"{sum(r['bad_resumes'] for r in rows)}, final model equal "
+      f"{sum(r['model_equal'] for r in rows)} of {len(rows)}")
+PY
+    [ "$badj" = 0 ]
+}
