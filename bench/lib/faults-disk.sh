@@ -4,11 +4,12 @@
 #   power-loss  staging and cache dirs on bench/tools/lazyfs (a FUSE layer
 #               that keeps writes in memory until fsync; SIGUSR1 drops the
 #               un-fsynced ones, LazyFS's model: data is lost, metadata is
-#               not); SIGUSR1 and kill -9 of the daemon at the same instant
+#               not); SIGUSR1, kill -9 of daemon and writer at one instant
 #               mid-write (after 8 MiB read through the cache), remount on
 #               the same staging dir, sync, ledger check against the store
-#               and through the mount, the 8 MiB read again.  With --upload-delay 5 (files are
-#               staged when the power goes) and 0.
+#               and through the mount, the 8 MiB read again.  With
+#               --upload-delay 5 (files are staged when the power goes)
+#               and 0.
 #   cache-eio   the cache dir on lazyfs -e FLAG: 20 x 1 MiB cached on disk,
 #               the RAM tier dropped, FLAG created (every read of a cache
 #               file answers EIO; then reads and writes: -E all),
@@ -19,6 +20,22 @@
 # max_of.  lazyfs is $bin/lazyfs; each row unmounts what it mounted.
 
 lazy_pid=0
+lazy_mnt=""
+
+# lazy_trap / lazy_untrap: bench/faults' EXIT trap knows nothing of a
+# lazyfs mount; while a row runs, the trap unmounts it (after the daemon
+# above it) before doing what it did
+lazy_trap() {
+    lazy_prev_trap=$(trap -p EXIT)
+    eval "set -- $lazy_prev_trap"
+    # shellcheck disable=SC2064
+    trap "mnt_kill9; lazy_down_now; ${3:-}" EXIT
+}
+lazy_untrap() { eval "${lazy_prev_trap:-trap - EXIT}"; }
+lazy_down_now() {
+    [ -z "$lazy_mnt" ] || fusermount3 -u -z "$lazy_mnt" 2>/dev/null
+    [ "$lazy_pid" = 0 ] || kill "$lazy_pid" 2>/dev/null
+}
 
 # lazy_up UNDER MNT LOG ARGS...: lazyfs ARGS UNDER MNT in the background,
 # mounted (5 s at most); sets lazy_pid
@@ -28,6 +45,7 @@ lazy_up() {
     mkdir -p "$under" "$mnt"
     "$bin/lazyfs" -t 7200 "$@" "$under" "$mnt" 2>>"$log" &
     lazy_pid=$!
+    lazy_mnt=$mnt
     for i in $(seq 100); do
         is_mounted "$mnt" && return 0
         kill -0 "$lazy_pid" 2>/dev/null || break
@@ -49,6 +67,7 @@ lazy_down() {
     kill "$lazy_pid" 2>/dev/null
     wait "$lazy_pid" 2>/dev/null
     lazy_pid=0
+    lazy_mnt=""
 }
 
 # ---- power loss of the staging and cache disks ----
@@ -74,11 +93,14 @@ power_loss_run() {   # UPLOAD_DELAY
         ms=$((200 + RANDOM % 2000))   # from the end of the read
         sleep "$(awk -v m="$ms" 'BEGIN { print m / 1000 }')"
         staged=$((staged + $(stat_num writeback.staged_files || echo 0)))
-        # the power goes: the disk and the daemon at the same instant
+        # the power goes: the disk, the daemon and the writer at the same
+        # instant (a writer left alive would go on into the plain dir that
+        # the cleared mount leaves; the ledger, on another disk, keeps
+        # what its close()s returned)
         kill -USR1 "$lazy_pid"
-        kill -9 "$mnt_pid" 2>/dev/null
+        kill -9 "$mnt_pid" "$w" 2>/dev/null
+        wait "$w" 2>/dev/null
         mnt_kill9
-        wait "$w"
         lazy_down "$d/disk"
         line=$(grep "power loss" "$d/lazy.log" | tail -1)
         dbytes=$((dbytes + $(echo "$line" | sed -n 's/.*dropped \([0-9]*\) bytes.*/\1/p')))
@@ -109,9 +131,14 @@ power_loss_run() {   # UPLOAD_DELAY
         mnt_stop
         lazy_down "$d/disk"
     done
-    result power-loss "$kills runs, --upload-delay $delay, staging+cache dirs on lazyfs (un-fsynced writes dropped), posix store; SIGUSR1 to lazyfs + kill -9 of the daemon 0.2-2.2 s into a writer of 1 B-600 KB files: $closed files closed, $lost lost, $wrong wrong, $partial partial ($others unledgered objects); $mwrong lost or wrong read back through the remount; 8 x 1 MiB store files read through the cache dir before each loss, again after each remount: $rok ok, $rbad wrong (corrupt_blocks $corrupt); remount failures $bad_mount, sync failures $bad_sync; restart ms median $(echo "$restart" | median_of), max $(echo "$restart" | max_of); staged files at the loss (sum) $staged; lazyfs dropped $dbytes un-fsynced bytes in $dfiles files (sum)"
+    result power-loss "$kills runs, --upload-delay $delay, staging+cache dirs on lazyfs (un-fsynced writes dropped), posix store; SIGUSR1 to lazyfs + kill -9 of the daemon and the writer 0.2-2.2 s into it (a writer of 1 B-600 KB files): $closed files closed, $lost lost, $wrong wrong, $partial partial ($others unledgered objects); $mwrong lost or wrong read back through the remount; 8 x 1 MiB store files read through the cache dir before each loss, again after each remount: $rok ok, $rbad wrong (corrupt_blocks $corrupt); remount failures $bad_mount, sync failures $bad_sync; restart ms median $(echo "$restart" | median_of), max $(echo "$restart" | max_of); staged files at the loss (sum) $staged; lazyfs dropped $dbytes un-fsynced bytes in $dfiles files (sum)"
 }
-row_power-loss() { power_loss_run 5; power_loss_run 0; }
+row_power-loss() {
+    lazy_trap
+    power_loss_run 5
+    power_loss_run 0
+    lazy_untrap
+}
 
 # ---- EIO from the cache disk ----
 cache_eio_run() {   # KIND: lazyfs -E read|all
@@ -148,4 +175,9 @@ cache_eio_run() {   # KIND: lazyfs -E read|all
     eio=$(sed -n 's/.*; \([0-9]*\) EIO injected.*/\1/p' "$d/lazy.log" | tail -1)
     result cache-eio "cache dir on lazyfs -E $kind, 20 of 30 x 1 MiB on the disk tier (cache_bytes_disk $disk), RAM tier dropped (remount, --mem-cache 4M), every cache-file ${kind/all/read and write} answering EIO, all 30 read: $(jget "$d/b.json" ok)/30 ok, $(jget "$d/b.json" wrong) wrong, errors $(jget "$d/b.json" errors); lazyfs injected ${eio:-0} EIO; hit_bytes_disk $hits, backend_get_count $gets, fuse errors $ferr, disk_write_dropped $dropped; daemon log: $logged 'disk tier read ... failed ...; reading from the store' lines (e.g. \"$(grep -m1 "disk tier read of" "$d/mnt.log" | cut -c1-160)\"), $wlogged 'cannot write a block of ...' lines; flag removed, read again: $(jget "$d/c.json" ok)/30 ok, $(jget "$d/c.json" wrong) wrong"
 }
-row_cache-eio() { cache_eio_run read; cache_eio_run all; }
+row_cache-eio() {
+    lazy_trap
+    cache_eio_run read
+    cache_eio_run all
+    lazy_untrap
+}

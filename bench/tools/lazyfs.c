@@ -35,7 +35,9 @@
  * inode's lock guards its extents and is held across that file's I/O to
  * UNDER (a read's pread and overlay, an fsync's write-out) so that no
  * read sees an extent gone but its bytes not yet in UNDER.  Order:
- * tab_lock, then an inode's lock; no I/O under tab_lock.
+ * tab_lock, then an inode's lock; tab_lock is never held across I/O
+ * itself, but the last put of an inode and the power loss wait, under it,
+ * for an inode's lock (a test tool: simple beats fast there).
  */
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 31
