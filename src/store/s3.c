@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 
@@ -542,6 +543,10 @@ static int s3_take_transfer(struct tfs_store *st, struct s3_priv *p)
     if (rc == 0)
         rc = s3_opt_range(st, "fail_request", false, 0, UINT64_MAX,
                           &p->fail_request);
+    p->fail_count = 1;
+    if (rc == 0)
+        rc = s3_opt_range(st, "fail_count", false, 1, 1000000,
+                          &p->fail_count);
     p->part_retries = (unsigned)retries;
     return rc;
 }
@@ -594,10 +599,14 @@ static int s3_take_numbers(struct tfs_store *st, struct s3_priv *p,
 
 /* ---- open / close ---- */
 
+static void s3_aborts_close(struct s3_priv *p);   /* the write side */
+
 static void s3_close(struct tfs_store *st)
 {
     struct s3_priv *p = tfs_store_priv(st);
 
+    s3_aborts_close(p);
+    pthread_mutex_destroy(&p->abort_lock);
     tfs_s3_pool_cleanup(p);
     tfs_s3_keycache_cleanup(&p->keys);
     tfs_free(p->bucket);
@@ -661,6 +670,7 @@ static int s3_open(struct tfs_store *st, const char *location)
     int rc;
 
     p->tls_verify = true;
+    pthread_mutex_init(&p->abort_lock, NULL);
     tfs_s3_keycache_init(&p->keys);
     rc = s3_parse_location(p, location);
     if (rc == 0)
@@ -1178,17 +1188,137 @@ static int s3_mpu_complete(struct s3_mpu *m)
     return rc;
 }
 
-/* Best effort: the parts of a failed upload would cost storage. */
-static void s3_mpu_abort(struct s3_mpu *m)
+/*
+ * Aborting.  The parts of a failed upload cost storage until it is
+ * aborted, and the failure that ended the upload (the server down, 503s,
+ * the deadline spent) often ends the abort too.  So an abort has a
+ * deadline of its own and three tries; one that still fails is kept (at
+ * most S3_ABORTS_MAX, the oldest dropped with a warning) and tried again
+ * after the next multipart upload that completes, and at close.  Only a
+ * process killed with uploads in flight leaves parts behind: a lifecycle
+ * rule (AbortIncompleteMultipartUpload) covers those (docs/s3.md).
+ */
+#define S3_ABORTS_MAX 256
+#define S3_ABORT_MS   5000ull
+
+/* One DELETE ?uploadId: 0 when the upload is gone (or never was). */
+static int s3_abort_once(struct s3_priv *p, const char *key, const char *id)
 {
-    struct s3_param q = {"uploadId", m->upload_id};
-    struct s3_req req = {.method = "DELETE", .key = m->key, .query = &q,
+    struct s3_param q = {"uploadId", id};
+    struct s3_req req = {.method = "DELETE", .key = key, .query = &q,
                          .n_query = 1};
     struct s3_resp resp;
+    uint64_t ms = TFS_MIN(p->timeout_ms ? p->timeout_ms : S3_ABORT_MS,
+                          S3_ABORT_MS);
+    uint64_t prev = tfs_deadline_set(tfs_now_ns() + ms * 1000000u);
+    int rc = tfs_s3_request(p, &req, &resp);
+
+    tfs_deadline_set(prev);
+    return rc == -ENOENT ? 0 : rc;
+}
+
+static void s3_abort_later(struct s3_priv *p, const char *key,
+                           const char *id)
+{
+    struct s3_abort a = {tfs_strdup(key), tfs_strdup(id)};
+
+    pthread_mutex_lock(&p->abort_lock);
+    if (p->aborts == NULL)
+        p->aborts = tfs_calloc(S3_ABORTS_MAX, sizeof(*p->aborts));
+    if (p->aborts == NULL || a.key == NULL || a.upload_id == NULL) {
+        pthread_mutex_unlock(&p->abort_lock);
+        TFS_WARN("s3: cannot keep the abort of upload %s of /%s/%s for "
+                 "later (out of memory): its parts stay", id, p->bucket,
+                 key);
+        tfs_free(a.key);
+        tfs_free(a.upload_id);
+        return;
+    }
+    if (p->n_aborts == S3_ABORTS_MAX) {
+        TFS_WARN("s3: %d multipart uploads wait for their abort; upload "
+                 "%s of /%s/%s is given up (its parts stay)", S3_ABORTS_MAX,
+                 p->aborts[0].upload_id, p->bucket, p->aborts[0].key);
+        tfs_free(p->aborts[0].key);
+        tfs_free(p->aborts[0].upload_id);
+        memmove(p->aborts, p->aborts + 1,
+                (S3_ABORTS_MAX - 1) * sizeof(*p->aborts));
+        p->n_aborts--;
+    }
+    p->aborts[p->n_aborts++] = a;
+    pthread_mutex_unlock(&p->abort_lock);
+}
+
+/* Try the kept aborts once each, stopping at the first that fails (the
+ * server is not back yet); returns how many are still kept. */
+static size_t s3_aborts_retry(struct s3_priv *p)
+{
+    size_t left;
+
+    pthread_mutex_lock(&p->abort_lock);
+    while (p->n_aborts > 0) {
+        struct s3_abort a = p->aborts[0];
+        int rc;
+
+        pthread_mutex_unlock(&p->abort_lock);
+        rc = s3_abort_once(p, a.key, a.upload_id);
+        pthread_mutex_lock(&p->abort_lock);
+        if (rc < 0)
+            break;
+        /* others may have appended meanwhile; a is still the first */
+        tfs_free(a.key);
+        tfs_free(a.upload_id);
+        memmove(p->aborts, p->aborts + 1,
+                (p->n_aborts - 1) * sizeof(*p->aborts));
+        p->n_aborts--;
+    }
+    left = p->n_aborts;
+    pthread_mutex_unlock(&p->abort_lock);
+    return left;
+}
+
+static bool s3_aborts_pending(struct s3_priv *p)
+{
+    bool yes;
+
+    pthread_mutex_lock(&p->abort_lock);
+    yes = p->n_aborts > 0;
+    pthread_mutex_unlock(&p->abort_lock);
+    return yes;
+}
+
+static void s3_aborts_close(struct s3_priv *p)
+{
+    size_t left = p->n_aborts > 0 ? s3_aborts_retry(p) : 0;
+
+    if (left > 0)
+        TFS_WARN("s3: %zu failed multipart uploads could not be aborted "
+                 "(the first: upload %s of /%s/%s); their parts cost "
+                 "storage until aborted (docs/s3.md: a lifecycle rule)",
+                 left, p->aborts[0].upload_id, p->bucket, p->aborts[0].key);
+    for (size_t i = 0; i < p->n_aborts; i++) {
+        tfs_free(p->aborts[i].key);
+        tfs_free(p->aborts[i].upload_id);
+    }
+    tfs_free(p->aborts);
+    p->aborts = NULL;
+    p->n_aborts = 0;
+}
+
+/* Abort m's upload: three tries, then kept for later.  The error that
+ * failed the upload stays the thread's detail. */
+static void s3_mpu_abort(struct s3_mpu *m)
+{
     char saved[512];
+    int rc = -1;
 
     snprintf(saved, sizeof(saved), "%s", tfs_errdetail());
-    tfs_s3_request(m->p, &req, &resp);
+    for (int i = 0; i < 3 && rc < 0; i++) {
+        if (i > 0)
+            usleep(200000u << i);       /* 0.4 s, 0.8 s */
+        rc = s3_abort_once(m->p, m->key, m->upload_id);
+    }
+    if (rc < 0)
+        s3_abort_later(m->p, m->key, m->upload_id);
     tfs_errdetail_set("%s", saved);
 }
 
@@ -1217,6 +1347,8 @@ static int s3_mpu(struct s3_mpu *m)
         rc = s3_mpu_complete(m);
     if (rc < 0)
         s3_mpu_abort(m);
+    else if (s3_aborts_pending(m->p))
+        s3_aborts_retry(m->p);          /* the server answers again */
 out_free:
     pthread_mutex_destroy(&m->lock);
     tfs_free(m->etags);

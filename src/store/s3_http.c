@@ -897,12 +897,14 @@ static bool http_time_left(const struct s3_priv *p, bool transfer,
     return *ms > 0;
 }
 
-/* The fail_request option: an injected reset before sending, once. */
+/* The fail_request option: an injected reset before sending, of
+ * requests fail_request .. fail_request + fail_count - 1. */
 static int http_injected(struct s3_priv *p, const struct s3_req *req)
 {
     uint64_t nth = atomic_fetch_add(&p->n_requests, 1) + 1;
 
-    if (p->fail_request == 0 || nth != p->fail_request)
+    if (p->fail_request == 0 || nth < p->fail_request ||
+        nth - p->fail_request >= p->fail_count)
         return 0;
     return tfs_err(-ECONNRESET, "s3: injected reset of request %" PRIu64
                    " (fail_request; %s /%s%s%s)", nth, req->method,

@@ -165,6 +165,12 @@ struct s3_pool {
     pthread_mutex_t share_lock[4];      /* one per curl_lock_data used */
 };
 
+/* A multipart upload whose abort failed: tried again later (s3.c). */
+struct s3_abort {
+    char *key;                          /* full key, owned */
+    char *upload_id;                    /* owned */
+};
+
 struct s3_priv {
     char    *bucket;                    /* owned */
     char    *root;                      /* "" or "prefix/", owned */
@@ -195,8 +201,13 @@ struct s3_priv {
     unsigned part_retries;              /* per multipart part */
     uint64_t fail_request;              /* tests: this request (1-based)
                                            fails once; 0 = none */
+    uint64_t fail_count;                /* tests: and the fail_count - 1
+                                           after it */
     atomic_uint_fast64_t n_requests;    /* sent or refused, all kinds */
     atomic_uint_fast64_t n_part_retries;
+    pthread_mutex_t    abort_lock;      /* the two below */
+    struct s3_abort   *aborts;          /* uploads to abort later (s3.c) */
+    size_t             n_aborts;
     struct s3_keycache keys;
     struct s3_pool     pool;
 };

@@ -266,6 +266,42 @@ TEST(multipart_part_retried)
 
 /* ---- copy ---- */
 
+/* An upload that fails and whose abort fails too (the server down):
+ * the abort is kept and done after the next upload completes (F8). */
+TEST(failed_abort_done_later)
+{
+    const char *opts = "part_size=256K&multipart_threshold=1M"
+                       "&upload_concurrency=1&part_retries=0"
+                       "&fail_request=2&fail_count=4";
+    size_t len = (1u << 20) + 1000;     /* 5 parts */
+    unsigned char *data = pattern(len, 9);
+    struct tfs_source src = {.buf = data, .fd = -1, .len = len};
+    struct tfs_store *st = live_open(opts);
+    struct s3_priv *p = tfs_store_priv(tfs_store_find(st, "s3"));
+    struct tfs_buf xml;
+
+    /* 1 initiates, 2 (the first part) fails, 3-5 (the abort's tries) */
+    CHECK_RC(tfs_store_put_source(st, "abort/kept", &src, NULL),
+             -ECONNRESET);
+    CHECK(strstr(tfs_errdetail(), "fail_request") != NULL);
+    CHECK_EQ(atomic_load(&p->n_requests), 5);
+    CHECK_EQ(p->n_aborts, 1);
+    tfs_buf_init(&xml, S3_XML_MAX);
+    list_uploads(st, "abort/kept", &xml);
+    CHECK(strstr(tfs_buf_str(&xml), "<UploadId>") != NULL);
+    /* the next multipart upload completes: the kept abort goes out */
+    CHECK_OK(tfs_store_put_source(st, "abort/next", &src, NULL));
+    CHECK_EQ(p->n_aborts, 0);
+    tfs_buf_reset(&xml);
+    list_uploads(st, "abort/kept", &xml);
+    CHECK(strstr(tfs_buf_str(&xml), "<UploadId>") == NULL);
+    check_content(st, "abort/next", data, len);
+    CHECK_OK(tfs_store_remove(st, "abort/next"));
+    tfs_buf_cleanup(&xml);
+    tfs_store_close(st);
+    free(data);
+}
+
 TEST(copy_single_and_multipart)
 {
     struct tfs_store *st = live_open(SMALL_PARTS "&multipart_copy_threshold="
@@ -797,7 +833,7 @@ static void live_cleanup(void)
 }
 
 TESTS(T(multipart_round_trip), T(multipart_failure_aborts),
-      T(multipart_part_retried),
+      T(multipart_part_retried), T(failed_abort_done_later),
       T(copy_single_and_multipart), T(if_match), T(bad_credentials),
       T(missing_bucket), T(no_credentials), T(profile_files), T(uri_errors),
       T(unresponsive_server_times_out), T(slow_transfer_outlasts_timeout),
