@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include <openssl/crypto.h>
 
@@ -1192,9 +1191,11 @@ static int s3_mpu_complete(struct s3_mpu *m)
  * Aborting.  The parts of a failed upload cost storage until it is
  * aborted, and the failure that ended the upload (the server down, 503s,
  * the deadline spent) often ends the abort too.  So an abort has a
- * deadline of its own and three tries; one that still fails is kept (at
- * most S3_ABORTS_MAX, the oldest dropped with a warning) and tried again
- * after the next multipart upload that completes, and at close.  Only a
+ * deadline of its own, and one that fails is kept (at most
+ * S3_ABORTS_MAX, the oldest dropped with a warning) and tried again
+ * after the next multipart upload that completes, and at close.  (One
+ * try inline: more would hold an upload thread while the server is
+ * away.)  Only a
  * process killed with uploads in flight leaves parts behind: a lifecycle
  * rule (AbortIncompleteMultipartUpload) covers those (docs/s3.md).
  */
@@ -1304,20 +1305,14 @@ static void s3_aborts_close(struct s3_priv *p)
     p->n_aborts = 0;
 }
 
-/* Abort m's upload: three tries, then kept for later.  The error that
- * failed the upload stays the thread's detail. */
+/* Abort m's upload, or keep it for later.  The error that failed the
+ * upload stays the thread's detail. */
 static void s3_mpu_abort(struct s3_mpu *m)
 {
     char saved[512];
-    int rc = -1;
 
     snprintf(saved, sizeof(saved), "%s", tfs_errdetail());
-    for (int i = 0; i < 3 && rc < 0; i++) {
-        if (i > 0)
-            usleep(200000u << i);       /* 0.4 s, 0.8 s */
-        rc = s3_abort_once(m->p, m->key, m->upload_id);
-    }
-    if (rc < 0)
+    if (s3_abort_once(m->p, m->key, m->upload_id) < 0)
         s3_abort_later(m->p, m->key, m->upload_id);
     tfs_errdetail_set("%s", saved);
 }
