@@ -175,9 +175,32 @@ cache_eio_run() {   # KIND: lazyfs -E read|all
     eio=$(sed -n 's/.*; \([0-9]*\) EIO injected.*/\1/p' "$d/lazy.log" | tail -1)
     result cache-eio "cache dir on lazyfs -E $kind, 20 of 30 x 1 MiB on the disk tier (cache_bytes_disk $disk), RAM tier dropped (remount, --mem-cache 4M), every cache-file ${kind/all/read and write} answering EIO, all 30 read: $(jget "$d/b.json" ok)/30 ok, $(jget "$d/b.json" wrong) wrong, errors $(jget "$d/b.json" errors); lazyfs injected ${eio:-0} EIO; hit_bytes_disk $hits, backend_get_count $gets, fuse errors $ferr, disk_write_dropped $dropped; daemon log: $logged 'disk tier read ... failed ...; reading from the store' lines (e.g. \"$(grep -m1 "disk tier read of" "$d/mnt.log" | cut -c1-160)\"), $wlogged 'cannot write a block of ...' lines; flag removed, read again: $(jget "$d/c.json" ok)/30 ok, $(jget "$d/c.json" wrong) wrong"
 }
+# The cache disk already failing (-E all) when the mount starts: the
+# mount runs without its disk tier (F10), reads come from the store.
+cache_eio_at_mount() {
+    local d=$work/cem
+    rm -rf "$d"
+    mkdir -p "$d/store"
+    $ledger gen "$d/store" 10 1048576
+    lazy_up "$d/under" "$d/disk" "$d/lazy.log" -e "$d/flag" -E all ||
+        { result cache-eio "lazyfs did not mount"; return; }
+    mkdir -p "$d/disk/cache"
+    touch "$d/flag"
+    if mnt_start "file://$d/store" "$d/mnt" --cache-dir "$d/disk/cache" --staging-dir "$d/stg"; then
+        timeout 120 $ledger read "$d/mnt" 10 --json "$d/a.json" >/dev/null 2>&1
+        result cache-eio "cache disk answering EIO to everything when the mount starts: the mount started, disk_tier \"$(stat_num disk_tier)\"; 10 x 1 MiB read: $(jget "$d/a.json" ok)/10 ok, $(jget "$d/a.json" wrong) wrong; log: \"$(grep -m1 'running without the disk tier' "$d/mnt.log" | cut -c1-200)\""
+        mnt_stop
+    else
+        result cache-eio "cache disk answering EIO when the mount starts: the mount refused to start: $(tail -1 "$d/mnt.log")"
+    fi
+    rm -f "$d/flag"
+    lazy_down "$d/disk"
+}
+
 row_cache-eio() {
     lazy_trap
     cache_eio_run read
     cache_eio_run all
+    cache_eio_at_mount
     lazy_untrap
 }

@@ -794,6 +794,20 @@ static FILE *disk_create_file(const char *path, unsigned mode)
     return f;
 }
 
+/* fsync directory dir: its entries (a rename) durable.  -errno. */
+static int disk_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = 0;
+
+    if (fd < 0)
+        return tfs_err(-errno, "cannot open %s", dir);
+    if (fsync(fd) != 0)
+        rc = tfs_err(-errno, "cannot fsync %s", dir);
+    close(fd);
+    return rc;
+}
+
 /*
  * CACHE_DIR/settings remembers the block and cache sizes of the first
  * user, so that a later process (warmup, a DataLoader worker) shares the
@@ -843,25 +857,36 @@ static int disk_settings(struct tfs_cache *c)
     fprintf(f, "block_size=%llu\ncache_size=%llu\n",
             (unsigned long long)c->cfg.block_size,
             (unsigned long long)c->cfg.cache_size);
+    /* durable before and after the rename: a power loss must not leave
+     * an empty settings file (found with bench/tools/lazyfs) */
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+        int e = errno;
+
+        fclose(f);
+        unlink(tmp);
+        return tfs_err(-e, "cannot write %s", tmp);
+    }
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         unlink(tmp);
         return tfs_err(-EIO, "cannot write %s", path);
     }
-    return 0;
+    return disk_fsync_dir(c->cfg.cache_dir);
 }
 
 /*
- * A cache dir we may not write (EROFS: a read-only mount; EACCES): the
- * cache runs without its disk tier, from RAM and the store, said once
- * in the log and in the stats ("disk_tier").  Every other error, and a
- * refusal of the dir checks (EPERM, ELOOP, ENOTDIR), stays fatal.
+ * A cache dir we may not write (EROFS: a read-only mount; EACCES) or
+ * whose disk fails (EIO): the cache runs without its disk tier, from RAM
+ * and the store, said once in the log and in the stats ("disk_tier").
+ * Every other error, and a refusal of the dir checks (EPERM, ELOOP,
+ * ENOTDIR), stays fatal.
  */
 static int disk_off(struct tfs_cache *c, int rc)
 {
-    if (rc != -EROFS && rc != -EACCES)
+    if (rc != -EROFS && rc != -EACCES && rc != -EIO)
         return rc;
     snprintf(c->disk_off, sizeof(c->disk_off), "off: %s",
-             rc == -EROFS ? "read-only file system" : "permission denied");
+             rc == -EROFS ? "read-only file system" :
+             rc == -EIO ? "input/output error" : "permission denied");
     TFS_WARN("cache: cache dir %s cannot be written (%s: %s): running "
              "without the disk tier, reading from the store",
              c->cfg.cache_dir, strerror(-rc), tfs_errdetail());
