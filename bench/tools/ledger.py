@@ -48,7 +48,10 @@ def cmd_write(a):
     t_end = time.monotonic() + a.seconds if a.seconds else None
     n = 0
     led = open(a.ledger, "a")
+    t0 = time.monotonic()
     while a.count == 0 or n < a.count:
+        if a.rate:                      # n files by t0 + n / rate
+            time.sleep(max(0.0, t0 + n / a.rate - time.monotonic()))
         if t_end and time.monotonic() > t_end:
             break
         name = "%s-%05d" % (a.tag, n)
@@ -238,6 +241,8 @@ def main():
     w.add_argument("--max-size", type=int, default=1 << 20)
     w.add_argument("--seconds", type=float, default=0)
     w.add_argument("--fsync", action="store_true")
+    w.add_argument("--rate", type=float, default=0,
+                   help="files per second at most (default: no pause)")
     c = sub.add_parser("check")
     c.add_argument("root"); c.add_argument("ledger")
     c.add_argument("--prefix", default="")
