@@ -1249,32 +1249,39 @@ static void s3_abort_later(struct s3_priv *p, const char *key,
     pthread_mutex_unlock(&p->abort_lock);
 }
 
-/* Try the kept aborts once each, stopping at the first that fails (the
- * server is not back yet); returns how many are still kept. */
-static size_t s3_aborts_retry(struct s3_priv *p)
+/*
+ * Try the kept aborts once each, stopping at the first that fails (the
+ * server is not back yet).  Each entry is taken off the list before its
+ * try and owned by this thread, put back only if the try fails; one
+ * thread drains at a time (the others go on with their uploads).
+ */
+static void s3_aborts_retry(struct s3_priv *p)
 {
-    size_t left;
-
     pthread_mutex_lock(&p->abort_lock);
+    if (p->aborts_draining) {
+        pthread_mutex_unlock(&p->abort_lock);
+        return;
+    }
+    p->aborts_draining = true;
     while (p->n_aborts > 0) {
-        struct s3_abort a = p->aborts[0];
+        struct s3_abort a = p->aborts[--p->n_aborts];   /* the newest */
         int rc;
 
         pthread_mutex_unlock(&p->abort_lock);
         rc = s3_abort_once(p, a.key, a.upload_id);
-        pthread_mutex_lock(&p->abort_lock);
-        if (rc < 0)
+        if (rc < 0) {
+            s3_abort_later(p, a.key, a.upload_id);      /* copies */
+            tfs_free(a.key);
+            tfs_free(a.upload_id);
+            pthread_mutex_lock(&p->abort_lock);
             break;
-        /* others may have appended meanwhile; a is still the first */
+        }
         tfs_free(a.key);
         tfs_free(a.upload_id);
-        memmove(p->aborts, p->aborts + 1,
-                (p->n_aborts - 1) * sizeof(*p->aborts));
-        p->n_aborts--;
+        pthread_mutex_lock(&p->abort_lock);
     }
-    left = p->n_aborts;
+    p->aborts_draining = false;
     pthread_mutex_unlock(&p->abort_lock);
-    return left;
 }
 
 static bool s3_aborts_pending(struct s3_priv *p)
@@ -1289,13 +1296,14 @@ static bool s3_aborts_pending(struct s3_priv *p)
 
 static void s3_aborts_close(struct s3_priv *p)
 {
-    size_t left = p->n_aborts > 0 ? s3_aborts_retry(p) : 0;
-
-    if (left > 0)
+    if (p->n_aborts > 0)
+        s3_aborts_retry(p);
+    if (p->n_aborts > 0)
         TFS_WARN("s3: %zu failed multipart uploads could not be aborted "
-                 "(the first: upload %s of /%s/%s); their parts cost "
-                 "storage until aborted (docs/s3.md: a lifecycle rule)",
-                 left, p->aborts[0].upload_id, p->bucket, p->aborts[0].key);
+                 "(one: upload %s of /%s/%s); their parts cost storage "
+                 "until aborted (docs/s3.md: a lifecycle rule)",
+                 p->n_aborts, p->aborts[0].upload_id, p->bucket,
+                 p->aborts[0].key);
     for (size_t i = 0; i < p->n_aborts; i++) {
         tfs_free(p->aborts[i].key);
         tfs_free(p->aborts[i].upload_id);

@@ -208,6 +208,7 @@ struct s3_priv {
     pthread_mutex_t    abort_lock;      /* the two below */
     struct s3_abort   *aborts;          /* uploads to abort later (s3.c) */
     size_t             n_aborts;
+    bool               aborts_draining; /* a thread retries them */
     struct s3_keycache keys;
     struct s3_pool     pool;
 };
