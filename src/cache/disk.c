@@ -47,6 +47,7 @@
 #include <xxhash.h>
 
 #include "cache/cache_int.h"
+#include "common/bytes.h"
 #include "tierfs/log.h"
 
 #define DISK_MAGIC "TFSBLK1\n"
@@ -81,23 +82,6 @@ struct tfs_disk {
     bool              no_direct;        /* O_DIRECT refused here */
     unsigned          mode;             /* cfg.cache_mode of the dirs */
 };
-
-/* ---- encoding ---- */
-
-static void put_le(uint8_t *p, uint64_t v, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, unsigned n)
-{
-    uint64_t v = 0;
-
-    for (unsigned i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 static size_t disk_header_len(size_t key_len, size_t ver_len,
                               size_t data_len)
@@ -142,22 +126,22 @@ static void disk_encode(uint8_t *h, size_t hlen, const uint8_t *id,
     uint8_t *p = h + DISK_FIXED + klen + vlen;
 
     memcpy(h, DISK_MAGIC, 8);
-    put_le(h + 8, hlen, 4);
-    put_le(h + 12, r->len, 4);
+    tfs_put_le32(h + 8, hlen);
+    tfs_put_le32(h + 12, r->len);
     memcpy(h + 16, id, TFS_BLOCK_ID_LEN);
-    put_le(h + 32, r->index, 8);
-    put_le(h + 40, r->obj_size, 8);
-    put_le(h + 48, DISK_CHUNK, 4);
-    put_le(h + 52, klen, 2);
+    tfs_put_le64(h + 32, r->index);
+    tfs_put_le64(h + 40, r->obj_size);
+    tfs_put_le32(h + 48, DISK_CHUNK);
+    tfs_put_le16(h + 52, klen);
     h[54] = (uint8_t)vlen;
     h[55] = 0;
     memcpy(h + DISK_FIXED, r->key, klen);
     memcpy(h + DISK_FIXED + klen, r->version, vlen);
     for (size_t off = 0; off < r->len; off += DISK_CHUNK, p += 8)
-        put_le(p, XXH3_64bits(data + off, TFS_MIN(DISK_CHUNK, r->len - off)),
-               8);
+        tfs_put_le64(p, XXH3_64bits(data + off,
+                                    TFS_MIN(DISK_CHUNK, r->len - off)));
     memset(p, 0, (size_t)(h + hlen - 8 - p));       /* padding, if any */
-    put_le(h + hlen - 8, XXH3_64bits(h, hlen - 8), 8);
+    tfs_put_le64(h + hlen - 8, XXH3_64bits(h, hlen - 8));
 }
 
 /*
@@ -177,19 +161,20 @@ static int disk_verify(const uint8_t *h, size_t hlen, const uint8_t *id,
         memcmp(h + 16, id, TFS_BLOCK_ID_LEN) != 0)
         return -ESTALE;
     if ((hlen != exact && hlen != disk_page_up(exact)) ||
-        memcmp(h, DISK_MAGIC, 8) != 0 || get_le(h + 8, 4) != hlen ||
-        get_le(h + 12, 4) != r->len ||
+        memcmp(h, DISK_MAGIC, 8) != 0 || tfs_get_le32(h + 8) != hlen ||
+        tfs_get_le32(h + 12) != r->len ||
         memcmp(h + 16, id, TFS_BLOCK_ID_LEN) != 0 ||
-        get_le(h + 32, 8) != r->index || get_le(h + 40, 8) != r->obj_size ||
-        get_le(h + 48, 4) != DISK_CHUNK || get_le(h + 52, 2) != klen ||
+        tfs_get_le64(h + 32) != r->index ||
+        tfs_get_le64(h + 40) != r->obj_size ||
+        tfs_get_le32(h + 48) != DISK_CHUNK || tfs_get_le16(h + 52) != klen ||
         h[54] != vlen || memcmp(h + DISK_FIXED, r->key, klen) != 0 ||
         memcmp(h + DISK_FIXED + klen, r->version, vlen) != 0)
         return TFS_ECORRUPT;
-    if (get_le(h + hlen - 8, 8) != XXH3_64bits(h, hlen - 8))
+    if (tfs_get_le64(h + hlen - 8) != XXH3_64bits(h, hlen - 8))
         return TFS_ECORRUPT;
     for (size_t off = 0; off < r->len; off += DISK_CHUNK, p += 8) {
         size_t n = TFS_MIN(DISK_CHUNK, r->len - off);
-        if (get_le(p, 8) != XXH3_64bits(data + off, n))
+        if (tfs_get_le64(p) != XXH3_64bits(data + off, n))
             return TFS_ECORRUPT;
     }
     return 0;
@@ -636,22 +621,13 @@ void tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
 
 /* ---- open, recovery, close ---- */
 
-static int disk_hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    return -1;
-}
-
 static bool disk_parse_id(const char *name, uint8_t *id)
 {
     if (strlen(name) != 2 * TFS_BLOCK_ID_LEN)
         return false;
     for (int i = 0; i < TFS_BLOCK_ID_LEN; i++) {
-        int hi = disk_hexval(name[2 * i]);
-        int lo = disk_hexval(name[2 * i + 1]);
+        int hi = tfs_hexval_lower(name[2 * i]);
+        int lo = tfs_hexval_lower(name[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return false;
         id[i] = (uint8_t)(hi * 16 + lo);

@@ -26,6 +26,7 @@
 #include <xxhash.h>
 
 #include "cache/cache_int.h"
+#include "common/bytes.h"
 #include "tierfs/log.h"
 
 #define META_BUCKETS 4096u
@@ -386,8 +387,7 @@ static void put_le(struct tfs_buf *b, uint64_t v, unsigned n, int *rc)
 {
     uint8_t p[8];
 
-    for (unsigned i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    tfs_put_le(p, v, n);
     if (*rc == 0)
         *rc = tfs_buf_append(b, p, n);
 }
@@ -439,15 +439,6 @@ static int snap_save(struct tfs_meta *m)
     return rc;
 }
 
-static uint64_t get_le(const uint8_t *p, unsigned n)
-{
-    uint64_t v = 0;
-
-    for (unsigned i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 /* Decode a snapshot file body; TFS_EFORMAT when anything is off. */
 static int snap_decode(const uint8_t *p, size_t len, struct snap_collect *sc)
 {
@@ -455,9 +446,9 @@ static int snap_decode(const uint8_t *p, size_t len, struct snap_collect *sc)
     uint64_t count;
 
     if (len < 24 || memcmp(p, SNAP_MAGIC, 8) != 0 ||
-        get_le(end, 8) != XXH3_64bits(p, len - 8))
+        tfs_get_le64(end) != XXH3_64bits(p, len - 8))
         return TFS_EFORMAT;
-    count = get_le(p + 8, 8);
+    count = tfs_get_le64(p + 8);
     p += 16;
     for (uint64_t i = 0; i < count; i++) {
         struct tfs_stat st;
@@ -465,14 +456,14 @@ static int snap_decode(const uint8_t *p, size_t len, struct snap_collect *sc)
         size_t klen;
         size_t vlen;
 
-        if (end - p < 2 || (klen = get_le(p, 2)) > 1024 ||
+        if (end - p < 2 || (klen = tfs_get_le16(p)) > 1024 ||
             (size_t)(end - p) < 2 + klen + 17)
             return TFS_EFORMAT;
         memcpy(key, p + 2, klen);
         key[klen] = '\0';
         p += 2 + klen;
-        st.size = get_le(p, 8);
-        st.mtime_ns = (int64_t)get_le(p + 8, 8);
+        st.size = tfs_get_le64(p);
+        st.mtime_ns = (int64_t)tfs_get_le64(p + 8);
         vlen = p[16];
         p += 17;
         if (vlen >= TFS_VERSION_MAX || (size_t)(end - p) < vlen)
@@ -1184,8 +1175,8 @@ int tfs_meta_open(struct tfs_cache *c)
         return rc;
     close(fd);
     snprintf(path, sizeof(path), "%s/meta/%016llx%016llx.snap",
-             c->cfg.cache_dir, (unsigned long long)get_le(c->ns, 8),
-             (unsigned long long)get_le(c->ns + 8, 8));
+             c->cfg.cache_dir, (unsigned long long)tfs_get_le64(c->ns),
+             (unsigned long long)tfs_get_le64(c->ns + 8));
     m->snap_path = tfs_strdup(path);
     return m->snap_path ? 0 : -ENOMEM;
 }

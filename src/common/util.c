@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/bytes.h"
 #include "common/util.h"
 
 #define UTIL_IO_MAX ((size_t)1 << 30)   /* bytes per read or write call */
@@ -125,17 +126,6 @@ int tfs_pct_encode(struct tfs_buf *b, const char *s, size_t len,
     return rc;
 }
 
-static int pct_hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int tfs_pct_decode(char *s)
 {
     char *w = s;
@@ -148,8 +138,8 @@ int tfs_pct_decode(char *s)
             *w++ = *r;
             continue;
         }
-        hi = pct_hexval(r[1]);
-        lo = hi < 0 ? -1 : pct_hexval(r[2]);
+        hi = tfs_hexval(r[1]);
+        lo = hi < 0 ? -1 : tfs_hexval(r[2]);
         if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
             return TFS_EURI;
         *w++ = (char)(hi * 16 + lo);

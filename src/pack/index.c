@@ -47,15 +47,15 @@ static int idx_header(const unsigned char *b, size_t len, struct idx_hdr *h)
 
     if (len < TFS_PIDX_HDR + 8 || memcmp(b, TFS_PIDX_MAGIC, 8) != 0)
         return tfs_err(TFS_EFORMAT, "not a shard index (bad magic)");
-    if (pack_get_le(b + 8, 4) != TFS_PIDX_VERSION ||
-        pack_get_le(b + 12, 4) != 0)
+    if (tfs_get_le32(b + 8) != TFS_PIDX_VERSION ||
+        tfs_get_le32(b + 12) != 0)
         return tfs_err(TFS_EFORMAT, "shard index version %u flags %#x "
-                       "not supported", (unsigned)pack_get_le(b + 8, 4),
-                       (unsigned)pack_get_le(b + 12, 4));
-    h->n_samples = pack_get_le(b + 16, 8);
-    h->n_members = pack_get_le(b + 24, 8);
-    h->tar_size = pack_get_le(b + 32, 8);
-    h->names_size = pack_get_le(b + 40, 8);
+                       "not supported", (unsigned)tfs_get_le32(b + 8),
+                       (unsigned)tfs_get_le32(b + 12));
+    h->n_samples = tfs_get_le64(b + 16);
+    h->n_members = tfs_get_le64(b + 24);
+    h->tar_size = tfs_get_le64(b + 32);
+    h->names_size = tfs_get_le64(b + 40);
     if (h->n_members > len / TFS_PIDX_MEMBER || h->n_members > UINT32_MAX ||
         h->n_samples > h->n_members || h->names_size > len)
         return tfs_err(TFS_EFORMAT, "shard index counts do not fit its "
@@ -78,8 +78,8 @@ static int idx_samples(const unsigned char *p, struct pack_index *x)
 
     for (uint64_t i = 0; i < x->n_samples; i++) {
         struct pack_sample_ent *s = &x->samples[i];
-        s->first = (uint32_t)pack_get_le(p + i * TFS_PIDX_SAMPLE, 4);
-        s->n = (uint32_t)pack_get_le(p + i * TFS_PIDX_SAMPLE + 4, 4);
+        s->first = tfs_get_le32(p + i * TFS_PIDX_SAMPLE);
+        s->n = tfs_get_le32(p + i * TFS_PIDX_SAMPLE + 4);
         if (s->first != next || s->n == 0 ||
             s->n > x->n_members - next)
             return tfs_err(TFS_EFORMAT, "shard index: sample %llu at +%llu "
@@ -175,13 +175,13 @@ static int idx_member(const unsigned char *rec, const unsigned char *table,
                       char **names, uint64_t *name_off, uint64_t at)
 {
 
-    m->hdr_off = pack_get_le(rec, 8);
-    m->data_off = pack_get_le(rec + 8, 8);
-    m->size = pack_get_le(rec + 16, 8);
-    m->xxh3 = pack_get_le(rec + 24, 8);
-    m->name_len = (uint16_t)pack_get_le(rec + 36, 2);
-    m->key_len = (uint16_t)pack_get_le(rec + 38, 2);
-    if (pack_get_le(rec + 32, 4) != *name_off ||
+    m->hdr_off = tfs_get_le64(rec);
+    m->data_off = tfs_get_le64(rec + 8);
+    m->size = tfs_get_le64(rec + 16);
+    m->xxh3 = tfs_get_le64(rec + 24);
+    m->name_len = tfs_get_le16(rec + 36);
+    m->key_len = tfs_get_le16(rec + 38);
+    if (tfs_get_le32(rec + 32) != *name_off ||
         m->name_len > names_size - *name_off)
         return tfs_err(TFS_EFORMAT, "shard index: member record at +%llu "
                        "names bytes out of place in the name table",
@@ -272,14 +272,14 @@ int tfs_pack_index_parse(const unsigned char *buf, size_t len,
     if (rc < 0)
         return rc;
     if (verify_hash && XXH3_64bits(buf, len - 8) !=
-                           pack_get_le(buf + len - 8, 8))
+                           tfs_get_le64(buf + len - 8))
         return tfs_err(TFS_ECORRUPT, "shard index does not match its "
                        "checksum");
     x = idx_alloc(&h);
     if (x == NULL)
         return -ENOMEM;
-    x->tar_xxh3 = pack_get_le(buf + 48, 8);
-    x->plan_xxh3 = pack_get_le(buf + 56, 8);
+    x->tar_xxh3 = tfs_get_le64(buf + 48);
+    x->plan_xxh3 = tfs_get_le64(buf + 56);
     rc = idx_samples(buf + TFS_PIDX_HDR, x);
     if (rc == 0)
         rc = idx_members(buf, x, h.names_size);
@@ -348,23 +348,23 @@ int tfs_pack_index_add(struct pack_index_builder *b, bool new_sample,
     if (rc < 0)
         return rc;
     rec = b->members + b->n_members * TFS_PIDX_MEMBER;
-    pack_put_le(rec, m->hdr_off, 8);
-    pack_put_le(rec + 8, m->data_off, 8);
-    pack_put_le(rec + 16, m->size, 8);
-    pack_put_le(rec + 24, m->xxh3, 8);
-    pack_put_le(rec + 32, b->names_len, 4);
-    pack_put_le(rec + 36, m->name_len, 2);
-    pack_put_le(rec + 38, m->key_len, 2);
+    tfs_put_le64(rec, m->hdr_off);
+    tfs_put_le64(rec + 8, m->data_off);
+    tfs_put_le64(rec + 16, m->size);
+    tfs_put_le64(rec + 24, m->xxh3);
+    tfs_put_le32(rec + 32, b->names_len);
+    tfs_put_le16(rec + 36, m->name_len);
+    tfs_put_le16(rec + 38, m->key_len);
     memcpy(b->names + b->names_len, m->name, m->name_len);
     b->names_len += m->name_len;
     if (new_sample) {
-        pack_put_le(b->samples + b->n_samples * TFS_PIDX_SAMPLE,
-                    b->n_members, 4);
-        pack_put_le(b->samples + b->n_samples * TFS_PIDX_SAMPLE + 4, 0, 4);
+        tfs_put_le32(b->samples + b->n_samples * TFS_PIDX_SAMPLE,
+                     b->n_members);
+        tfs_put_le32(b->samples + b->n_samples * TFS_PIDX_SAMPLE + 4, 0);
         b->n_samples++;
     }
     rec = b->samples + (b->n_samples - 1) * TFS_PIDX_SAMPLE + 4;
-    pack_put_le(rec, pack_get_le(rec, 4) + 1, 4);
+    tfs_put_le32(rec, tfs_get_le32(rec) + 1);
     b->n_members++;
     return 0;
 }
@@ -381,21 +381,21 @@ int tfs_pack_index_finish(struct pack_index_builder *b, uint64_t tar_size,
     if (p == NULL)
         return -ENOMEM;
     memcpy(p, TFS_PIDX_MAGIC, 8);
-    pack_put_le(p + 8, TFS_PIDX_VERSION, 4);
-    pack_put_le(p + 12, 0, 4);
-    pack_put_le(p + 16, b->n_samples, 8);
-    pack_put_le(p + 24, b->n_members, 8);
-    pack_put_le(p + 32, tar_size, 8);
-    pack_put_le(p + 40, b->names_len, 8);
-    pack_put_le(p + 48, tar_xxh3, 8);
-    pack_put_le(p + 56, plan_xxh3, 8);
+    tfs_put_le32(p + 8, TFS_PIDX_VERSION);
+    tfs_put_le32(p + 12, 0);
+    tfs_put_le64(p + 16, b->n_samples);
+    tfs_put_le64(p + 24, b->n_members);
+    tfs_put_le64(p + 32, tar_size);
+    tfs_put_le64(p + 40, b->names_len);
+    tfs_put_le64(p + 48, tar_xxh3);
+    tfs_put_le64(p + 56, plan_xxh3);
     if (ssz > 0)
         memcpy(p + TFS_PIDX_HDR, b->samples, ssz);
     if (msz > 0)
         memcpy(p + TFS_PIDX_HDR + ssz, b->members, msz);
     if (b->names_len > 0)
         memcpy(p + TFS_PIDX_HDR + ssz + msz, b->names, b->names_len);
-    pack_put_le(p + total - 8, XXH3_64bits(p, total - 8), 8);
+    tfs_put_le64(p + total - 8, XXH3_64bits(p, total - 8));
     *out = p;
     *len = total;
     return 0;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "common/util.h"
 #include "pack/pack_int.h"
 
@@ -107,14 +108,12 @@ static int mf_hex(const struct tfs_pack_json *o, const char *key, size_t i,
         return tfs_err(TFS_EFORMAT, "manifest: shard %zu: '%s' is not 16 "
                        "hex digits", i, key);
     for (size_t k = 0; k < 16; k++) {
-        char c = v->str[k];
-        unsigned d = (c >= '0' && c <= '9')   ? (unsigned)(c - '0')
-                     : (c >= 'a' && c <= 'f') ? (unsigned)(c - 'a' + 10)
-                                              : 16u;
-        if (d == 16)
+        int d = tfs_hexval_lower(v->str[k]);
+
+        if (d < 0)
             return tfs_err(TFS_EFORMAT, "manifest: shard %zu: '%s' is not "
                            "16 hex digits", i, key);
-        x = (x << 4) | d;
+        x = (x << 4) | (unsigned)d;
     }
     *out = x;
     return 0;

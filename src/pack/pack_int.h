@@ -21,25 +21,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/bytes.h"
 #include "tierfs/pack.h"
 #include "tierfs/store.h"
-
-/* ---- little-endian fields ---- */
-
-static inline void pack_put_le(unsigned char *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static inline uint64_t pack_get_le(const unsigned char *p, int n)
-{
-    uint64_t v = 0;
-
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 static inline uint64_t pack_round512(uint64_t n)
 {

@@ -236,8 +236,8 @@ static void plan_hash_item(XXH3_state_t *h, const struct pack_item *it)
 {
     unsigned char num[16];
 
-    pack_put_le(num, it->size, 8);
-    pack_put_le(num + 8, (uint64_t)it->mtime_s, 8);
+    tfs_put_le64(num, it->size);
+    tfs_put_le64(num + 8, (uint64_t)it->mtime_s);
     XXH3_64bits_update(h, it->name, it->name_len + 1u);
     XXH3_64bits_update(h, num, sizeof(num));
     XXH3_64bits_update(h, it->version, strlen(it->version) + 1);

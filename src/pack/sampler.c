@@ -182,11 +182,11 @@ static uint64_t it_seed(uint64_t seed, uint64_t epoch, uint64_t what,
 {
     unsigned char b[40];
 
-    pack_put_le(b, seed, 8);
-    pack_put_le(b + 8, epoch, 8);
-    pack_put_le(b + 16, what, 8);
-    pack_put_le(b + 24, x, 8);
-    pack_put_le(b + 32, y, 8);
+    tfs_put_le64(b, seed);
+    tfs_put_le64(b + 8, epoch);
+    tfs_put_le64(b + 16, what);
+    tfs_put_le64(b + 24, x);
+    tfs_put_le64(b + 32, y);
     return XXH3_64bits(b, sizeof(b));
 }
 

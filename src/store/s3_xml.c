@@ -22,6 +22,7 @@
 
 #include <expat.h>
 
+#include "common/bytes.h"
 #include "store/s3_int.h"
 
 #define XML_DEPTH_MAX 4                 /* deeper elements are skipped */
@@ -461,12 +462,8 @@ static unsigned long xml_char_ref(const char *r, size_t n, size_t *used)
         return 0;
     for (; i < n && i < start + 6; i++) {
         char ch = r[i];
-        int d = ch >= '0' && ch <= '9' ? ch - '0' : -1;
+        int d = hex ? tfs_hexval(ch) : ch >= '0' && ch <= '9' ? ch - '0' : -1;
 
-        if (hex && ch >= 'a' && ch <= 'f')
-            d = ch - 'a' + 10;
-        else if (hex && ch >= 'A' && ch <= 'F')
-            d = ch - 'A' + 10;
         if (d < 0)
             break;
         c = c * (hex ? 16 : 10) + (unsigned long)d;

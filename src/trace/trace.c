@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "tierfs/trace.h"
+#include "common/bytes.h"
 #include "common/util.h"
 
 #define TRACE_MAGIC "TFSTRC1\n"
@@ -29,21 +30,6 @@ struct tfs_trace {
     size_t          len;                /* protected by lock */
     uint64_t        lost;               /* records lost to write errors */
 };
-
-static void put_le(unsigned char *p, uint64_t v, unsigned n)
-{
-    for (unsigned i = 0; i < n; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_le(const unsigned char *p, unsigned n)
-{
-    uint64_t v = 0;
-
-    for (unsigned i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 /* Write the buffer out; caller holds the lock. */
 static void trace_flush(struct tfs_trace *t)
@@ -95,7 +81,7 @@ int tfs_trace_open(struct tfs_trace **out, const char *path)
     t->start_ns = tfs_now_ns();
     t->start_wall_ns = (uint64_t)tfs_wall_ns();
     memcpy(hdr, TRACE_MAGIC, 8);
-    put_le(hdr + 8, t->start_wall_ns, 8);
+    tfs_put_le64(hdr + 8, t->start_wall_ns);
     trace_put(t, hdr, sizeof(hdr));
     *out = t;
     return 0;
@@ -122,10 +108,10 @@ uint32_t tfs_trace_file_open(struct tfs_trace *t, const char *key,
     uint32_t file = atomic_fetch_add(&t->next_file, 1);
 
     rec[0] = 1;
-    put_le(rec + 1, file, 4);
-    put_le(rec + 5, tfs_now_ns() - t->start_ns, 8);
-    put_le(rec + 13, size, 8);
-    put_le(rec + 21, klen, 2);
+    tfs_put_le32(rec + 1, file);
+    tfs_put_le64(rec + 5, tfs_now_ns() - t->start_ns);
+    tfs_put_le64(rec + 13, size);
+    tfs_put_le16(rec + 21, klen);
     memcpy(rec + 23, key, klen);
     trace_put(t, rec, 23 + klen);
     return file;
@@ -137,11 +123,11 @@ void tfs_trace_read(struct tfs_trace *t, uint32_t file, uint64_t off,
     unsigned char rec[34];
 
     rec[0] = 2;
-    put_le(rec + 1, file, 4);
-    put_le(rec + 5, tfs_now_ns() - t->start_ns, 8);
-    put_le(rec + 13, off, 8);
-    put_le(rec + 21, len, 4);
-    put_le(rec + 25, latency_us, 4);
+    tfs_put_le32(rec + 1, file);
+    tfs_put_le64(rec + 5, tfs_now_ns() - t->start_ns);
+    tfs_put_le64(rec + 13, off);
+    tfs_put_le32(rec + 21, len);
+    tfs_put_le32(rec + 25, latency_us);
     rec[29] = (unsigned char)src;
     memset(rec + 30, 0, 4);             /* reserved */
     trace_put(t, rec, sizeof(rec));
@@ -152,8 +138,8 @@ void tfs_trace_file_close(struct tfs_trace *t, uint32_t file)
     unsigned char rec[13];
 
     rec[0] = 3;
-    put_le(rec + 1, file, 4);
-    put_le(rec + 5, tfs_now_ns() - t->start_ns, 8);
+    tfs_put_le32(rec + 1, file);
+    tfs_put_le64(rec + 5, tfs_now_ns() - t->start_ns);
     trace_put(t, rec, sizeof(rec));
 }
 
@@ -169,14 +155,14 @@ static size_t trace_decode(const unsigned char *p, size_t n,
         return 0;
     memset(ev, 0, sizeof(*ev));
     ev->type = p[0];
-    ev->file = (uint32_t)get_le(p + 1, 4);
-    ev->t_ns = get_le(p + 5, 8);
+    ev->file = tfs_get_le32(p + 1);
+    ev->t_ns = tfs_get_le64(p + 5);
     switch (p[0]) {
     case 1:
         if (n < 23)
             return 0;
-        ev->size = get_le(p + 13, 8);
-        klen = (size_t)get_le(p + 21, 2);
+        ev->size = tfs_get_le64(p + 13);
+        klen = tfs_get_le16(p + 21);
         if (klen > 1024 || n < 23 + klen)
             return klen > 1024 ? SIZE_MAX : 0;
         memcpy(key, p + 23, klen);
@@ -186,9 +172,9 @@ static size_t trace_decode(const unsigned char *p, size_t n,
     case 2:
         if (n < 34)
             return 0;
-        ev->off = get_le(p + 13, 8);
-        ev->len = (uint32_t)get_le(p + 21, 4);
-        ev->latency_us = (uint32_t)get_le(p + 25, 4);
+        ev->off = tfs_get_le64(p + 13);
+        ev->len = tfs_get_le32(p + 21);
+        ev->latency_us = tfs_get_le32(p + 25);
         ev->src = p[29];
         return ev->src > 3 ? SIZE_MAX : 34;
     case 3:

@@ -37,6 +37,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "common/bytes.h"
 #include "tierfs/log.h"
 #include "wb/wb_int.h"
 
@@ -51,8 +52,7 @@ static void put_le(struct tfs_buf *b, uint64_t v, unsigned n)
 {
     uint8_t p[8];
 
-    for (unsigned i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    tfs_put_le(p, v, n);
     tfs_buf_append(b, p, n);
 }
 
@@ -392,14 +392,13 @@ struct j_cur {
 
 static uint64_t get_le(struct j_cur *c, unsigned n)
 {
-    uint64_t v = 0;
+    uint64_t v;
 
     if (c->bad || (size_t)(c->end - c->p) < n) {
         c->bad = true;
         return 0;
     }
-    for (unsigned i = 0; i < n; i++)
-        v |= (uint64_t)c->p[i] << (8 * i);
+    v = tfs_get_le(c->p, n);
     c->p += n;
     return v;
 }

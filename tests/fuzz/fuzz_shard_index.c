@@ -75,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (copy == NULL)
         return 0;
     memcpy(copy, data, size);
-    pack_put_le(copy + size - 8, XXH3_64bits(copy, size - 8), 8);
+    tfs_put_le64(copy + size - 8, XXH3_64bits(copy, size - 8));
     fuzz_one(copy, size, true);
     free(copy);
     return 0;

@@ -199,7 +199,7 @@ TEST(index_damage)
         struct pack_index *x = NULL;
         buf[i] ^= 0x41;
         CHECK(tfs_pack_index_parse(buf, len, true, &x) < 0);
-        pack_put_le(buf + len - 8, XXH3_64bits(buf, len - 8), 8);
+        tfs_put_le64(buf + len - 8, XXH3_64bits(buf, len - 8));
         if (tfs_pack_index_parse(buf, len, true, &x) == 0) {
             accepted++;                 /* a still-consistent index */
             for (uint64_t k = 0; k < x->n_members; k++)
@@ -208,7 +208,7 @@ TEST(index_damage)
             tfs_free(x);
         }
         buf[i] ^= 0x41;
-        pack_put_le(buf + len - 8, XXH3_64bits(buf, len - 8), 8);
+        tfs_put_le64(buf + len - 8, XXH3_64bits(buf, len - 8));
     }
     CHECK(accepted < (int)len / 2);
     for (size_t n = 0; n < len; n++) {
@@ -229,8 +229,8 @@ TEST(index_overlapping_names)
 
     build_index(&buf, &len);
     rec1 = TFS_PIDX_HDR + 3 * TFS_PIDX_SAMPLE + TFS_PIDX_MEMBER;
-    pack_put_le(buf + rec1 + 32, 0, 4);
-    pack_put_le(buf + len - 8, XXH3_64bits(buf, len - 8), 8);
+    tfs_put_le32(buf + rec1 + 32, 0);
+    tfs_put_le64(buf + len - 8, XXH3_64bits(buf, len - 8));
     CHECK_RC(tfs_pack_index_parse(buf, len, true, &x), TFS_EFORMAT);
     CHECK(strstr(tfs_errdetail(), "name table") != NULL);
     tfs_free(buf);

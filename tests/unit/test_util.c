@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Common helpers: number and size parsing, percent-encoding, URIs, option
- * bags, capped buffers, the error space, the allocation hooks and the
- * positional read and write loops.
+ * Common helpers: number and size parsing, percent-encoding, byte and hex
+ * fields, URIs, option bags, capped buffers, the error space, the
+ * allocation hooks and the positional read and write loops.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +14,7 @@
 #include "tierfs/log.h"
 #include "tierfs/mem.h"
 #include "tierfs/store.h"
+#include "common/bytes.h"
 #include "common/util.h"
 
 TEST(sizes)
@@ -77,6 +78,30 @@ TEST(pct)
     CHECK_RC(tfs_pct_decode(bad1), TFS_EURI);
     CHECK_RC(tfs_pct_decode(bad2), TFS_EURI);
     CHECK_RC(tfs_pct_decode(nul), TFS_EURI);
+}
+
+TEST(bytes)
+{
+    uint8_t b[8];
+    const char *hex = "09afAF";
+
+    tfs_put_le16(b, 0x0102);
+    CHECK(b[0] == 0x02 && b[1] == 0x01);
+    tfs_put_le32(b, 0x01020304u);
+    CHECK(b[0] == 0x04 && b[3] == 0x01);
+    CHECK_EQ(tfs_get_le32(b), 0x01020304u);
+    tfs_put_le64(b, 0x0102030405060708ull);
+    CHECK(b[0] == 0x08 && b[7] == 0x01);
+    CHECK_EQ(tfs_get_le64(b), 0x0102030405060708ull);
+    CHECK_EQ(tfs_get_le16(b), 0x0708);
+    CHECK_EQ(tfs_get_le(b, 3), 0x060708);
+    for (int i = 0; i < 6; i++)
+        CHECK_EQ(tfs_hexval(hex[i]), "\x00\x09\x0a\x0f\x0a\x0f"[i]);
+    CHECK_EQ(tfs_hexval('g'), -1);
+    CHECK_EQ(tfs_hexval('/'), -1);
+    CHECK_EQ(tfs_hexval(-1), -1);
+    CHECK_EQ(tfs_hexval_lower('f'), 15);
+    CHECK_EQ(tfs_hexval_lower('F'), -1);
 }
 
 TEST(uris)
@@ -295,7 +320,7 @@ TEST(positional_io)
     CHECK_RC(tfs_pwrite_all(fd, out, 10, 0), -EBADF);
 }
 
-TESTS(T(sizes), T(numbers), T(pct), T(uris), T(option_bags),
+TESTS(T(sizes), T(numbers), T(pct), T(bytes), T(uris), T(option_bags),
       T(capped_buffer), T(errors), T(deadline), T(allocation_failures),
       T(positional_io));
 TEST_MAIN()
