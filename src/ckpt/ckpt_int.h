@@ -3,7 +3,6 @@
  * Internals of the checkpoint engine (not installed), one section per
  * file of src/ckpt/:
  *
- *   json.c         a small JSON parser (capped, arena-allocated) and writer
  *   safetensors.c  dtypes; safetensors header encode and decode
  *   index.c        the per-rank marker and model.safetensors.index.json
  *   box.c          copying boxes (hyper-rectangles) between tensors
@@ -24,6 +23,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "common/json.h"
 #include "common/pool.h"
 #include "common/util.h"
 #include "tierfs/ckpt.h"
@@ -42,75 +42,6 @@ static inline int tfs_ckpt_err_in(int rc, const char *what, const char *mid)
         return tfs_err(rc, "%s: %s: %s", what, mid, d);
     return tfs_err(rc, "%s: %s", what, d);
 }
-
-/* ---- json.c ---------------------------------------------------------- */
-
-enum tfs_ckpt_json_type {
-    TFS_JSON_NULL,
-    TFS_JSON_FALSE,
-    TFS_JSON_TRUE,
-    TFS_JSON_NUMBER,
-    TFS_JSON_STRING,
-    TFS_JSON_ARRAY,
-    TFS_JSON_OBJECT,
-};
-
-/* One value of a parsed document; every pointer points into its arena. */
-struct tfs_ckpt_json {
-    enum tfs_ckpt_json_type type;
-    const char *key;                    /* member name in an object */
-    size_t      key_len;                /* bytes, without the NUL */
-    const char *s;                      /* string (unescaped) or number
-                                           (as written), NUL-terminated */
-    size_t      len;                    /* bytes of s */
-    struct tfs_ckpt_json *child;        /* first element or member */
-    struct tfs_ckpt_json *next;         /* next sibling */
-    size_t      n;                      /* number of children */
-};
-
-struct tfs_ckpt_json_chunk;
-
-struct tfs_ckpt_json_doc {
-    struct tfs_ckpt_json       *root;
-    struct tfs_ckpt_json_chunk *chunks; /* the arena, owned */
-};
-
-struct tfs_ckpt_json_limits {
-    size_t   max_len;                   /* bytes of text */
-    unsigned max_depth;                 /* nesting of arrays and objects */
-    size_t   max_nodes;                 /* values in the document */
-};
-
-/*
- * Parse len bytes of text (no NUL needed) as one JSON value followed only
- * by whitespace.  Strings must be valid UTF-8 without NUL; duplicate
- * member names are refused.  lim NULL: 100 MB, depth 64, 16M values.
- * TFS_EFORMAT ("json: expected ',' or '}' at byte 42"), TFS_ETOOBIG,
- * -ENOMEM.  On failure out is left empty.
- */
-int tfs_ckpt_json_parse(const char *text, size_t len,
-                        const struct tfs_ckpt_json_limits *lim,
-                        struct tfs_ckpt_json_doc *out);
-void tfs_ckpt_json_cleanup(struct tfs_ckpt_json_doc *doc);
-
-/* Member key of object obj, or NULL (also when obj is not an object). */
-const struct tfs_ckpt_json *tfs_ckpt_json_get(const struct tfs_ckpt_json *obj,
-                                              const char *key);
-/* A number that is a whole value in range; TFS_EFORMAT otherwise. */
-int tfs_ckpt_json_u64(const struct tfs_ckpt_json *v, uint64_t *out);
-int tfs_ckpt_json_i64(const struct tfs_ckpt_json *v, int64_t *out);
-/* The string value, or NULL when v is missing or not a string. */
-const char *tfs_ckpt_json_str(const struct tfs_ckpt_json *v);
-
-/* Append s (len bytes) as a JSON string literal. */
-int tfs_ckpt_json_put_str(struct tfs_buf *b, const char *s, size_t len);
-/* Append v serialised compactly (numbers as written). */
-int tfs_ckpt_json_write(struct tfs_buf *b, const struct tfs_ckpt_json *v);
-/*
- * Parse text and append it re-serialised: a check that text is one JSON
- * value and a canonical copy of it.  Errors as parse.
- */
-int tfs_ckpt_json_copy(struct tfs_buf *b, const char *text, size_t len);
 
 /* ---- safetensors.c --------------------------------------------------- */
 
@@ -144,7 +75,7 @@ struct tfs_ckpt_st_tensor {
 };
 
 struct tfs_ckpt_st_header {
-    struct tfs_ckpt_json_doc   doc;
+    struct tfs_json_doc   doc;
     uint64_t                   header_len; /* N: JSON bytes */
     uint64_t                   data_len;   /* bytes after 8 + N */
     struct tfs_ckpt_st_tensor *v;          /* by begin offset, owned */

@@ -22,7 +22,7 @@
 
 #include "ckpt/ckpt_int.h"
 
-static const struct tfs_ckpt_json_limits index_limits = {
+static const struct tfs_json_limits index_limits = {
     .max_len = TFS_CKPT_JSON_MAX,
     .max_depth = 64,
     .max_nodes = 8u << 20,
@@ -42,14 +42,14 @@ static int ix_put_dims(struct tfs_buf *b, const char *key, int ndim,
     return rc;
 }
 
-static int ix_get_dims(const struct tfs_ckpt_json *a, int64_t *v, int *ndim)
+static int ix_get_dims(const struct tfs_json *a, int64_t *v, int *ndim)
 {
     int i = 0;
 
     if (a == NULL || a->type != TFS_JSON_ARRAY || a->n > TFS_CKPT_MAX_DIMS)
         return TFS_EFORMAT;
-    for (const struct tfs_ckpt_json *e = a->child; e; e = e->next) {
-        if (tfs_ckpt_json_i64(e, &v[i]) < 0 || v[i] < 0)
+    for (const struct tfs_json *e = a->child; e; e = e->next) {
+        if (tfs_json_i64(e, &v[i]) < 0 || v[i] < 0)
             return TFS_EFORMAT;
         i++;
     }
@@ -57,9 +57,9 @@ static int ix_get_dims(const struct tfs_ckpt_json *a, int64_t *v, int *ndim)
     return 0;
 }
 
-static int ix_get_hex(const struct tfs_ckpt_json *v, uint64_t *out)
+static int ix_get_hex(const struct tfs_json *v, uint64_t *out)
 {
-    const char *s = tfs_ckpt_json_str(v);
+    const char *s = tfs_json_str(v);
     char *end;
 
     if (s == NULL || v->len != 16 || strspn(s, "0123456789abcdef") != 16)
@@ -68,13 +68,13 @@ static int ix_get_hex(const struct tfs_ckpt_json *v, uint64_t *out)
     return 0;
 }
 
-static int ix_get_u64(const struct tfs_ckpt_json *obj, const char *key,
+static int ix_get_u64(const struct tfs_json *obj, const char *key,
                       uint64_t *out)
 {
-    return tfs_ckpt_json_u64(tfs_ckpt_json_get(obj, key), out);
+    return tfs_json_u64(tfs_json_get(obj, key), out);
 }
 
-static int ix_get_uint(const struct tfs_ckpt_json *obj, const char *key,
+static int ix_get_uint(const struct tfs_json *obj, const char *key,
                        unsigned *out)
 {
     uint64_t v;
@@ -86,11 +86,11 @@ static int ix_get_uint(const struct tfs_ckpt_json *obj, const char *key,
 }
 
 /* A string member copied into *out ("" when absent and optional). */
-static int ix_get_strdup(const struct tfs_ckpt_json *obj, const char *key,
+static int ix_get_strdup(const struct tfs_json *obj, const char *key,
                          bool optional, char **out)
 {
-    const struct tfs_ckpt_json *v = tfs_ckpt_json_get(obj, key);
-    const char *s = tfs_ckpt_json_str(v);
+    const struct tfs_json *v = tfs_json_get(obj, key);
+    const char *s = tfs_json_str(v);
 
     if (s == NULL && !(optional && v == NULL))
         return TFS_EFORMAT;
@@ -108,7 +108,7 @@ static int ix_put_file(struct tfs_buf *b, const struct tfs_ckpt_file_info *f)
                           f->data_xxh3, f->n_tensors);
 }
 
-static int ix_get_file(const struct tfs_ckpt_json *e,
+static int ix_get_file(const struct tfs_json *e,
                        struct tfs_ckpt_file_info *f)
 {
     uint64_t n;
@@ -116,8 +116,8 @@ static int ix_get_file(const struct tfs_ckpt_json *e,
     if (e->type != TFS_JSON_OBJECT ||
         ix_get_u64(e, "size", &f->size) < 0 ||
         ix_get_u64(e, "header_size", &f->header_size) < 0 ||
-        ix_get_hex(tfs_ckpt_json_get(e, "header_xxh3"), &f->header_xxh3) < 0 ||
-        ix_get_hex(tfs_ckpt_json_get(e, "data_xxh3"), &f->data_xxh3) < 0 ||
+        ix_get_hex(tfs_json_get(e, "header_xxh3"), &f->header_xxh3) < 0 ||
+        ix_get_hex(tfs_json_get(e, "data_xxh3"), &f->data_xxh3) < 0 ||
         ix_get_u64(e, "tensors", &n) < 0 || f->header_size > f->size)
         return TFS_EFORMAT;
     /* Readers allocate header_size bytes: cap it here, not there. */
@@ -151,11 +151,11 @@ static int mk_put_tensor(struct tfs_buf *b,
     int rc = tfs_buf_puts(b, "{\"name\":");
 
     if (rc == 0)
-        rc = tfs_ckpt_json_put_str(b, t->name, strlen(t->name));
+        rc = tfs_json_put_str(b, t->name, strlen(t->name));
     if (rc == 0)
         rc = tfs_buf_puts(b, ",\"file\":");
     if (rc == 0)
-        rc = tfs_ckpt_json_put_str(b, t->file, strlen(t->file));
+        rc = tfs_json_put_str(b, t->file, strlen(t->file));
     if (rc == 0)
         rc = tfs_buf_printf(b, ",\"dtype\":\"%s\"",
                             tfs_ckpt_dtype_name(t->dtype));
@@ -177,7 +177,7 @@ int tfs_ckpt_marker_write(struct tfs_buf *b, const struct tfs_ckpt_marker *m)
                             ",\"run_id\":", m->rank, m->world_size, m->step);
 
     if (rc == 0)
-        rc = tfs_ckpt_json_put_str(b, m->run_id, strlen(m->run_id));
+        rc = tfs_json_put_str(b, m->run_id, strlen(m->run_id));
     if (rc == 0 && m->attempt[0] != '\0')
         rc = tfs_buf_printf(b, ",\"attempt\":\"%s\"", m->attempt);
     if (rc == 0)
@@ -185,8 +185,8 @@ int tfs_ckpt_marker_write(struct tfs_buf *b, const struct tfs_ckpt_marker *m)
     for (size_t i = 0; i < m->n_files && rc == 0; i++) {
         rc = tfs_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
         if (rc == 0)
-            rc = tfs_ckpt_json_put_str(b, m->files[i].name,
-                                       strlen(m->files[i].name));
+            rc = tfs_json_put_str(b, m->files[i].name,
+                                  strlen(m->files[i].name));
         if (rc == 0)
             rc = tfs_buf_puts(b, ",");
         if (rc == 0)
@@ -209,16 +209,16 @@ int tfs_ckpt_marker_write(struct tfs_buf *b, const struct tfs_ckpt_marker *m)
     return rc;
 }
 
-static int mk_get_tensor(const struct tfs_ckpt_json *e,
+static int mk_get_tensor(const struct tfs_json *e,
                          struct tfs_ckpt_tensor_info *t)
 {
-    const struct tfs_ckpt_json *dt = tfs_ckpt_json_get(e, "dtype");
-    const struct tfs_ckpt_json *off = tfs_ckpt_json_get(e, "offsets");
+    const struct tfs_json *dt = tfs_json_get(e, "dtype");
+    const struct tfs_json *off = tfs_json_get(e, "offsets");
     uint64_t nelem = 0;
     int n = -1;
     int rc;
 
-    if (e->type != TFS_JSON_OBJECT || tfs_ckpt_json_str(dt) == NULL)
+    if (e->type != TFS_JSON_OBJECT || tfs_json_str(dt) == NULL)
         return TFS_EFORMAT;
     rc = ix_get_strdup(e, "name", false, &t->name);
     if (rc == 0)
@@ -227,7 +227,7 @@ static int mk_get_tensor(const struct tfs_ckpt_json *e,
         return rc;
     t->dtype = tfs_ckpt_dtype_find(dt->s, dt->len);
     if (t->dtype < 0 ||
-        ix_get_dims(tfs_ckpt_json_get(e, "shape"), t->shape, &t->ndim) < 0 ||
+        ix_get_dims(tfs_json_get(e, "shape"), t->shape, &t->ndim) < 0 ||
         !ix_is_file_name(t->file) ||
         tfs_ckpt_tensor_size(t->dtype, t->ndim, t->shape, &nelem,
                              &t->nbytes) < 0)
@@ -238,7 +238,7 @@ static int mk_get_tensor(const struct tfs_ckpt_json *e,
     }
     t->sliced = true;
     if (ix_get_dims(off, t->offsets, &n) < 0 || n != t->ndim ||
-        ix_get_dims(tfs_ckpt_json_get(e, "full_shape"), t->full_shape,
+        ix_get_dims(tfs_json_get(e, "full_shape"), t->full_shape,
                     &n) < 0 || n != t->ndim)
         return TFS_EFORMAT;
     for (int d = 0; d < n; d++) {
@@ -248,7 +248,7 @@ static int mk_get_tensor(const struct tfs_ckpt_json *e,
     return 0;
 }
 
-static int mk_get_files(const struct tfs_ckpt_json *a,
+static int mk_get_files(const struct tfs_json *a,
                         struct tfs_ckpt_file_info **out, size_t *n,
                         unsigned rank)
 {
@@ -259,7 +259,7 @@ static int mk_get_files(const struct tfs_ckpt_json *a,
     *out = tfs_calloc(a->n, sizeof(**out));
     if (*out == NULL)
         return -ENOMEM;
-    for (const struct tfs_ckpt_json *e = a->child; e && rc == 0; e = e->next) {
+    for (const struct tfs_json *e = a->child; e && rc == 0; e = e->next) {
         struct tfs_ckpt_file_info *f = &(*out)[(*n)++];
 
         f->rank = rank;
@@ -272,7 +272,7 @@ static int mk_get_files(const struct tfs_ckpt_json *a,
     return rc;
 }
 
-static int mk_get_tensors(const struct tfs_ckpt_json *a,
+static int mk_get_tensors(const struct tfs_json *a,
                           struct tfs_ckpt_marker *m)
 {
     int rc = 0;
@@ -282,16 +282,16 @@ static int mk_get_tensors(const struct tfs_ckpt_json *a,
     m->tensors = tfs_calloc(a->n, sizeof(*m->tensors));
     if (m->tensors == NULL)
         return -ENOMEM;
-    for (const struct tfs_ckpt_json *e = a->child; e && rc == 0; e = e->next)
+    for (const struct tfs_json *e = a->child; e && rc == 0; e = e->next)
         rc = mk_get_tensor(e, &m->tensors[m->n_tensors++]);
     return rc;
 }
 
 /* The optional attempt nonce: up to 16 hex digits. */
-static int mk_get_attempt(const struct tfs_ckpt_json *v,
+static int mk_get_attempt(const struct tfs_json *v,
                           struct tfs_ckpt_marker *m)
 {
-    const char *s = tfs_ckpt_json_str(v);
+    const char *s = tfs_json_str(v);
 
     if (v == NULL)
         return 0;
@@ -302,14 +302,14 @@ static int mk_get_attempt(const struct tfs_ckpt_json *v,
     return 0;
 }
 
-static int mk_get(const struct tfs_ckpt_json *root, struct tfs_ckpt_marker *m)
+static int mk_get(const struct tfs_json *root, struct tfs_ckpt_marker *m)
 {
-    const struct tfs_ckpt_json *extra = tfs_ckpt_json_get(root, "extra");
+    const struct tfs_json *extra = tfs_json_get(root, "extra");
     struct tfs_buf b;
     int rc;
 
     if (root->type != TFS_JSON_OBJECT ||
-        tfs_ckpt_json_get(root, "tierfs_marker") == NULL ||
+        tfs_json_get(root, "tierfs_marker") == NULL ||
         ix_get_uint(root, "rank", &m->rank) < 0 ||
         ix_get_uint(root, "world_size", &m->world_size) < 0 ||
         ix_get_u64(root, "step", &m->step) < 0 ||
@@ -317,16 +317,16 @@ static int mk_get(const struct tfs_ckpt_json *root, struct tfs_ckpt_marker *m)
         return TFS_EFORMAT;
     rc = ix_get_strdup(root, "run_id", true, &m->run_id);
     if (rc == 0)
-        rc = mk_get_attempt(tfs_ckpt_json_get(root, "attempt"), m);
+        rc = mk_get_attempt(tfs_json_get(root, "attempt"), m);
     if (rc == 0)
-        rc = mk_get_files(tfs_ckpt_json_get(root, "files"), &m->files,
+        rc = mk_get_files(tfs_json_get(root, "files"), &m->files,
                           &m->n_files, m->rank);
     if (rc == 0)
-        rc = mk_get_tensors(tfs_ckpt_json_get(root, "tensors"), m);
+        rc = mk_get_tensors(tfs_json_get(root, "tensors"), m);
     if (rc < 0 || extra == NULL)
         return rc;
     tfs_buf_init(&b, TFS_CKPT_JSON_MAX);
-    rc = tfs_ckpt_json_write(&b, extra);
+    rc = tfs_json_write(&b, extra);
     if (rc == 0)
         m->extra = tfs_buf_steal(&b);
     tfs_buf_cleanup(&b);
@@ -336,17 +336,17 @@ static int mk_get(const struct tfs_ckpt_json *root, struct tfs_ckpt_marker *m)
 int tfs_ckpt_marker_parse(const char *text, size_t len, const char *what,
                           struct tfs_ckpt_marker *out)
 {
-    struct tfs_ckpt_json_doc doc;
+    struct tfs_json_doc doc;
     int rc;
 
     memset(out, 0, sizeof(*out));
-    rc = tfs_ckpt_json_parse(text, len, &index_limits, &doc);
+    rc = tfs_json_parse(text, len, &index_limits, &doc);
     if (rc == TFS_EFORMAT || rc == TFS_ETOOBIG)
         return tfs_ckpt_err_in(TFS_EFORMAT, what, NULL);
     if (rc < 0)
         return rc;
     rc = mk_get(doc.root, out);
-    tfs_ckpt_json_cleanup(&doc);
+    tfs_json_cleanup(&doc);
     if (rc == TFS_EFORMAT)
         rc = tfs_err(TFS_EFORMAT, "%s: not a valid marker", what);
     if (rc < 0)
@@ -740,13 +740,13 @@ static int ix_put_weight_map(struct tfs_buf *b, const struct tfs_ckpt_index *ix)
         if (i > 0)
             rc = tfs_buf_puts(b, ",");
         if (rc == 0)
-            rc = tfs_ckpt_json_put_str(b, ix->wm_names[i],
-                                       strlen(ix->wm_names[i]));
+            rc = tfs_json_put_str(b, ix->wm_names[i],
+                                  strlen(ix->wm_names[i]));
         if (rc == 0)
             rc = tfs_buf_puts(b, ":");
         if (rc == 0)
-            rc = tfs_ckpt_json_put_str(b, ix->wm_files[i],
-                                       strlen(ix->wm_files[i]));
+            rc = tfs_json_put_str(b, ix->wm_files[i],
+                                  strlen(ix->wm_files[i]));
     }
     if (rc == 0)
         rc = tfs_buf_puts(b, "}");
@@ -761,14 +761,14 @@ static int ix_put_tierfs(struct tfs_buf *b, const struct tfs_ckpt_index *ix)
                             ix->created_ns);
 
     if (rc == 0)
-        rc = tfs_ckpt_json_put_str(b, ix->run_id, strlen(ix->run_id));
+        rc = tfs_json_put_str(b, ix->run_id, strlen(ix->run_id));
     if (rc == 0)
         rc = tfs_buf_puts(b, ",\"files\":{");
     for (size_t i = 0; i < ix->n_files && rc == 0; i++) {
         rc = tfs_buf_puts(b, i ? "," : "");
         if (rc == 0)
-            rc = tfs_ckpt_json_put_str(b, ix->files[i].name,
-                                       strlen(ix->files[i].name));
+            rc = tfs_json_put_str(b, ix->files[i].name,
+                                  strlen(ix->files[i].name));
         if (rc == 0)
             rc = tfs_buf_printf(b, ":{\"rank\":%u,", ix->files[i].rank);
         if (rc == 0)
@@ -779,8 +779,8 @@ static int ix_put_tierfs(struct tfs_buf *b, const struct tfs_ckpt_index *ix)
     for (size_t i = 0; i < ix->n_sharded && rc == 0; i++) {
         rc = tfs_buf_puts(b, i ? "," : "");
         if (rc == 0)
-            rc = tfs_ckpt_json_put_str(b, ix->sharded[i].name,
-                                       strlen(ix->sharded[i].name));
+            rc = tfs_json_put_str(b, ix->sharded[i].name,
+                                  strlen(ix->sharded[i].name));
         if (rc == 0)
             rc = tfs_buf_printf(b, ":{\"dtype\":\"%s\"",
                                 tfs_ckpt_dtype_name(ix->sharded[i].dtype));
@@ -811,7 +811,7 @@ int tfs_ckpt_index_write(struct tfs_buf *b, const struct tfs_ckpt_index *ix)
     return rc;
 }
 
-static int ix_get_weight_map(const struct tfs_ckpt_json *wm,
+static int ix_get_weight_map(const struct tfs_json *wm,
                              struct tfs_ckpt_index *ix)
 {
     if (wm == NULL || wm->type != TFS_JSON_OBJECT)
@@ -820,7 +820,7 @@ static int ix_get_weight_map(const struct tfs_ckpt_json *wm,
     ix->wm_files = tfs_calloc(wm->n + 1, sizeof(char *));
     if (ix->wm_names == NULL || ix->wm_files == NULL)
         return -ENOMEM;
-    for (const struct tfs_ckpt_json *e = wm->child; e; e = e->next) {
+    for (const struct tfs_json *e = wm->child; e; e = e->next) {
         if (e->type != TFS_JSON_STRING)
             return TFS_EFORMAT;
         ix->wm_names[ix->n_wm] = tfs_strdup(e->key);
@@ -833,7 +833,7 @@ static int ix_get_weight_map(const struct tfs_ckpt_json *wm,
     return 0;
 }
 
-static int ix_get_files(const struct tfs_ckpt_json *files,
+static int ix_get_files(const struct tfs_json *files,
                         struct tfs_ckpt_index *ix)
 {
     if (files == NULL || files->type != TFS_JSON_OBJECT)
@@ -841,7 +841,7 @@ static int ix_get_files(const struct tfs_ckpt_json *files,
     ix->files = tfs_calloc(files->n + 1, sizeof(*ix->files));
     if (ix->files == NULL)
         return -ENOMEM;
-    for (const struct tfs_ckpt_json *e = files->child; e; e = e->next) {
+    for (const struct tfs_json *e = files->child; e; e = e->next) {
         struct tfs_ckpt_file_info *f = &ix->files[ix->n_files];
 
         f->name = tfs_strdup(e->key);
@@ -856,7 +856,7 @@ static int ix_get_files(const struct tfs_ckpt_json *files,
     return 0;
 }
 
-static int ix_get_sharded(const struct tfs_ckpt_json *sh,
+static int ix_get_sharded(const struct tfs_json *sh,
                           struct tfs_ckpt_index *ix)
 {
     if (sh == NULL || sh->type != TFS_JSON_OBJECT)
@@ -864,26 +864,26 @@ static int ix_get_sharded(const struct tfs_ckpt_json *sh,
     ix->sharded = tfs_calloc(sh->n + 1, sizeof(*ix->sharded));
     if (ix->sharded == NULL)
         return -ENOMEM;
-    for (const struct tfs_ckpt_json *e = sh->child; e; e = e->next) {
+    for (const struct tfs_json *e = sh->child; e; e = e->next) {
         struct tfs_ckpt_sharded *s = &ix->sharded[ix->n_sharded];
-        const struct tfs_ckpt_json *dt = tfs_ckpt_json_get(e, "dtype");
+        const struct tfs_json *dt = tfs_json_get(e, "dtype");
 
         s->name = tfs_strdup(e->key);
         if (s->name == NULL)
             return -ENOMEM;
         ix->n_sharded++;
-        if (tfs_ckpt_json_str(dt) == NULL)
+        if (tfs_json_str(dt) == NULL)
             return TFS_EFORMAT;
         s->dtype = tfs_ckpt_dtype_find(dt->s, dt->len);
         if (s->dtype < 0 ||
-            ix_get_dims(tfs_ckpt_json_get(e, "shape"), s->shape,
+            ix_get_dims(tfs_json_get(e, "shape"), s->shape,
                         &s->ndim) < 0)
             return TFS_EFORMAT;
     }
     return 0;
 }
 
-static int ix_get_extra(const struct tfs_ckpt_json *a,
+static int ix_get_extra(const struct tfs_json *a,
                         struct tfs_ckpt_index *ix)
 {
     unsigned r = 0;
@@ -893,12 +893,12 @@ static int ix_get_extra(const struct tfs_ckpt_json *a,
     ix->extra = tfs_calloc(ix->world_size, sizeof(char *));
     if (ix->extra == NULL)
         return -ENOMEM;
-    for (const struct tfs_ckpt_json *e = a->child; e; e = e->next) {
+    for (const struct tfs_json *e = a->child; e; e = e->next) {
         struct tfs_buf b;
         int rc;
 
         tfs_buf_init(&b, TFS_CKPT_JSON_MAX);
-        rc = tfs_ckpt_json_write(&b, e);
+        rc = tfs_json_write(&b, e);
         ix->extra[r] = rc == 0 ? tfs_buf_steal(&b) : NULL;
         tfs_buf_cleanup(&b);
         if (ix->extra[r++] == NULL)
@@ -907,29 +907,29 @@ static int ix_get_extra(const struct tfs_ckpt_json *a,
     return 0;
 }
 
-static int ix_get(const struct tfs_ckpt_json *root, struct tfs_ckpt_index *ix)
+static int ix_get(const struct tfs_json *root, struct tfs_ckpt_index *ix)
 {
-    const struct tfs_ckpt_json *t = tfs_ckpt_json_get(root, "tierfs");
-    const struct tfs_ckpt_json *c = tfs_ckpt_json_get(t, "created_ns");
+    const struct tfs_json *t = tfs_json_get(root, "tierfs");
+    const struct tfs_json *c = tfs_json_get(t, "created_ns");
     int rc;
 
     if (root->type != TFS_JSON_OBJECT || t == NULL ||
-        ix_get_u64(tfs_ckpt_json_get(root, "metadata"), "total_size",
+        ix_get_u64(tfs_json_get(root, "metadata"), "total_size",
                    &ix->total_size) < 0 ||
         ix_get_u64(t, "step", &ix->step) < 0 ||
         ix_get_uint(t, "world_size", &ix->world_size) < 0 ||
         ix->world_size == 0 || ix->world_size > (1u << 20) ||
-        (c != NULL && tfs_ckpt_json_i64(c, &ix->created_ns) < 0))
+        (c != NULL && tfs_json_i64(c, &ix->created_ns) < 0))
         return TFS_EFORMAT;
     rc = ix_get_strdup(t, "run_id", true, &ix->run_id);
     if (rc == 0)
-        rc = ix_get_weight_map(tfs_ckpt_json_get(root, "weight_map"), ix);
+        rc = ix_get_weight_map(tfs_json_get(root, "weight_map"), ix);
     if (rc == 0)
-        rc = ix_get_files(tfs_ckpt_json_get(t, "files"), ix);
+        rc = ix_get_files(tfs_json_get(t, "files"), ix);
     if (rc == 0)
-        rc = ix_get_sharded(tfs_ckpt_json_get(t, "sharded"), ix);
+        rc = ix_get_sharded(tfs_json_get(t, "sharded"), ix);
     if (rc == 0)
-        rc = ix_get_extra(tfs_ckpt_json_get(t, "extra"), ix);
+        rc = ix_get_extra(tfs_json_get(t, "extra"), ix);
     for (size_t i = 0; i < ix->n_wm && rc == 0; i++) {
         if (tfs_ckpt_index_file(ix, ix->wm_files[i]) == NULL)
             return tfs_err(TFS_EFORMAT, "weight_map names '%s' for '%s', "
@@ -942,18 +942,18 @@ static int ix_get(const struct tfs_ckpt_json *root, struct tfs_ckpt_index *ix)
 int tfs_ckpt_index_parse(const char *text, size_t len, const char *what,
                          struct tfs_ckpt_index *out)
 {
-    struct tfs_ckpt_json_doc doc;
+    struct tfs_json_doc doc;
     int rc;
 
     memset(out, 0, sizeof(*out));
-    rc = tfs_ckpt_json_parse(text, len, &index_limits, &doc);
+    rc = tfs_json_parse(text, len, &index_limits, &doc);
     if (rc == TFS_EFORMAT || rc == TFS_ETOOBIG)
         return tfs_ckpt_err_in(TFS_EFORMAT, what, NULL);
     if (rc < 0)
         return rc;
     tfs_errdetail_clear();
     rc = ix_get(doc.root, out);
-    tfs_ckpt_json_cleanup(&doc);
+    tfs_json_cleanup(&doc);
     if (rc == TFS_EFORMAT && tfs_errdetail()[0] == '\0')
         rc = tfs_err(TFS_EFORMAT, "%s: not a tierfs checkpoint index", what);
     else if (rc == TFS_EFORMAT)

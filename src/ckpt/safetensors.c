@@ -108,14 +108,14 @@ int tfs_ckpt_st_header_len(const unsigned char b[8], uint64_t file_size,
 }
 
 /* An array of at most TFS_CKPT_MAX_DIMS whole numbers >= 0 into out. */
-static int st_dims(const struct tfs_ckpt_json *a, int64_t *out, int *ndim)
+static int st_dims(const struct tfs_json *a, int64_t *out, int *ndim)
 {
     int i = 0;
 
     if (a == NULL || a->type != TFS_JSON_ARRAY || a->n > TFS_CKPT_MAX_DIMS)
         return TFS_EFORMAT;
-    for (const struct tfs_ckpt_json *e = a->child; e; e = e->next) {
-        if (tfs_ckpt_json_i64(e, &out[i]) < 0 || out[i] < 0)
+    for (const struct tfs_json *e = a->child; e; e = e->next) {
+        if (tfs_json_i64(e, &out[i]) < 0 || out[i] < 0)
             return TFS_EFORMAT;
         i++;
     }
@@ -124,11 +124,11 @@ static int st_dims(const struct tfs_ckpt_json *a, int64_t *out, int *ndim)
 }
 
 /* One tensor entry {"dtype", "shape", "data_offsets"}. */
-static int st_tensor(const struct tfs_ckpt_json *e, const char *what,
+static int st_tensor(const struct tfs_json *e, const char *what,
                      struct tfs_ckpt_st_tensor *t)
 {
-    const struct tfs_ckpt_json *dt = tfs_ckpt_json_get(e, "dtype");
-    const struct tfs_ckpt_json *off = tfs_ckpt_json_get(e, "data_offsets");
+    const struct tfs_json *dt = tfs_json_get(e, "dtype");
+    const struct tfs_json *off = tfs_json_get(e, "data_offsets");
     uint64_t nelem = 0;
     uint64_t nbytes = 0;
 
@@ -136,19 +136,19 @@ static int st_tensor(const struct tfs_ckpt_json *e, const char *what,
     if (e->type != TFS_JSON_OBJECT)
         return tfs_err(TFS_EFORMAT, "%s: tensor '%s' is not an object",
                        what, t->name);
-    if (tfs_ckpt_json_str(dt) == NULL)
+    if (tfs_json_str(dt) == NULL)
         return tfs_err(TFS_EFORMAT, "%s: tensor '%s' has no dtype", what,
                        t->name);
     t->dtype = tfs_ckpt_dtype_find(dt->s, dt->len);
     if (t->dtype < 0)
         return tfs_err(TFS_EFORMAT, "%s: tensor '%s': unknown dtype '%.40s'",
                        what, t->name, dt->s);
-    if (st_dims(tfs_ckpt_json_get(e, "shape"), t->shape, &t->ndim) < 0)
+    if (st_dims(tfs_json_get(e, "shape"), t->shape, &t->ndim) < 0)
         return tfs_err(TFS_EFORMAT, "%s: tensor '%s': bad shape", what,
                        t->name);
     if (off == NULL || off->type != TFS_JSON_ARRAY || off->n != 2 ||
-        tfs_ckpt_json_u64(off->child, &t->begin) < 0 ||
-        tfs_ckpt_json_u64(off->child->next, &t->end) < 0 ||
+        tfs_json_u64(off->child, &t->begin) < 0 ||
+        tfs_json_u64(off->child->next, &t->end) < 0 ||
         t->end < t->begin)
         return tfs_err(TFS_EFORMAT, "%s: tensor '%s': bad data_offsets",
                        what, t->name);
@@ -239,11 +239,11 @@ static int st_check_tiling(struct tfs_ckpt_st_header *h, uint64_t file_size,
 
 /* TIERFS_CHECKSUMS: {name: "xxh3:<16 hex>"} */
 static int st_checksums(const struct st_names *nm,
-                        const struct tfs_ckpt_json *m, const char *what)
+                        const struct tfs_json *m, const char *what)
 {
-    for (const struct tfs_ckpt_json *e = m->child; e; e = e->next) {
+    for (const struct tfs_json *e = m->child; e; e = e->next) {
         struct tfs_ckpt_st_tensor *t = st_find(nm, e->key);
-        const char *s = tfs_ckpt_json_str(e);
+        const char *s = tfs_json_str(e);
         char *end;
 
         if (t == NULL)
@@ -261,16 +261,16 @@ static int st_checksums(const struct st_names *nm,
 
 /* DCP_SHARDING_INFO: {name: {"saved_offsets": [...]}} */
 static int st_sharding(const struct st_names *nm,
-                       const struct tfs_ckpt_json *m, const char *what)
+                       const struct tfs_json *m, const char *what)
 {
-    for (const struct tfs_ckpt_json *e = m->child; e; e = e->next) {
+    for (const struct tfs_json *e = m->child; e; e = e->next) {
         struct tfs_ckpt_st_tensor *t = st_find(nm, e->key);
         int ndim = -1;
 
         if (t == NULL)
             return tfs_err(TFS_EFORMAT, "%s: sharding info for unknown "
                            "tensor '%.100s'", what, e->key);
-        if (st_dims(tfs_ckpt_json_get(e, "saved_offsets"), t->offsets,
+        if (st_dims(tfs_json_get(e, "saved_offsets"), t->offsets,
                     &ndim) < 0 || ndim != t->ndim)
             return tfs_err(TFS_EFORMAT, "%s: tensor '%s': bad saved_offsets",
                            what, t->name);
@@ -281,16 +281,16 @@ static int st_sharding(const struct st_names *nm,
 
 /* A metadata value that is itself a JSON object, in a string. */
 static int st_nested(const struct st_names *nm,
-                     const struct tfs_ckpt_json *meta, const char *key,
+                     const struct tfs_json *meta, const char *key,
                      const char *what)
 {
-    const char *s = tfs_ckpt_json_str(tfs_ckpt_json_get(meta, key));
-    struct tfs_ckpt_json_doc doc;
+    const char *s = tfs_json_str(tfs_json_get(meta, key));
+    struct tfs_json_doc doc;
     int rc;
 
     if (s == NULL)
         return 0;
-    rc = tfs_ckpt_json_parse(s, strlen(s), NULL, &doc);
+    rc = tfs_json_parse(s, strlen(s), NULL, &doc);
     if (rc == TFS_EFORMAT || rc == TFS_ETOOBIG)
         return tfs_ckpt_err_in(TFS_EFORMAT, what, key);
     if (rc < 0)
@@ -302,12 +302,12 @@ static int st_nested(const struct st_names *nm,
         rc = st_checksums(nm, doc.root, what);
     else
         rc = st_sharding(nm, doc.root, what);
-    tfs_ckpt_json_cleanup(&doc);
+    tfs_json_cleanup(&doc);
     return rc;
 }
 
 static int st_metadata(struct tfs_ckpt_st_header *h,
-                       const struct tfs_ckpt_json *meta, const char *what)
+                       const struct tfs_json *meta, const char *what)
 {
     struct st_names nm = {.n = h->n};
     int rc;
@@ -315,12 +315,12 @@ static int st_metadata(struct tfs_ckpt_st_header *h,
     if (meta->type != TFS_JSON_OBJECT)
         return tfs_err(TFS_EFORMAT, "%s: __metadata__ is not an object",
                        what);
-    for (const struct tfs_ckpt_json *e = meta->child; e; e = e->next) {
+    for (const struct tfs_json *e = meta->child; e; e = e->next) {
         if (e->type != TFS_JSON_STRING)
             return tfs_err(TFS_EFORMAT, "%s: __metadata__ value '%.100s' "
                            "is not a string", what, e->key);
     }
-    h->format = tfs_ckpt_json_str(tfs_ckpt_json_get(meta, "format"));
+    h->format = tfs_json_str(tfs_json_get(meta, "format"));
     nm.v = tfs_malloc(h->n * sizeof(*nm.v));
     if (nm.v == NULL)
         return -ENOMEM;
@@ -337,8 +337,8 @@ static int st_metadata(struct tfs_ckpt_st_header *h,
 static int st_decode_doc(struct tfs_ckpt_st_header *h, uint64_t file_size,
                          const char *what)
 {
-    const struct tfs_ckpt_json *root = h->doc.root;
-    const struct tfs_ckpt_json *meta = NULL;
+    const struct tfs_json *root = h->doc.root;
+    const struct tfs_json *meta = NULL;
     size_t i = 0;
     int rc;
 
@@ -347,7 +347,7 @@ static int st_decode_doc(struct tfs_ckpt_st_header *h, uint64_t file_size,
     h->v = tfs_calloc(root->n, sizeof(*h->v));
     if (h->v == NULL)
         return -ENOMEM;
-    for (const struct tfs_ckpt_json *e = root->child; e; e = e->next) {
+    for (const struct tfs_json *e = root->child; e; e = e->next) {
         if (strcmp(e->key, "__metadata__") == 0) {
             meta = e;
             continue;
@@ -374,7 +374,7 @@ int tfs_ckpt_st_decode(const char *json, size_t n, uint64_t file_size,
     if (n == 0 || json[0] != '{')
         return tfs_err(TFS_EFORMAT, "%s: header does not start with '{'",
                        what);
-    rc = tfs_ckpt_json_parse(json, n, NULL, &out->doc);
+    rc = tfs_json_parse(json, n, NULL, &out->doc);
     if (rc == TFS_EFORMAT || rc == TFS_ETOOBIG)
         return tfs_ckpt_err_in(TFS_EFORMAT, what, "bad header");
     if (rc == 0)
@@ -386,7 +386,7 @@ int tfs_ckpt_st_decode(const char *json, size_t n, uint64_t file_size,
 
 void tfs_ckpt_st_cleanup(struct tfs_ckpt_st_header *h)
 {
-    tfs_ckpt_json_cleanup(&h->doc);
+    tfs_json_cleanup(&h->doc);
     tfs_free(h->v);
     h->v = NULL;
     h->n = 0;
@@ -419,7 +419,7 @@ static int st_inner(struct tfs_buf *in, const struct tfs_ckpt_st_entry *v,
             rc = tfs_buf_puts(in, ",");
         first = false;
         if (rc == 0)
-            rc = tfs_ckpt_json_put_str(in, v[i].name, strlen(v[i].name));
+            rc = tfs_json_put_str(in, v[i].name, strlen(v[i].name));
         if (rc == 0 && sharding) {
             rc = tfs_buf_puts(in, ":{\"saved_offsets\":");
             if (rc == 0)
@@ -451,7 +451,7 @@ static int st_put_meta(struct tfs_buf *b, const struct tfs_ckpt_st_entry *v,
     if (rc == 0)
         rc = st_inner(&in, v, n, false);
     if (rc == 0)
-        rc = tfs_ckpt_json_put_str(b, in.p, in.len);
+        rc = tfs_json_put_str(b, in.p, in.len);
     if (rc == 0 && sliced) {
         tfs_buf_reset(&in);
         rc = st_inner(&in, v, n, true);
@@ -459,7 +459,7 @@ static int st_put_meta(struct tfs_buf *b, const struct tfs_ckpt_st_entry *v,
             rc = tfs_buf_puts(b, ",\"DCP_VERSION\":\"1.0\",\""
                               TFS_CKPT_SHARDING_KEY "\":");
         if (rc == 0)
-            rc = tfs_ckpt_json_put_str(b, in.p, in.len);
+            rc = tfs_json_put_str(b, in.p, in.len);
     }
     if (rc == 0)
         rc = tfs_buf_puts(b, "}");
@@ -472,7 +472,7 @@ static int st_put_tensor(struct tfs_buf *b, const struct tfs_ckpt_st_entry *e)
     int rc = tfs_buf_puts(b, ",");
 
     if (rc == 0)
-        rc = tfs_ckpt_json_put_str(b, e->name, strlen(e->name));
+        rc = tfs_json_put_str(b, e->name, strlen(e->name));
     if (rc == 0)
         rc = tfs_buf_printf(b, ":{\"dtype\":\"%s\",\"shape\":",
                             tfs_ckpt_dtype_name(e->dtype));

@@ -207,7 +207,7 @@ int tfs_ckpt_writer_set_extra(struct tfs_ckpt_writer *w, const char *json)
     if (rc < 0)
         return rc;
     tfs_buf_init(&b, TFS_CKPT_JSON_MAX / 2);
-    rc = tfs_ckpt_json_copy(&b, json, strlen(json));
+    rc = tfs_json_copy(&b, json, strlen(json));
     if (rc == TFS_ETOOBIG || rc == TFS_EFORMAT)
         rc = tfs_ckpt_err_in(TFS_EFORMAT, "extra document", NULL);
     if (rc == 0) {

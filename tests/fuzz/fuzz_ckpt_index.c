@@ -17,21 +17,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static void check_json(const char *s, size_t len)
 {
-    struct tfs_ckpt_json_doc doc;
+    struct tfs_json_doc doc;
     struct tfs_buf a;
     struct tfs_buf b;
 
-    if (tfs_ckpt_json_parse(s, len, NULL, &doc) != 0)
+    if (tfs_json_parse(s, len, NULL, &doc) != 0)
         return;
     tfs_buf_init(&a, 0);
     tfs_buf_init(&b, 0);
-    if (tfs_ckpt_json_write(&a, doc.root) != 0 ||
-        tfs_ckpt_json_copy(&b, tfs_buf_str(&a), a.len) != 0 ||
+    if (tfs_json_write(&a, doc.root) != 0 ||
+        tfs_json_copy(&b, tfs_buf_str(&a), a.len) != 0 ||
         a.len != b.len || memcmp(tfs_buf_str(&a), tfs_buf_str(&b), a.len))
         abort();
     tfs_buf_cleanup(&a);
     tfs_buf_cleanup(&b);
-    tfs_ckpt_json_cleanup(&doc);
+    tfs_json_cleanup(&doc);
 }
 
 static void check_index(const char *s, size_t len)

@@ -12,29 +12,29 @@
 #include "ckpt/ckpt_int.h"
 #include "test.h"
 
-static int parse(const char *s, struct tfs_ckpt_json_doc *doc)
+static int parse(const char *s, struct tfs_json_doc *doc)
 {
-    return tfs_ckpt_json_parse(s, strlen(s), NULL, doc);
+    return tfs_json_parse(s, strlen(s), NULL, doc);
 }
 
 /* Parse s and write it back; the result must equal want. */
 static void roundtrip(const char *s, const char *want)
 {
-    struct tfs_ckpt_json_doc doc;
+    struct tfs_json_doc doc;
     struct tfs_buf b;
 
     tfs_buf_init(&b, 0);
     CHECK_OK(parse(s, &doc));
-    CHECK_OK(tfs_ckpt_json_write(&b, doc.root));
+    CHECK_OK(tfs_json_write(&b, doc.root));
     CHECK_STR(tfs_buf_str(&b), want);
-    tfs_ckpt_json_cleanup(&doc);
+    tfs_json_cleanup(&doc);
     tfs_buf_cleanup(&b);
 }
 
 TEST(json_values)
 {
-    struct tfs_ckpt_json_doc doc;
-    const struct tfs_ckpt_json *v;
+    struct tfs_json_doc doc;
+    const struct tfs_json *v;
     uint64_t u;
     int64_t i;
 
@@ -44,22 +44,22 @@ TEST(json_values)
                    "\"neg\": -9223372036854775808}\n", &doc));
     CHECK_EQ(doc.root->type, TFS_JSON_OBJECT);
     CHECK_EQ(doc.root->n, 4);
-    v = tfs_ckpt_json_get(doc.root, "a");
+    v = tfs_json_get(doc.root, "a");
     CHECK(v != NULL && v->type == TFS_JSON_ARRAY && v->n == 6);
-    CHECK_OK(tfs_ckpt_json_u64(v->child, &u));
+    CHECK_OK(tfs_json_u64(v->child, &u));
     CHECK_EQ(u, 1);
-    CHECK_RC(tfs_ckpt_json_u64(v->child->next, &u), TFS_EFORMAT);
-    CHECK_OK(tfs_ckpt_json_i64(v->child->next, &i));
+    CHECK_RC(tfs_json_u64(v->child->next, &u), TFS_EFORMAT);
+    CHECK_OK(tfs_json_i64(v->child->next, &i));
     CHECK_EQ(i, -2);
-    CHECK_RC(tfs_ckpt_json_u64(v->child->next->next, &u), TFS_EFORMAT);
-    CHECK_STR(tfs_ckpt_json_str(tfs_ckpt_json_get(doc.root, "s")),
+    CHECK_RC(tfs_json_u64(v->child->next->next, &u), TFS_EFORMAT);
+    CHECK_STR(tfs_json_str(tfs_json_get(doc.root, "s")),
               "x\"\\/\b\f\n\r\t\xc3\xa9\xf0\x9f\x98\x80");
-    CHECK_OK(tfs_ckpt_json_u64(tfs_ckpt_json_get(doc.root, "big"), &u));
+    CHECK_OK(tfs_json_u64(tfs_json_get(doc.root, "big"), &u));
     CHECK(u == UINT64_MAX);
-    CHECK_OK(tfs_ckpt_json_i64(tfs_ckpt_json_get(doc.root, "neg"), &i));
+    CHECK_OK(tfs_json_i64(tfs_json_get(doc.root, "neg"), &i));
     CHECK(i == INT64_MIN);
-    CHECK(tfs_ckpt_json_get(doc.root, "nope") == NULL);
-    tfs_ckpt_json_cleanup(&doc);
+    CHECK(tfs_json_get(doc.root, "nope") == NULL);
+    tfs_json_cleanup(&doc);
     roundtrip("{ \"k\" : [ 1.50 , \"\\u0001\" , {} , [] ] }",
               "{\"k\":[1.50,\"\\u0001\",{},[]]}");
     roundtrip("\"caf\xc3\xa9\"", "\"caf\xc3\xa9\"");
@@ -74,8 +74,8 @@ TEST(json_errors)
         "\"a\x01\"", "\"\xff\"", "\"\xc0\x80\"", "\"\xed\xa0\x80\"",
         "{\"a\":1,\"a\":2}", "[1] x", "{1:2}", "[\"\xe2\x82\"]",
     };
-    struct tfs_ckpt_json_doc doc;
-    struct tfs_ckpt_json_limits lim = {100, 3, 5};
+    struct tfs_json_doc doc;
+    struct tfs_json_limits lim = {100, 3, 5};
 
     for (size_t i = 0; i < TFS_ARRAY_LEN(bad); i++) {
         int rc = parse(bad[i], &doc);
@@ -84,11 +84,11 @@ TEST(json_errors)
             TEST_FAIL_("'%s' parsed: %d", bad[i], rc);
         CHECK(doc.root == NULL && doc.chunks == NULL);
     }
-    CHECK_RC(tfs_ckpt_json_parse("[[[[1]]]]", 9, &lim, &doc), TFS_ETOOBIG);
-    CHECK_RC(tfs_ckpt_json_parse("[1,2,3,4,5,6]", 13, &lim, &doc),
+    CHECK_RC(tfs_json_parse("[[[[1]]]]", 9, &lim, &doc), TFS_ETOOBIG);
+    CHECK_RC(tfs_json_parse("[1,2,3,4,5,6]", 13, &lim, &doc),
              TFS_ETOOBIG);
     lim.max_len = 4;
-    CHECK_RC(tfs_ckpt_json_parse("[1,2]", 5, &lim, &doc), TFS_ETOOBIG);
+    CHECK_RC(tfs_json_parse("[1,2]", 5, &lim, &doc), TFS_ETOOBIG);
     /* Many members, one duplicate: found through the sorted check. */
     struct tfs_buf b;
     tfs_buf_init(&b, 0);
@@ -104,19 +104,19 @@ TEST(json_errors)
 TEST(json_strings)
 {
     struct tfs_buf b;
-    struct tfs_ckpt_json_doc doc;
+    struct tfs_json_doc doc;
 
     tfs_buf_init(&b, 0);
-    CHECK_OK(tfs_ckpt_json_put_str(&b, "a\"b\\c\n\x01\x1f\xc3\xa9", 10));
+    CHECK_OK(tfs_json_put_str(&b, "a\"b\\c\n\x01\x1f\xc3\xa9", 10));
     CHECK_STR(tfs_buf_str(&b), "\"a\\\"b\\\\c\\n\\u0001\\u001f\xc3\xa9\"");
     CHECK_OK(parse(tfs_buf_str(&b), &doc));
     CHECK(doc.root->len == 10 &&
           memcmp(doc.root->s, "a\"b\\c\n\x01\x1f\xc3\xa9", 10) == 0);
-    tfs_ckpt_json_cleanup(&doc);
+    tfs_json_cleanup(&doc);
     tfs_buf_reset(&b);
-    CHECK_OK(tfs_ckpt_json_copy(&b, " [ 1 , {\"x\" : null} ] ", 22));
+    CHECK_OK(tfs_json_copy(&b, " [ 1 , {\"x\" : null} ] ", 22));
     CHECK_STR(tfs_buf_str(&b), "[1,{\"x\":null}]");
-    CHECK_RC(tfs_ckpt_json_copy(&b, "[1,", 3), TFS_EFORMAT);
+    CHECK_RC(tfs_json_copy(&b, "[1,", 3), TFS_EFORMAT);
     tfs_buf_cleanup(&b);
 }
 

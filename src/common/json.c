@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A small JSON parser and writer for safetensors headers, markers and
- * indexes (RFC 8259, nothing more).
+ * The one JSON parser and writer (RFC 8259, nothing more): safetensors
+ * headers, checkpoint markers and indexes, the dataset manifest, and the
+ * CLI's readers of the control file.
  *
  * The parser is recursive descent over a byte range, with caps on the
  * text length, the nesting depth and the number of values, so hostile
@@ -18,30 +19,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt_int.h"
+#include "common/bytes.h"
+#include "common/json.h"
 
 #define JSON_CHUNK_MIN (64u << 10)
 
-struct tfs_ckpt_json_chunk {
-    struct tfs_ckpt_json_chunk *next;
-    size_t                      used;   /* bytes of data handed out */
-    size_t                      cap;    /* bytes of data */
-    max_align_t                 data[]; /* cap bytes */
+struct tfs_json_chunk {
+    struct tfs_json_chunk *next;
+    size_t                 used;        /* bytes of data handed out */
+    size_t                 cap;         /* bytes of data */
+    max_align_t            data[];      /* cap bytes */
 };
 
 struct json_parser {
-    const char                 *p;      /* text */
-    size_t                      len;    /* bytes of text */
-    size_t                      pos;    /* next byte */
-    unsigned                    depth;
-    size_t                      nodes;
-    struct tfs_ckpt_json_limits lim;
-    struct tfs_ckpt_json_doc   *doc;
+    const char            *p;           /* text */
+    size_t                 len;         /* bytes of text */
+    size_t                 pos;         /* next byte */
+    unsigned               depth;
+    size_t                 nodes;
+    struct tfs_json_limits lim;
+    struct tfs_json_doc   *doc;
 };
 
-static void *json_alloc(struct tfs_ckpt_json_doc *doc, size_t len)
+static void *json_alloc(struct tfs_json_doc *doc, size_t len)
 {
-    struct tfs_ckpt_json_chunk *c = doc->chunks;
+    struct tfs_json_chunk *c = doc->chunks;
     size_t align = alignof(max_align_t);
     void *p;
 
@@ -62,12 +64,12 @@ static void *json_alloc(struct tfs_ckpt_json_doc *doc, size_t len)
     return p;
 }
 
-void tfs_ckpt_json_cleanup(struct tfs_ckpt_json_doc *doc)
+void tfs_json_cleanup(struct tfs_json_doc *doc)
 {
-    struct tfs_ckpt_json_chunk *c = doc->chunks;
+    struct tfs_json_chunk *c = doc->chunks;
 
     while (c != NULL) {
-        struct tfs_ckpt_json_chunk *next = c->next;
+        struct tfs_json_chunk *next = c->next;
 
         tfs_free(c);
         c = next;
@@ -80,7 +82,7 @@ void tfs_ckpt_json_cleanup(struct tfs_ckpt_json_doc *doc)
 
 static int json_fail(const struct json_parser *jp, const char *what)
 {
-    return tfs_err(TFS_EFORMAT, "json: %s at byte %zu", what, jp->pos);
+    return tfs_err(TFS_EFORMAT, "JSON: %s at byte %zu", what, jp->pos);
 }
 
 static void json_skip_ws(struct json_parser *jp)
@@ -99,13 +101,13 @@ static int json_peek(const struct json_parser *jp)
     return jp->pos < jp->len ? (unsigned char)jp->p[jp->pos] : -1;
 }
 
-static int json_new(struct json_parser *jp, enum tfs_ckpt_json_type type,
-                    struct tfs_ckpt_json **out)
+static int json_new(struct json_parser *jp, enum tfs_json_type type,
+                    struct tfs_json **out)
 {
-    struct tfs_ckpt_json *v;
+    struct tfs_json *v;
 
     if (++jp->nodes > jp->lim.max_nodes)
-        return tfs_err(TFS_ETOOBIG, "json: more than %zu values",
+        return tfs_err(TFS_ETOOBIG, "JSON: more than %zu values",
                        jp->lim.max_nodes);
     v = json_alloc(jp->doc, sizeof(*v));
     if (v == NULL)
@@ -177,18 +179,11 @@ static int json_hex4(struct json_parser *jp, unsigned *out)
     if (jp->len - jp->pos < 4)
         return json_fail(jp, "short \\u escape");
     for (int i = 0; i < 4; i++) {
-        char c = jp->p[jp->pos++];
-        unsigned d;
+        int d = tfs_hexval((unsigned char)jp->p[jp->pos++]);
 
-        if (c >= '0' && c <= '9')
-            d = (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f')
-            d = (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F')
-            d = (unsigned)(c - 'A' + 10);
-        else
+        if (d < 0)
             return json_fail(jp, "bad \\u escape");
-        v = v * 16 + d;
+        v = v * 16 + (unsigned)d;
     }
     *out = v;
     return 0;
@@ -205,7 +200,7 @@ static int json_unicode(struct json_parser *jp, unsigned *cp)
     if (*cp >= 0xdc00 && *cp <= 0xdfff)
         return json_fail(jp, "lone low surrogate");
     if (*cp < 0xd800 || *cp > 0xdbff)
-        return *cp == 0 ? json_fail(jp, "NUL in string") : 0;
+        return *cp == 0 ? json_fail(jp, "\\u0000 (NUL) in string") : 0;
     if (jp->len - jp->pos < 2 || jp->p[jp->pos] != '\\' ||
         jp->p[jp->pos + 1] != 'u')
         return json_fail(jp, "lone high surrogate");
@@ -297,7 +292,7 @@ static size_t json_digits(const struct json_parser *jp, size_t pos)
     return pos;
 }
 
-static int json_number(struct json_parser *jp, struct tfs_ckpt_json *v)
+static int json_number(struct json_parser *jp, struct tfs_json *v)
 {
     size_t start = jp->pos;
     size_t pos = start;
@@ -337,8 +332,8 @@ static int json_number(struct json_parser *jp, struct tfs_ckpt_json *v)
 }
 
 static int json_literal(struct json_parser *jp, const char *word,
-                        enum tfs_ckpt_json_type type,
-                        struct tfs_ckpt_json *v)
+                        enum tfs_json_type type,
+                        struct tfs_json *v)
 {
     size_t n = strlen(word);
 
@@ -349,12 +344,12 @@ static int json_literal(struct json_parser *jp, const char *word,
     return 0;
 }
 
-static int json_value(struct json_parser *jp, struct tfs_ckpt_json **out);
+static int json_value(struct json_parser *jp, struct tfs_json **out);
 
 static int json_key_cmp(const void *a, const void *b)
 {
-    const struct tfs_ckpt_json *x = *(const struct tfs_ckpt_json *const *)a;
-    const struct tfs_ckpt_json *y = *(const struct tfs_ckpt_json *const *)b;
+    const struct tfs_json *x = *(const struct tfs_json *const *)a;
+    const struct tfs_json *y = *(const struct tfs_json *const *)b;
     int c = memcmp(x->key, y->key, TFS_MIN(x->key_len, y->key_len));
 
     if (c != 0)
@@ -364,9 +359,9 @@ static int json_key_cmp(const void *a, const void *b)
 
 /* Refuse duplicate member names: pairwise when few, sorted when many. */
 static int json_check_dups(struct json_parser *jp,
-                           const struct tfs_ckpt_json *obj)
+                           const struct tfs_json *obj)
 {
-    const struct tfs_ckpt_json **v;
+    const struct tfs_json **v;
     size_t i = 0;
     int rc = 0;
 
@@ -375,12 +370,12 @@ static int json_check_dups(struct json_parser *jp,
     v = tfs_malloc(obj->n * sizeof(*v));
     if (v == NULL)
         return -ENOMEM;
-    for (const struct tfs_ckpt_json *m = obj->child; m; m = m->next)
+    for (const struct tfs_json *m = obj->child; m; m = m->next)
         v[i++] = m;
     qsort(v, obj->n, sizeof(*v), json_key_cmp);
     for (i = 1; i < obj->n && rc == 0; i++) {
         if (json_key_cmp(&v[i - 1], &v[i]) == 0)
-            rc = tfs_err(TFS_EFORMAT, "json: duplicate key '%.100s' in "
+            rc = tfs_err(TFS_EFORMAT, "JSON: duplicate key '%.100s' in "
                          "object ending at byte %zu", v[i]->key, jp->pos);
     }
     tfs_free(v);
@@ -388,15 +383,15 @@ static int json_check_dups(struct json_parser *jp,
 }
 
 /* The members or elements of an object or array (at its bracket). */
-static int json_container(struct json_parser *jp, struct tfs_ckpt_json *v)
+static int json_container(struct json_parser *jp, struct tfs_json *v)
 {
     bool obj = v->type == TFS_JSON_OBJECT;
     char close = obj ? '}' : ']';
-    struct tfs_ckpt_json **tail = &v->child;
+    struct tfs_json **tail = &v->child;
 
     if (++jp->depth > jp->lim.max_depth)
-        return tfs_err(TFS_ETOOBIG, "json: nested deeper than %u",
-                       jp->lim.max_depth);
+        return tfs_err(TFS_ETOOBIG, "JSON: nested too deeply (more "
+                       "than %u)", jp->lim.max_depth);
     jp->pos++;
     json_skip_ws(jp);
     if (json_peek(jp) == close) {
@@ -441,9 +436,9 @@ static int json_container(struct json_parser *jp, struct tfs_ckpt_json *v)
     return obj ? json_check_dups(jp, v) : 0;
 }
 
-static int json_value(struct json_parser *jp, struct tfs_ckpt_json **out)
+static int json_value(struct json_parser *jp, struct tfs_json **out)
 {
-    struct tfs_ckpt_json *v = NULL;
+    struct tfs_json *v = NULL;
     int c;
     int rc;
 
@@ -474,11 +469,11 @@ static int json_value(struct json_parser *jp, struct tfs_ckpt_json **out)
     return json_literal(jp, "null", TFS_JSON_NULL, v);
 }
 
-int tfs_ckpt_json_parse(const char *text, size_t len,
-                        const struct tfs_ckpt_json_limits *lim,
-                        struct tfs_ckpt_json_doc *out)
+int tfs_json_parse(const char *text, size_t len,
+                   const struct tfs_json_limits *lim,
+                   struct tfs_json_doc *out)
 {
-    static const struct tfs_ckpt_json_limits dflt = {
+    static const struct tfs_json_limits dflt = {
         .max_len = 100000000,
         .max_depth = 64,
         .max_nodes = 16u << 20,
@@ -490,7 +485,7 @@ int tfs_ckpt_json_parse(const char *text, size_t len,
     jp.lim = lim != NULL ? *lim : dflt;
     jp.doc = out;
     if (len > jp.lim.max_len)
-        return tfs_err(TFS_ETOOBIG, "json: %zu bytes, more than %zu", len,
+        return tfs_err(TFS_ETOOBIG, "JSON: %zu bytes, more than %zu", len,
                        jp.lim.max_len);
     rc = json_value(&jp, &out->root);
     if (rc == 0) {
@@ -499,33 +494,33 @@ int tfs_ckpt_json_parse(const char *text, size_t len,
             rc = json_fail(&jp, "trailing characters");
     }
     if (rc < 0)
-        tfs_ckpt_json_cleanup(out);
+        tfs_json_cleanup(out);
     return rc;
 }
 
 /* ---- accessors ---- */
 
-const struct tfs_ckpt_json *tfs_ckpt_json_get(const struct tfs_ckpt_json *obj,
-                                              const char *key)
+const struct tfs_json *tfs_json_get(const struct tfs_json *obj,
+                                    const char *key)
 {
     size_t len;
 
     if (obj == NULL || obj->type != TFS_JSON_OBJECT)
         return NULL;
     len = strlen(key);
-    for (const struct tfs_ckpt_json *m = obj->child; m; m = m->next) {
+    for (const struct tfs_json *m = obj->child; m; m = m->next) {
         if (m->key_len == len && memcmp(m->key, key, len) == 0)
             return m;
     }
     return NULL;
 }
 
-const char *tfs_ckpt_json_str(const struct tfs_ckpt_json *v)
+const char *tfs_json_str(const struct tfs_json *v)
 {
     return v != NULL && v->type == TFS_JSON_STRING ? v->s : NULL;
 }
 
-int tfs_ckpt_json_u64(const struct tfs_ckpt_json *v, uint64_t *out)
+int tfs_json_u64(const struct tfs_json *v, uint64_t *out)
 {
     uint64_t n = 0;
 
@@ -542,9 +537,9 @@ int tfs_ckpt_json_u64(const struct tfs_ckpt_json *v, uint64_t *out)
     return 0;
 }
 
-int tfs_ckpt_json_i64(const struct tfs_ckpt_json *v, int64_t *out)
+int tfs_json_i64(const struct tfs_json *v, int64_t *out)
 {
-    struct tfs_ckpt_json pos;
+    struct tfs_json pos;
     uint64_t n;
     bool neg;
 
@@ -554,7 +549,7 @@ int tfs_ckpt_json_i64(const struct tfs_ckpt_json *v, int64_t *out)
     pos = *v;
     pos.s += neg;
     pos.len -= neg;
-    if (tfs_ckpt_json_u64(&pos, &n) < 0 || n > (uint64_t)INT64_MAX + neg)
+    if (tfs_json_u64(&pos, &n) < 0 || n > (uint64_t)INT64_MAX + neg)
         return TFS_EFORMAT;
     *out = neg ? (int64_t)(0 - n) : (int64_t)n;
     return 0;
@@ -562,7 +557,7 @@ int tfs_ckpt_json_i64(const struct tfs_ckpt_json *v, int64_t *out)
 
 /* ---- the writer ---- */
 
-int tfs_ckpt_json_put_str(struct tfs_buf *b, const char *s, size_t len)
+int tfs_json_put_str(struct tfs_buf *b, const char *s, size_t len)
 {
     static const char hex[] = "0123456789abcdef";
     size_t run = 0;
@@ -594,7 +589,7 @@ int tfs_ckpt_json_put_str(struct tfs_buf *b, const char *s, size_t len)
     return rc;
 }
 
-int tfs_ckpt_json_write(struct tfs_buf *b, const struct tfs_ckpt_json *v)
+int tfs_json_write(struct tfs_buf *b, const struct tfs_json *v)
 {
     bool obj = v->type == TFS_JSON_OBJECT;
     int rc = 0;
@@ -609,35 +604,35 @@ int tfs_ckpt_json_write(struct tfs_buf *b, const struct tfs_ckpt_json *v)
     case TFS_JSON_NUMBER:
         return tfs_buf_append(b, v->s, v->len);
     case TFS_JSON_STRING:
-        return tfs_ckpt_json_put_str(b, v->s, v->len);
+        return tfs_json_put_str(b, v->s, v->len);
     case TFS_JSON_ARRAY:
     case TFS_JSON_OBJECT:
         break;
     }
     rc = tfs_buf_puts(b, obj ? "{" : "[");
-    for (const struct tfs_ckpt_json *m = v->child; m && rc == 0; m = m->next) {
+    for (const struct tfs_json *m = v->child; m && rc == 0; m = m->next) {
         if (m != v->child)
             rc = tfs_buf_puts(b, ",");
         if (rc == 0 && obj)
-            rc = tfs_ckpt_json_put_str(b, m->key, m->key_len);
+            rc = tfs_json_put_str(b, m->key, m->key_len);
         if (rc == 0 && obj)
             rc = tfs_buf_puts(b, ":");
         if (rc == 0)
-            rc = tfs_ckpt_json_write(b, m);
+            rc = tfs_json_write(b, m);
     }
     if (rc == 0)
         rc = tfs_buf_puts(b, obj ? "}" : "]");
     return rc;
 }
 
-int tfs_ckpt_json_copy(struct tfs_buf *b, const char *text, size_t len)
+int tfs_json_copy(struct tfs_buf *b, const char *text, size_t len)
 {
-    struct tfs_ckpt_json_doc doc;
-    int rc = tfs_ckpt_json_parse(text, len, NULL, &doc);
+    struct tfs_json_doc doc;
+    int rc = tfs_json_parse(text, len, NULL, &doc);
 
     if (rc < 0)
         return rc;
-    rc = tfs_ckpt_json_write(b, doc.root);
-    tfs_ckpt_json_cleanup(&doc);
+    rc = tfs_json_write(b, doc.root);
+    tfs_json_cleanup(&doc);
     return rc;
 }
