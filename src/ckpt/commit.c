@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_int.h"
+#include "common/fsutil.h"
 #include "tierfs/log.h"
 
 /* ---- names ---- */
@@ -90,29 +91,6 @@ void tfs_ckpt_marker_name(char *buf, size_t len, unsigned rank)
 }
 
 /* ---- opening ---- */
-
-int tfs_ckpt_mkdirs(const char *path)
-{
-    char *p = tfs_strdup(path);
-    int rc = 0;
-
-    if (p == NULL)
-        return -ENOMEM;
-    for (char *c = p + 1; rc == 0; c++) {
-        char save = *c;
-
-        if (save != '/' && save != '\0')
-            continue;
-        *c = '\0';
-        if (mkdir(p, 0777) < 0 && errno != EEXIST)
-            rc = tfs_err(-errno, "cannot create directory %s", p);
-        *c = save;
-        if (save == '\0')
-            break;
-    }
-    tfs_free(p);
-    return rc;
-}
 
 /*
  * Checkpoint staging is per user: /var/tmp/tierfs-ckpt-EUID (docs/ckpt.md,
@@ -182,7 +160,7 @@ int tfs_ckpt_store_open(const char *uri, const char *options, bool create,
         return rc;
     if (create && strcmp(u.schemes[u.n_schemes - 1], "file") == 0 &&
         u.location[0] != '\0')
-        rc = tfs_ckpt_mkdirs(u.location);
+        rc = tfs_mkdirs(u.location, 0777);
     tfs_uri_cleanup(&u);
     if (rc == 0)
         rc = tfs_store_open(out, uri, options);

@@ -35,6 +35,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "common/fsutil.h"
 #include "common/util.h"
 #include "fuse/fuse_int.h"
 #include "metrics/http.h"
@@ -369,23 +370,6 @@ static void fs_want(struct fuse_conn_info *conn, unsigned cap, bool on)
         conn->want &= ~cap;
 }
 
-/* Undo mountinfo's octal escapes (\040 for a space) in place. */
-static void fs_unescape(char *s)
-{
-    char *w = s;
-
-    for (char *r = s; *r != '\0'; r++) {
-        if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' &&
-            r[2] <= '7' && r[3] >= '0' && r[3] <= '7') {
-            *w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + r[3] - '0');
-            r += 3;
-        } else {
-            *w++ = *r;
-        }
-    }
-    *w = '\0';
-}
-
 /*
  * The device ("0:38") of the newest mount at path, from mountinfo: stat()
  * would wait for the very INIT being answered.
@@ -403,7 +387,7 @@ static int fs_mount_dev(const char *path, char *dev, size_t size)
     while (fgets(line, sizeof(line), f) != NULL) {
         if (sscanf(line, "%*s %*s %31s %*s %4095s", d, mnt) != 2)
             continue;
-        fs_unescape(mnt);
+        tfs_mountinfo_unescape(mnt);
         if (strcmp(mnt, path) == 0 && strlen(d) < size) {
             memcpy(dev, d, strlen(d) + 1);
             rc = 0;

@@ -3,7 +3,8 @@
  * Private directories (src/common/dir.c): what is created, and every
  * kind of component that is refused: symlinks, foreign owners, group or
  * other write bits, an unsafe root.  The ownership cases chown to uid
- * 65534 and need root; as another user they are skipped.
+ * 65534 and need root; as another user they are skipped.  Also the plain
+ * mkdir -p for user-chosen paths (src/common/fsutil.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "common/fsutil.h"
 #include "common/util.h"
 
 #define OTHER_UID 65534
@@ -235,8 +237,44 @@ TEST(user_path)
     cleanup();
 }
 
+TEST(mkdirs)
+{
+    const char *b = scratch("mkdirs");
+    mode_t old = umask(022);
+    char p[512];
+    char f[512];
+
+    /* Every missing component, with the mode less the umask. */
+    snprintf(p, sizeof(p), "%s/m/n//o/", b);
+    CHECK_OK(tfs_mkdirs(p, 0777));
+    CHECK_EQ(mode_of("%s/%s", b, "m"), 0755);
+    CHECK_EQ(mode_of("%s/%s", b, "m/n/o"), 0755);
+    snprintf(p, sizeof(p), "%s/m/n/p", b);
+    CHECK_OK(tfs_mkdirs(p, 0700));
+    CHECK_EQ(mode_of("%s/%s", b, "m/n/p"), 0700);
+    /* All there already. */
+    CHECK_OK(tfs_mkdirs(p, 0700));
+    CHECK_OK(tfs_mkdirs("/", 0777));
+    CHECK_RC(tfs_mkdirs("", 0777), -ENOENT);
+    /* A file in the way, as a parent or as the leaf. */
+    snprintf(f, sizeof(f), "%s/file", b);
+    close(open(f, O_CREAT | O_WRONLY, 0600));
+    snprintf(p, sizeof(p), "%s/file/sub", b);
+    CHECK_RC(tfs_mkdirs(p, 0777), -ENOTDIR);
+    CHECK_RC(tfs_mkdirs(f, 0777), -ENOTDIR);
+    CHECK(detail_has("/file: not a directory"));
+    /* Links on the way are followed (the user's own paths). */
+    snprintf(p, sizeof(p), "%s/link", b);
+    CHECK_EQ(symlink("m/n", p), 0);
+    snprintf(p, sizeof(p), "%s/link/q/r", b);
+    CHECK_OK(tfs_mkdirs(p, 0777));
+    CHECK_EQ(mode_of("%s/%s", b, "m/n/q/r"), 0755);
+    umask(old);
+    cleanup();
+}
+
 TESTS(T(creates_private), T(symlink_refused), T(foreign_owner_refused),
       T(modes_refused_or_tightened), T(group_leaf_of_another_member),
       T(group_dir_kept),
-      T(unsafe_root), T(user_path));
+      T(unsafe_root), T(user_path), T(mkdirs));
 TEST_MAIN()

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Common helpers: number and size parsing, percent-encoding, byte and hex
- * fields, URIs, option bags, capped buffers, the error space, the
- * allocation hooks and the positional read and write loops.
+ * fields, mountinfo escapes, URIs, option bags, capped buffers, the error
+ * space, the allocation hooks and the positional read and write loops.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +15,7 @@
 #include "tierfs/mem.h"
 #include "tierfs/store.h"
 #include "common/bytes.h"
+#include "common/fsutil.h"
 #include "common/util.h"
 
 TEST(sizes)
@@ -102,6 +103,20 @@ TEST(bytes)
     CHECK_EQ(tfs_hexval(-1), -1);
     CHECK_EQ(tfs_hexval_lower('f'), 15);
     CHECK_EQ(tfs_hexval_lower('F'), -1);
+}
+
+TEST(mountinfo_unescape)
+{
+    char s[] = "/mnt/a\\040b\\011c\\012d\\134e";
+    char cut[] = "/x\\04";
+    char big[] = "\\400\\08\\";
+
+    tfs_mountinfo_unescape(s);
+    CHECK_STR(s, "/mnt/a b\tc\nd\\e");
+    tfs_mountinfo_unescape(cut);         /* a truncated escape stays */
+    CHECK_STR(cut, "/x\\04");
+    tfs_mountinfo_unescape(big);         /* not escapes: kept */
+    CHECK_STR(big, "\\400\\08\\");
 }
 
 TEST(uris)
@@ -320,7 +335,7 @@ TEST(positional_io)
     CHECK_RC(tfs_pwrite_all(fd, out, 10, 0), -EBADF);
 }
 
-TESTS(T(sizes), T(numbers), T(pct), T(bytes), T(uris), T(option_bags),
-      T(capped_buffer), T(errors), T(deadline), T(allocation_failures),
-      T(positional_io));
+TESTS(T(sizes), T(numbers), T(pct), T(bytes), T(mountinfo_unescape),
+      T(uris), T(option_bags), T(capped_buffer), T(errors), T(deadline),
+      T(allocation_failures), T(positional_io));
 TEST_MAIN()
