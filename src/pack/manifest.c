@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "common/bytes.h"
+#include "common/json.h"
 #include "common/util.h"
 #include "pack/pack_int.h"
 
@@ -83,32 +84,29 @@ int tfs_pack_manifest_encode(const struct pack_manifest *m,
 
 /* ---- parsing ---- */
 
-static int mf_u64(const struct tfs_pack_json *o, const char *key, size_t i,
+static int mf_u64(const struct tfs_json *o, const char *key, size_t i,
                   uint64_t *out)
 {
-    const struct tfs_pack_json *v = tfs_pack_json_get(o, key);
-
-    if (v == NULL || v->type != TFS_PACK_JSON_NUMBER || !v->is_u64)
+    if (tfs_json_u64(tfs_json_get(o, key), out) < 0)
         return i == SIZE_MAX
                    ? tfs_err(TFS_EFORMAT, "manifest: '%s' is missing or "
                              "not a whole number", key)
                    : tfs_err(TFS_EFORMAT, "manifest: shard %zu: '%s' is "
                              "missing or not a whole number", i, key);
-    *out = v->u64;
     return 0;
 }
 
-static int mf_hex(const struct tfs_pack_json *o, const char *key, size_t i,
+static int mf_hex(const struct tfs_json *o, const char *key, size_t i,
                   uint64_t *out)
 {
-    const struct tfs_pack_json *v = tfs_pack_json_get(o, key);
+    const struct tfs_json *v = tfs_json_get(o, key);
     uint64_t x = 0;
 
-    if (v == NULL || v->type != TFS_PACK_JSON_STRING || v->str_len != 16)
+    if (v == NULL || v->type != TFS_JSON_STRING || v->len != 16)
         return tfs_err(TFS_EFORMAT, "manifest: shard %zu: '%s' is not 16 "
                        "hex digits", i, key);
     for (size_t k = 0; k < 16; k++) {
-        int d = tfs_hexval_lower(v->str[k]);
+        int d = tfs_hexval_lower(v->s[k]);
 
         if (d < 0)
             return tfs_err(TFS_EFORMAT, "manifest: shard %zu: '%s' is not "
@@ -120,26 +118,26 @@ static int mf_hex(const struct tfs_pack_json *o, const char *key, size_t i,
 }
 
 /* A plain file name beside the manifest: no '/', not "." or "..". */
-static int mf_name(const struct tfs_pack_json *o, const char *key, size_t i,
+static int mf_name(const struct tfs_json *o, const char *key, size_t i,
                    char *out)
 {
-    const struct tfs_pack_json *v = tfs_pack_json_get(o, key);
+    const struct tfs_json *v = tfs_json_get(o, key);
 
-    if (v == NULL || v->type != TFS_PACK_JSON_STRING || v->str_len == 0 ||
-        v->str_len >= TFS_PACK_SHARD_NAME_MAX || strchr(v->str, '/') ||
-        strcmp(v->str, ".") == 0 || strcmp(v->str, "..") == 0)
+    if (v == NULL || v->type != TFS_JSON_STRING || v->len == 0 ||
+        v->len >= TFS_PACK_SHARD_NAME_MAX || strchr(v->s, '/') ||
+        strcmp(v->s, ".") == 0 || strcmp(v->s, "..") == 0)
         return tfs_err(TFS_EFORMAT, "manifest: shard %zu: '%s' is not a "
                        "file name", i, key);
-    memcpy(out, v->str, v->str_len + 1);
+    memcpy(out, v->s, v->len + 1);
     return 0;
 }
 
-static int mf_shard_parse(const struct tfs_pack_json *o, size_t i,
+static int mf_shard_parse(const struct tfs_json *o, size_t i,
                           struct pack_shard_info *s)
 {
     int rc;
 
-    if (o->type != TFS_PACK_JSON_OBJECT)
+    if (o->type != TFS_JSON_OBJECT)
         return tfs_err(TFS_EFORMAT, "manifest: shard %zu is not an object",
                        i);
     rc = mf_name(o, "name", i, s->tar);
@@ -164,18 +162,16 @@ static int mf_shard_parse(const struct tfs_pack_json *o, size_t i,
     return rc;
 }
 
-static int mf_shards(const struct tfs_pack_json *arr, struct pack_manifest *m)
+static int mf_shards(const struct tfs_json *arr, struct pack_manifest *m)
 {
-    size_t n = 0;
+    size_t n = arr->n;
     size_t i = 0;
 
-    for (const struct tfs_pack_json *c = arr->child; c != NULL; c = c->next)
-        n++;
     m->shards = tfs_calloc(n ? n : 1, sizeof(*m->shards));
     if (m->shards == NULL)
         return -ENOMEM;
     m->n_shards = n;
-    for (const struct tfs_pack_json *c = arr->child; c != NULL; c = c->next) {
+    for (const struct tfs_json *c = arr->child; c != NULL; c = c->next) {
         struct pack_shard_info *s = &m->shards[i];
         int rc = mf_shard_parse(c, i++, s);
         if (rc < 0)
@@ -189,18 +185,16 @@ static int mf_shards(const struct tfs_pack_json *arr, struct pack_manifest *m)
     return 0;
 }
 
-static int mf_root(const struct tfs_pack_json *root, struct pack_manifest *m)
+static int mf_root(const struct tfs_json *root, struct pack_manifest *m)
 {
-    const struct tfs_pack_json *f = tfs_pack_json_get(root, "format");
-    const struct tfs_pack_json *arr = tfs_pack_json_get(root, "shards");
-    const struct tfs_pack_json *seed = tfs_pack_json_get(root, "shuffle_seed");
-    const struct tfs_pack_json *ssz = tfs_pack_json_get(root, "shard_size");
+    const struct tfs_json *f = tfs_json_get(root, "format");
+    const struct tfs_json *arr = tfs_json_get(root, "shards");
     uint64_t version = 0;
     uint64_t samples = 0;
     int rc;
 
-    if (f == NULL || f->type != TFS_PACK_JSON_STRING ||
-        strcmp(f->str, TFS_PACK_FORMAT) != 0)
+    if (f == NULL || f->type != TFS_JSON_STRING ||
+        strcmp(f->s, TFS_PACK_FORMAT) != 0)
         return tfs_err(TFS_EFORMAT, "manifest: not a %s manifest",
                        TFS_PACK_FORMAT);
     rc = mf_u64(root, "version", SIZE_MAX, &version);
@@ -209,7 +203,7 @@ static int mf_root(const struct tfs_pack_json *root, struct pack_manifest *m)
                      (unsigned long long)version);
     if (rc == 0)
         rc = mf_u64(root, "samples", SIZE_MAX, &samples);
-    if (rc == 0 && (arr == NULL || arr->type != TFS_PACK_JSON_ARRAY))
+    if (rc == 0 && (arr == NULL || arr->type != TFS_JSON_ARRAY))
         rc = tfs_err(TFS_EFORMAT, "manifest: 'shards' is not an array");
     if (rc == 0)
         rc = mf_shards(arr, m);
@@ -217,25 +211,36 @@ static int mf_root(const struct tfs_pack_json *root, struct pack_manifest *m)
         rc = tfs_err(TFS_EFORMAT, "manifest: 'samples' says %llu, the "
                      "shards hold %llu", (unsigned long long)samples,
                      (unsigned long long)m->n_samples);
-    if (ssz != NULL && ssz->type == TFS_PACK_JSON_NUMBER && ssz->is_u64)
-        m->shard_size = ssz->u64;
-    m->shuffled = seed != NULL && seed->type == TFS_PACK_JSON_NUMBER &&
-                  seed->is_u64;
-    m->shuffle_seed = m->shuffled ? seed->u64 : 0;
+    /* Optional: left 0 unless whole numbers (u64 writes only on success). */
+    (void)tfs_json_u64(tfs_json_get(root, "shard_size"), &m->shard_size);
+    m->shuffled = tfs_json_u64(tfs_json_get(root, "shuffle_seed"),
+                               &m->shuffle_seed) == 0;
     return rc;
 }
+
+/*
+ * The manifest's JSON limits: its byte cap and the depth the manifest
+ * reader always had; one value per byte is no further cap.
+ */
+static const struct tfs_json_limits mf_limits = {
+    .max_len = TFS_PACK_MANIFEST_MAX,
+    .max_depth = TFS_PACK_MANIFEST_DEPTH_MAX,
+    .max_nodes = TFS_PACK_MANIFEST_MAX,
+};
 
 int tfs_pack_manifest_parse(const char *json, size_t len,
                             struct pack_manifest *out)
 {
-    struct tfs_pack_json *root = NULL;
+    struct tfs_json_doc doc;
     int rc;
 
     memset(out, 0, sizeof(*out));
-    rc = tfs_pack_json_parse(json, len, &root);
+    rc = tfs_json_parse(json, len, &mf_limits, &doc);
+    if (rc == TFS_ETOOBIG)
+        rc = TFS_EFORMAT;               /* the detail says which cap */
     if (rc == 0)
-        rc = mf_root(root, out);
-    tfs_pack_json_free(root);
+        rc = mf_root(doc.root, out);
+    tfs_json_cleanup(&doc);
     if (rc < 0)
         tfs_pack_manifest_cleanup(out);
     return rc;

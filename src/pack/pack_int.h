@@ -7,7 +7,6 @@
  *               or a pax header for long names) and parse (ustar, GNU,
  *               pax; the parser libFuzzer runs against)
  *   index.c     the per-shard offset index: encode and parse/validate
- *   json.c      a small strict JSON reader (for the manifest)
  *   manifest.c  the dataset manifest (JSON): encode and parse
  *   plan.c      the packer behind `tierfs pack`: what goes where
  *   write.c     the packer: reading the sources, writing shards
@@ -139,49 +138,13 @@ int tfs_pack_index_finish(struct pack_index_builder *b, uint64_t tar_size,
                           uint64_t tar_xxh3, uint64_t plan_xxh3,
                           unsigned char **out, size_t *len);
 
-/* ---- JSON (json.c) ---- */
-
-enum tfs_pack_json_type {
-    TFS_PACK_JSON_NULL,
-    TFS_PACK_JSON_BOOL,
-    TFS_PACK_JSON_NUMBER,
-    TFS_PACK_JSON_STRING,
-    TFS_PACK_JSON_ARRAY,
-    TFS_PACK_JSON_OBJECT,
-};
-
-/* A parsed JSON value; a tree of these is freed with tfs_pack_json_free. */
-struct tfs_pack_json {
-    enum tfs_pack_json_type type;
-    char               *key;            /* owned: name in the parent object */
-    char               *str;            /* owned: STRING, NUL-terminated */
-    size_t              str_len;        /* STRING bytes (no NULs inside) */
-    uint64_t            u64;            /* NUMBER, when is_u64 */
-    bool                is_u64;         /* a whole number in [0, 2^64) */
-    bool                b;              /* BOOL */
-    struct tfs_pack_json   *child;          /* owned: ARRAY/OBJECT members */
-    struct tfs_pack_json   *next;           /* owned: next sibling */
-};
-
-#define TFS_PACK_JSON_DEPTH_MAX 64
-
-/*
- * Parse len bytes of JSON (RFC 8259; one value, whitespace around it).
- * Strings may not hold \u0000.  Errors: TFS_EFORMAT with the offset in
- * the detail, -ENOMEM.
- */
-int tfs_pack_json_parse(const char *s, size_t len, struct tfs_pack_json **out);
-void tfs_pack_json_free(struct tfs_pack_json *j);
-/* The member named key of object j, or NULL. */
-const struct tfs_pack_json *tfs_pack_json_get(const struct tfs_pack_json *j,
-                                      const char *key);
-
 /* ---- the manifest (manifest.c) ---- */
 
 #define TFS_PACK_MANIFEST     "manifest.json"
 #define TFS_PACK_FORMAT       "tierfs-pack"
 #define TFS_PACK_FORMAT_VER   1
 #define TFS_PACK_MANIFEST_MAX (256u << 20)
+#define TFS_PACK_MANIFEST_DEPTH_MAX 64u /* nesting of arrays and objects */
 #define TFS_PACK_SHARD_NAME_MAX 256u
 
 struct pack_shard_info {
@@ -207,9 +170,11 @@ struct pack_manifest {
 };
 
 /*
- * Parse a manifest (len bytes of JSON).  Unknown fields are ignored;
- * missing or mistyped required ones, shard names that are not plain file
- * names, and counts that do not add up fail TFS_EFORMAT with a detail.
+ * Parse a manifest (len bytes of JSON, common/json.c, at most
+ * TFS_PACK_MANIFEST_MAX bytes and TFS_PACK_MANIFEST_DEPTH_MAX deep).
+ * Unknown fields are ignored; JSON that does not parse, missing or
+ * mistyped required fields, shard names that are not plain file names,
+ * and counts that do not add up fail TFS_EFORMAT with a detail.
  */
 int tfs_pack_manifest_parse(const char *json, size_t len,
                             struct pack_manifest *out);
