@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cli/bench.h"
+#include "common/json.h"
 
 struct run {
     const struct bench_opts *o;
@@ -345,24 +346,36 @@ static void *train_accel(void *arg)
     return NULL;
 }
 
-/* A number from a stats JSON. */
-static double json_num(const char *json, const char *name)
+/* A top-level number of a parsed stats object; 0 when there is none. */
+static double json_num(const struct tfs_json_doc *doc, const char *name)
 {
-    char pat[80];
-    const char *p;
+    const struct tfs_json *v = tfs_json_get(doc->root, name);
 
-    snprintf(pat, sizeof(pat), "\"%s\": ", name);
-    p = json ? strstr(json, pat) : NULL;
-    return p ? strtod(p + strlen(pat), NULL) : 0;
+    return v != NULL && v->type == TFS_JSON_NUMBER ? strtod(v->s, NULL) : 0;
 }
 
+/* The share of read bytes served from the cache between two stats
+   texts; -1 when either is missing or does not parse. */
 static double train_hit(const char *a, const char *b)
 {
-    double read = json_num(b, "read_bytes") - json_num(a, "read_bytes");
-    double hit = json_num(b, "hit_bytes_ram") + json_num(b, "hit_bytes_disk") -
-                 json_num(a, "hit_bytes_ram") - json_num(a, "hit_bytes_disk");
+    struct tfs_json_doc da;
+    struct tfs_json_doc db;
+    double read;
+    double hit;
 
-    return a == NULL || b == NULL || read <= 0 ? -1.0 : hit / read;
+    if (a == NULL || b == NULL ||
+        tfs_json_parse(a, strlen(a), NULL, &da) < 0)
+        return -1.0;
+    if (tfs_json_parse(b, strlen(b), NULL, &db) < 0) {
+        tfs_json_cleanup(&da);
+        return -1.0;
+    }
+    read = json_num(&db, "read_bytes") - json_num(&da, "read_bytes");
+    hit = json_num(&db, "hit_bytes_ram") + json_num(&db, "hit_bytes_disk") -
+          json_num(&da, "hit_bytes_ram") - json_num(&da, "hit_bytes_disk");
+    tfs_json_cleanup(&da);
+    tfs_json_cleanup(&db);
+    return read <= 0 ? -1.0 : hit / read;
 }
 
 static int train_epoch(struct run *x, unsigned e)

@@ -3,8 +3,8 @@
  * tierfs stats [-w SECONDS] [--json] MOUNTPOINT: the counters of a
  * mounted cache, read from its control file MOUNTPOINT/.tierfs-stats.
  *
- * The file holds one JSON object (docs/fuse.md).  It is flattened here
- * into (name, number) pairs, nested members as "fuse.reads", so the table
+ * The file holds one JSON object (docs/fuse.md), parsed with
+ * common/json.c and flattened here into (name, number) pairs, nested members as "fuse.reads", so the table
  * shows whatever fields the running version emits, in its order, with
  * units guessed from the names (_bytes, _seconds, _us).  With -w the
  * table repeats, adding per-second rates of the counters.
@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/json.h"
 #include "common/util.h"
 
 #define STATS_MAX_FIELDS 256
@@ -50,110 +51,72 @@ static void stats_help(FILE *f)
                "with -w)\n");
 }
 
-/* ---- a small JSON flattener ---- */
+/* ---- flattening the parsed object ---- */
 
-static const char *stats_ws(const char *p)
+static int stats_value(const struct tfs_json *v, const char *name,
+                       struct stats_set *s, int depth);
+
+/* An object's members, each value flattened under prefix "name." (a
+   name cut to STATS_NAME_MAX - 1 bytes, as the names of old). */
+static int stats_object(const struct tfs_json *v, const char *name,
+                        struct stats_set *s, int depth)
 {
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-        p++;
-    return p;
-}
-
-/* Skip a string at p ('"'); its contents (unescaped enough for names)
-   go to out when not NULL.  NULL on malformed input. */
-static const char *stats_string(const char *p, char *out, size_t size)
-{
-    size_t n = 0;
-
-    for (p++; *p != '"'; p++) {
-        if (*p == '\0')
-            return NULL;
-        if (*p == '\\' && p[1] != '\0')
-            p++;
-        if (out != NULL && n + 1 < size)
-            out[n++] = *p;
-    }
-    if (out != NULL)
-        out[n] = '\0';
-    return p + 1;
-}
-
-static const char *stats_value(const char *p, const char *name,
-                               struct stats_set *s, int depth);
-
-/* An object's members, each value flattened under prefix "name.". */
-static const char *stats_object(const char *p, const char *name,
-                                struct stats_set *s, int depth)
-{
-    char key[STATS_NAME_MAX];
     char full[STATS_NAME_MAX];
 
-    p = stats_ws(p + 1);
-    while (p != NULL && *p != '}') {
-        if (*p != '"')
-            return NULL;
-        p = stats_string(p, key, sizeof(key));
-        p = p ? stats_ws(p) : NULL;
-        if (p == NULL || *p != ':')
-            return NULL;
-        if ((size_t)snprintf(full, sizeof(full), "%s%s%s", name,
-                             name[0] ? "." : "", key) >= sizeof(full))
-            return NULL;                /* names this long are not ours */
-        p = stats_value(stats_ws(p + 1), full, s, depth + 1);
-        p = p ? stats_ws(p) : NULL;
-        if (p != NULL && *p == ',')
-            p = stats_ws(p + 1);
+    for (const struct tfs_json *m = v->child; m != NULL; m = m->next) {
+        if ((size_t)snprintf(full, sizeof(full), "%s%s%.*s", name,
+                             name[0] ? "." : "", STATS_NAME_MAX - 1,
+                             m->key) >= sizeof(full))
+            return -1;                  /* names this long are not ours */
+        if (stats_value(m, full, s, depth + 1) < 0)
+            return -1;
     }
-    return p ? p + 1 : NULL;
+    return 0;
 }
 
-/* Skip an array (its numbers are not shown). */
-static const char *stats_array(const char *p, struct stats_set *s, int depth)
+/*
+ * Numbers are kept under their dotted name (the first STATS_MAX_FIELDS);
+ * strings, booleans and null are skipped, and so are arrays (their
+ * numbers are not shown).  -1 past STATS_DEPTH_MAX.
+ */
+static int stats_value(const struct tfs_json *v, const char *name,
+                       struct stats_set *s, int depth)
 {
-    p = stats_ws(p + 1);
-    while (p != NULL && *p != ']') {
-        p = stats_value(p, "", NULL, depth + 1);
-        p = p ? stats_ws(p) : NULL;
-        if (p != NULL && *p == ',')
-            p = stats_ws(p + 1);
-    }
-    return p ? p + 1 : NULL;
-}
-
-static const char *stats_value(const char *p, const char *name,
-                               struct stats_set *s, int depth)
-{
-    char *end;
-    double v;
-
     if (depth > STATS_DEPTH_MAX)
-        return NULL;
-    if (*p == '{')
-        return stats_object(p, name, s, depth);
-    if (*p == '[')
-        return stats_array(p, s, depth);
-    if (*p == '"')
-        return stats_string(p, NULL, 0);
-    if (strncmp(p, "true", 4) == 0 || strncmp(p, "null", 4) == 0)
-        return p + 4;
-    if (strncmp(p, "false", 5) == 0)
-        return p + 5;
-    v = strtod(p, &end);
-    if (end == p)
-        return NULL;
-    if (s != NULL && s->n < STATS_MAX_FIELDS) {
-        snprintf(s->f[s->n].name, STATS_NAME_MAX, "%s", name);
-        s->f[s->n++].v = v;
+        return -1;
+    if (v->type == TFS_JSON_OBJECT)
+        return stats_object(v, name, s, depth);
+    if (v->type == TFS_JSON_ARRAY) {
+        for (const struct tfs_json *e = v->child; e != NULL; e = e->next) {
+            if (stats_value(e, "", NULL, depth + 1) < 0)
+                return -1;
+        }
+        return 0;
     }
-    return end;
+    if (v->type == TFS_JSON_NUMBER && s != NULL && s->n < STATS_MAX_FIELDS) {
+        snprintf(s->f[s->n].name, STATS_NAME_MAX, "%s", name);
+        s->f[s->n++].v = strtod(v->s, NULL);
+    }
+    return 0;
 }
 
-static int stats_parse(const char *text, struct stats_set *s)
+static int stats_parse(const char *text, size_t len, struct stats_set *s)
 {
-    const char *p = stats_ws(text);
+    static const struct tfs_json_limits lim = {
+        .max_len = STATS_TEXT_MAX,
+        .max_depth = STATS_DEPTH_MAX + 1,   /* stats_value checks values */
+        .max_nodes = STATS_TEXT_MAX,
+    };
+    struct tfs_json_doc doc;
+    int rc;
 
     s->n = 0;
-    if (*p != '{' || stats_value(p, "", s, 0) == NULL)
+    rc = tfs_json_parse(text, len, &lim, &doc);
+    if (rc == 0 && (doc.root->type != TFS_JSON_OBJECT ||
+                    stats_value(doc.root, "", s, 0) < 0))
+        rc = TFS_EPROTO;
+    tfs_json_cleanup(&doc);
+    if (rc < 0)
         return tfs_err(TFS_EPROTO, "the statistics are not a JSON object");
     return 0;
 }
@@ -312,7 +275,7 @@ static int stats_loop(const char *mnt, unsigned watch, bool json)
         if (rc == 0 && json)
             stats_print_json(&b, watch > 0);
         else if (rc == 0)
-            rc = stats_parse(tfs_buf_str(&b), cur);
+            rc = stats_parse(tfs_buf_str(&b), b.len, cur);
         if (rc == 0 && !json)
             stats_print(mnt, cur, i > 0 ? &s[(i + 1) % 2] : NULL);
         if (watch == 0)

@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/fsutil.h"
+#include "common/json.h"
 #include "common/util.h"
 
 static void umount_help(FILE *f)
@@ -70,23 +72,6 @@ static int umount_path(const char *arg, char *out, size_t size)
     return 0;
 }
 
-/* Undo mountinfo's octal escapes (\040 for a space) in place. */
-static void umount_unescape(char *s)
-{
-    char *w = s;
-
-    for (char *r = s; *r != '\0'; r++) {
-        if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' &&
-            r[2] <= '7' && r[3] >= '0' && r[3] <= '7') {
-            *w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + r[3] - '0');
-            r += 3;
-        } else {
-            *w++ = *r;
-        }
-    }
-    *w = '\0';
-}
-
 /* The file system type mounted at path ("" when none; the last wins). */
 static void umount_fstype(const char *path, char *type, size_t size)
 {
@@ -104,7 +89,7 @@ static void umount_fstype(const char *path, char *type, size_t size)
         if (sep == NULL || sscanf(line, "%*s %*s %*s %*s %4095s", mnt) != 1 ||
             sscanf(sep + 3, "%63s", fstype) != 1)
             continue;
-        umount_unescape(mnt);
+        tfs_mountinfo_unescape(mnt);
         if (strcmp(mnt, path) == 0)
             snprintf(type, size, "%s", fstype);
     }
@@ -115,15 +100,28 @@ static void umount_fstype(const char *path, char *type, size_t size)
 
 #define UMOUNT_ASK_MS 2000             /* for the control file to answer */
 
+/* The "pid" of the "fuse" object of a control file's text; 0 when none. */
+static long umount_parse_pid(const struct tfs_buf *text)
+{
+    struct tfs_json_doc doc;
+    int64_t pid = 0;
+
+    if (text->len == 0 || tfs_json_parse(text->p, text->len, NULL, &doc) < 0)
+        return 0;
+    if (tfs_json_i64(tfs_json_get(tfs_json_get(doc.root, "fuse"), "pid"),
+                     &pid) < 0 || pid < 0 || pid > LONG_MAX)
+        pid = 0;
+    tfs_json_cleanup(&doc);
+    return (long)pid;
+}
+
 /* The "pid" in the control file of the mount at path; 0 when none. */
 static long umount_read_pid(const char *path)
 {
-    static const char key[] = "\"fuse\": {\"pid\": ";
     char ctl[PATH_MAX + 32];
     char chunk[16384];
     struct tfs_buf text;
-    const char *at;
-    long pid = 0;
+    long pid;
     int fd;
 
     snprintf(ctl, sizeof(ctl), "%s/.tierfs-stats", path);
@@ -140,9 +138,7 @@ static long umount_read_pid(const char *path)
             break;
     }
     close(fd);
-    at = text.len > 0 ? strstr(tfs_buf_str(&text), key) : NULL;
-    if (at != NULL)
-        pid = strtol(at + sizeof(key) - 1, NULL, 10);
+    pid = umount_parse_pid(&text);
     tfs_buf_cleanup(&text);
     return pid;
 }
