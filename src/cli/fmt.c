@@ -3,22 +3,22 @@
  * Output helpers for commands: JSON strings and timestamps.
  */
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "cli/cli.h"
+#include "common/json.h"
 
+/* s as a JSON string literal, escaped by the one escaper
+   (tfs_json_put_str); out of memory prints nothing. */
 void cli_json_str(FILE *f, const char *s)
 {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
+    struct tfs_buf b;
+
+    tfs_buf_init(&b, 0);
+    if (tfs_json_put_str(&b, s, strlen(s)) == 0)
+        fwrite(b.p, 1, b.len, f);
+    tfs_buf_cleanup(&b);
 }
 
 const char *cli_fmt_time(char *buf, size_t len, int64_t ns)

@@ -31,11 +31,11 @@ static int mf_shard(struct tfs_buf *b, const struct pack_shard_info *s,
     int rc = tfs_buf_puts(b, "    {\"name\": ");
 
     if (rc == 0)
-        rc = tfs_buf_json_str(b, s->tar);
+        rc = tfs_json_put_str(b, s->tar, strlen(s->tar));
     if (rc == 0)
         rc = tfs_buf_puts(b, ", \"index\": ");
     if (rc == 0)
-        rc = tfs_buf_json_str(b, s->idx);
+        rc = tfs_json_put_str(b, s->idx, strlen(s->idx));
     if (rc == 0)
         rc = tfs_buf_printf(
             b,
