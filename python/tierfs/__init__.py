@@ -16,7 +16,7 @@ import ctypes
 from collections import namedtuple
 
 from . import _capi
-from ._capi import TierfsError
+from ._capi import TierfsError, encode as _b
 
 __all__ = ["Store", "StatResult", "TierfsError", "version"]
 
@@ -25,10 +25,6 @@ StatResult = namedtuple("StatResult", "size mtime_ns version")
 
 def version():
     return _capi.tfs_version().decode()
-
-
-def _b(s):
-    return s.encode("utf-8") if isinstance(s, str) else s
 
 
 def _stat(st):

@@ -272,6 +272,12 @@ if tfs_abi_version() != ABI_VERSION:
                       f"the {ABI_VERSION} this package was written for")
 
 
+def encode(s):
+    """s as a char * argument: a str in UTF-8; bytes (and None, for
+    NULL) as they are."""
+    return s.encode("utf-8") if isinstance(s, str) else s
+
+
 def check(rc):
     """Raise TierfsError for a failed call; return rc otherwise."""
     if rc < 0:

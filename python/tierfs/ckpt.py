@@ -21,17 +21,13 @@ import ctypes
 import errno
 
 from . import _capi
-from ._capi import TierfsError
+from ._capi import TierfsError, encode as _b
 
 __all__ = ["Writer", "Reader", "TensorInfo", "split_uri", "step_uri",
            "list_steps",
            "latest", "summary", "remove", "gc", "TierfsError"]
 
 _URI_MAX = 4096
-
-
-def _b(s):
-    return s.encode("utf-8") if isinstance(s, str) else s
 
 
 def _dims(v):

@@ -43,6 +43,7 @@ import time
 import warnings
 
 from . import _capi
+from ._capi import encode as _b
 
 try:
     import torch.utils.data as _tud
@@ -58,10 +59,6 @@ _check = _capi.check
 _new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
 _new_bytes.restype = ctypes.py_object
 _new_bytes.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
-
-
-def _b(s):
-    return s.encode("utf-8") if isinstance(s, str) else s
 
 
 # ---- decoders (by the field's last extension, as WebDataset does) ----
