@@ -70,7 +70,8 @@ int tfs_trace_open(struct tfs_trace **out, const char *path)
         tfs_free(t);
         return -ENOMEM;
     }
-    t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* 0600: a trace names every key read (dataset paths) */
+    t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (t->fd < 0) {
         int rc = tfs_err(-errno, "cannot create the trace %s", path);
         tfs_free(t->buf);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -20,6 +21,23 @@
 #include "common/util.h"
 
 static char path[64];
+
+/* A trace names every key read: created 0600 whatever the umask. */
+TEST(trace_file_is_private)
+{
+    struct tfs_trace *t = NULL;
+    struct stat sb;
+    mode_t old = umask(022);
+
+    snprintf(path, sizeof(path), "/tmp/tfs-trace-mode-%d", (int)getpid());
+    unlink(path);
+    CHECK_OK(tfs_trace_open(&t, path));
+    tfs_trace_close(t);
+    umask(old);
+    CHECK(stat(path, &sb) == 0);
+    CHECK_EQ(sb.st_mode & 0777, 0600);
+    unlink(path);
+}
 
 static const char *tmp_trace(void)
 {
@@ -262,5 +280,5 @@ TEST(cache_writes_a_trace)
 
 TESTS(T(round_trip_and_damage), T(sequential_is_one),
       T(loop_knee_at_working_set), T(uniform_random_rereads),
-      T(cache_writes_a_trace));
+      T(cache_writes_a_trace), T(trace_file_is_private));
 TEST_MAIN()
