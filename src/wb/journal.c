@@ -156,10 +156,8 @@ static void j_header(uint8_t *hdr, const struct tfs_buf *b)
 {
     uint64_t sum = XXH3_64bits(b->p, b->len);
 
-    for (unsigned i = 0; i < 4; i++)
-        hdr[i] = (uint8_t)(b->len >> (8 * i));
-    for (unsigned i = 0; i < 8; i++)
-        hdr[4 + i] = (uint8_t)(sum >> (8 * i));
+    tfs_put_le32(hdr, (uint32_t)b->len);
+    tfs_put_le64(hdr + 4, sum);
 }
 
 int wb_journal_append(struct tfs_wb *wb, struct tfs_buf *b, uint64_t *end)
@@ -479,15 +477,6 @@ static int j_replay_record(struct tfs_wb *wb, const uint8_t *p, size_t len,
     return rc;
 }
 
-static uint64_t j_le(const uint8_t *p, unsigned n)
-{
-    uint64_t v = 0;
-
-    for (unsigned i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 /*
  * The length of the intact record at off (header included), or 0: its
  * length fits, its payload matches its checksum and decodes whole.  The
@@ -500,12 +489,13 @@ static size_t j_record_at(const uint8_t *img, size_t len, size_t off)
 
     if (len - off < J_HDR + 3)
         return 0;
-    rlen = j_le(img + off, 4);
+    rlen = tfs_get_le32(img + off);
     if (rlen < 3 || rlen > J_REC_MAX || rlen > len - off - J_HDR)
         return 0;
-    if (p[0] < WB_J_HEAD || p[0] > WB_J_CLEAR || j_le(p + 1, 2) > rlen - 3)
+    if (p[0] < WB_J_HEAD || p[0] > WB_J_CLEAR ||
+        tfs_get_le16(p + 1) > rlen - 3)
         return 0;
-    if (XXH3_64bits(p, rlen) != j_le(img + off + 4, 8) ||
+    if (XXH3_64bits(p, rlen) != tfs_get_le64(img + off + 4) ||
         !j_payload_ok(p, rlen))
         return 0;
     return J_HDR + (size_t)rlen;
