@@ -272,6 +272,8 @@ static int json_string(struct json_parser *jp, const char **s, size_t *slen)
         if (*c < 0x20)
             return json_fail(jp, "control character in string");
         ulen = json_utf8_len(c, jp->len - jp->pos);
+        if (ulen == 0 && jp->lim.any_bytes)
+            ulen = 1;                   /* a byte that is not UTF-8, kept */
         if (ulen == 0)
             return json_fail(jp, "invalid UTF-8");
         memcpy(out + n, c, ulen);

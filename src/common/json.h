@@ -17,6 +17,7 @@
 #ifndef TFS_COMMON_JSON_H
 #define TFS_COMMON_JSON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,12 +58,15 @@ struct tfs_json_limits {
     size_t   max_len;                   /* bytes of text */
     unsigned max_depth;                 /* nesting of arrays and objects */
     size_t   max_nodes;                 /* values in the document */
+    bool     any_bytes;                 /* strings may hold bytes that are
+                                           not UTF-8 (kept as they are) */
 };
 
 /*
  * Parse len bytes of text (no NUL needed) as one JSON value followed only
- * by whitespace.  Strings must be valid UTF-8 without NUL; duplicate
- * member names are refused.  lim NULL: 100 MB, depth 64, 16M values.
+ * by whitespace.  Strings must be valid UTF-8 (unless lim->any_bytes)
+ * without NUL; duplicate member names are refused.  lim NULL: 100 MB,
+ * depth 64, 16M values, UTF-8 only.
  * TFS_EFORMAT ("JSON: expected ',' or '}' at byte 42"), TFS_ETOOBIG
  * (past a limit), -ENOMEM, each with a detail (tfs_errdetail).  On
  * failure out is left empty; on success free it with tfs_json_cleanup.

@@ -220,12 +220,15 @@ static int mf_root(const struct tfs_json *root, struct pack_manifest *m)
 
 /*
  * The manifest's JSON limits: its byte cap and the depth the manifest
- * reader always had; one value per byte is no further cap.
+ * reader always had; one value per byte is no further cap.  Strings may
+ * hold bytes that are not UTF-8: "fields" holds the extensions of the
+ * source file names as they were, and manifests written so are read.
  */
 static const struct tfs_json_limits mf_limits = {
     .max_len = TFS_PACK_MANIFEST_MAX,
     .max_depth = TFS_PACK_MANIFEST_DEPTH_MAX,
     .max_nodes = TFS_PACK_MANIFEST_MAX,
+    .any_bytes = true,
 };
 
 int tfs_pack_manifest_parse(const char *json, size_t len,

@@ -172,6 +172,7 @@ struct pack_manifest {
 /*
  * Parse a manifest (len bytes of JSON, common/json.c, at most
  * TFS_PACK_MANIFEST_MAX bytes and TFS_PACK_MANIFEST_DEPTH_MAX deep).
+ * Strings may hold bytes that are not UTF-8 (file names as they were).
  * Unknown fields are ignored; JSON that does not parse, missing or
  * mistyped required fields, shard names that are not plain file names,
  * and counts that do not add up fail TFS_EFORMAT with a detail.

@@ -75,7 +75,7 @@ TEST(json_errors)
         "{\"a\":1,\"a\":2}", "[1] x", "{1:2}", "[\"\xe2\x82\"]",
     };
     struct tfs_json_doc doc;
-    struct tfs_json_limits lim = {100, 3, 5};
+    struct tfs_json_limits lim = {100, 3, 5, false};
 
     for (size_t i = 0; i < TFS_ARRAY_LEN(bad); i++) {
         int rc = parse(bad[i], &doc);

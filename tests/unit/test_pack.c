@@ -338,6 +338,12 @@ TEST(manifest_refuses)
              "\"samples\":1,\"shards\":[%s]}", ok_shard);
     CHECK_OK(tfs_pack_manifest_parse(buf, strlen(buf), &m));
     tfs_pack_manifest_cleanup(&m);
+    /* Field names are file name extensions as they were: not UTF-8. */
+    snprintf(buf, sizeof(buf), "{\"format\":\"tierfs-pack\",\"version\":1,"
+             "\"samples\":1,\"fields\":{\"caf\xe9\":1},\"shards\":[%s]}",
+             ok_shard);
+    CHECK_OK(tfs_pack_manifest_parse(buf, strlen(buf), &m));
+    tfs_pack_manifest_cleanup(&m);
     manifest_bad("{\"format\":\"tierfs-pack\",\"version\":1,\"samples\":1,"
                  "\"shards\":[{\"name\":\"../x.tar\"}]}", "file name");
     manifest_bad("{\"format\":\"tierfs-pack\",\"version\":1,\"samples\":1,"
