@@ -355,18 +355,25 @@ static double json_num(const struct tfs_json_doc *doc, const char *name)
 }
 
 /* The share of read bytes served from the cache between two stats
-   texts; -1 when either is missing or does not parse. */
+   texts; -1 when either is missing or does not parse.  Any bytes in
+   strings: a mount's control file names keys as they are. */
 static double train_hit(const char *a, const char *b)
 {
+    static const struct tfs_json_limits lim = {
+        .max_len = 100000000,
+        .max_depth = 64,
+        .max_nodes = 16u << 20,
+        .any_bytes = true,
+    };
     struct tfs_json_doc da;
     struct tfs_json_doc db;
     double read;
     double hit;
 
     if (a == NULL || b == NULL ||
-        tfs_json_parse(a, strlen(a), NULL, &da) < 0)
+        tfs_json_parse(a, strlen(a), &lim, &da) < 0)
         return -1.0;
-    if (tfs_json_parse(b, strlen(b), NULL, &db) < 0) {
+    if (tfs_json_parse(b, strlen(b), &lim, &db) < 0) {
         tfs_json_cleanup(&da);
         return -1.0;
     }

@@ -106,6 +106,7 @@ static int stats_parse(const char *text, size_t len, struct stats_set *s)
         .max_len = STATS_TEXT_MAX,
         .max_depth = STATS_DEPTH_MAX + 1,   /* stats_value checks values */
         .max_nodes = STATS_TEXT_MAX,
+        .any_bytes = true,                  /* keys of parked changes */
     };
     struct tfs_json_doc doc;
     int rc;

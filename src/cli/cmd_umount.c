@@ -99,14 +99,24 @@ static void umount_fstype(const char *path, char *type, size_t size)
 #define UMOUNT_WAIT_MS 60000           /* for the daemon to exit */
 
 #define UMOUNT_ASK_MS 2000             /* for the control file to answer */
+#define UMOUNT_CTL_MAX (1u << 20)      /* bytes of the control file read */
 
-/* The "pid" of the "fuse" object of a control file's text; 0 when none. */
+/*
+ * The "pid" of the "fuse" object of a control file's text; 0 when none.
+ * Any bytes in strings: the file names keys of parked changes as they are.
+ */
 static long umount_parse_pid(const struct tfs_buf *text)
 {
+    static const struct tfs_json_limits lim = {
+        .max_len = UMOUNT_CTL_MAX,
+        .max_depth = 64,
+        .max_nodes = UMOUNT_CTL_MAX,
+        .any_bytes = true,
+    };
     struct tfs_json_doc doc;
     int64_t pid = 0;
 
-    if (text->len == 0 || tfs_json_parse(text->p, text->len, NULL, &doc) < 0)
+    if (text->len == 0 || tfs_json_parse(text->p, text->len, &lim, &doc) < 0)
         return 0;
     if (tfs_json_i64(tfs_json_get(tfs_json_get(doc.root, "fuse"), "pid"),
                      &pid) < 0 || pid < 0 || pid > LONG_MAX)
@@ -128,7 +138,7 @@ static long umount_read_pid(const char *path)
     fd = open(ctl, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
-    tfs_buf_init(&text, 1u << 20);
+    tfs_buf_init(&text, UMOUNT_CTL_MAX);
     for (;;) {
         ssize_t n = read(fd, chunk, sizeof(chunk));
 
