@@ -251,8 +251,6 @@ bool tfs_ckpt_box_run(const struct tfs_ckpt_box *part,
  */
 int tfs_ckpt_store_open(const char *uri, const char *options, bool create,
                         struct tfs_store **out);
-/* mkdir -p path. */
-int tfs_ckpt_mkdirs(const char *path);
 /* The default staging dir, /var/tmp/tierfs-ckpt-EUID (free with tfs_free). */
 char *tfs_ckpt_staging_default(void);
 /*
