@@ -117,22 +117,6 @@ int tfs_buf_printf(struct tfs_buf *b, const char *fmt, ...)
     return 0;
 }
 
-int tfs_buf_json_str(struct tfs_buf *b, const char *s)
-{
-    int rc = tfs_buf_puts(b, "\"");
-
-    for (const unsigned char *p = (const unsigned char *)s;
-         rc == 0 && *p != '\0'; p++) {
-        if (*p == '"' || *p == '\\')
-            rc = tfs_buf_printf(b, "\\%c", *p);
-        else if (*p < 0x20)
-            rc = tfs_buf_printf(b, "\\u%04x", *p);
-        else
-            rc = tfs_buf_append(b, p, 1);
-    }
-    return rc == 0 ? tfs_buf_puts(b, "\"") : rc;
-}
-
 const char *tfs_buf_str(const struct tfs_buf *b)
 {
     return b->p != NULL ? b->p : "";

@@ -591,6 +591,11 @@ int tfs_json_put_str(struct tfs_buf *b, const char *s, size_t len)
     return rc;
 }
 
+int tfs_json_put_cstr(struct tfs_buf *b, const char *s)
+{
+    return tfs_json_put_str(b, s, strlen(s));
+}
+
 int tfs_json_write(struct tfs_buf *b, const struct tfs_json *v)
 {
     bool obj = v->type == TFS_JSON_OBJECT;

@@ -94,6 +94,8 @@ const char *tfs_json_str(const struct tfs_json *v);
  * tfs_buf_append.
  */
 int tfs_json_put_str(struct tfs_buf *b, const char *s, size_t len);
+/* The same, of a NUL-terminated string. */
+int tfs_json_put_cstr(struct tfs_buf *b, const char *s);
 /* Append v serialised compactly (numbers as written). */
 int tfs_json_write(struct tfs_buf *b, const struct tfs_json *v);
 /*

@@ -65,8 +65,6 @@ void tfs_buf_reset(struct tfs_buf *b);
 int tfs_buf_append(struct tfs_buf *b, const void *data, size_t len);
 int tfs_buf_puts(struct tfs_buf *b, const char *s);
 int tfs_buf_printf(struct tfs_buf *b, const char *fmt, ...) TFS_PRINTF(2, 3);
-/* s as a JSON string, quotes included ('"', '\\' and controls escaped). */
-int tfs_buf_json_str(struct tfs_buf *b, const char *s);
 /* The first failed append since init/reset (0: none); check it once,
    where the contents are finished, before using them. */
 int tfs_buf_error(const struct tfs_buf *b);

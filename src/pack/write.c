@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "common/json.h"
 #include "pack/write_int.h"
 
 #define PW_STREAM_MIN  (64u << 20)      /* larger files: streamed */
@@ -457,7 +458,7 @@ static int pw_fields_json(const struct pack_job *w, struct tfs_buf *b)
             continue;
         rc = tfs_buf_puts(b, first ? "" : ", ");
         if (rc == 0)
-            rc = tfs_buf_json_str(b, f[i]);
+            rc = tfs_json_put_cstr(b, f[i]);
         if (rc == 0)
             rc = tfs_buf_printf(b, ": %zu", run);
         first = false;

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "tierfs/log.h"
+#include "common/json.h"
 #include "wb/wb_int.h"
 
 #define UP_BACKOFF_MIN_NS 100000000ull  /* 100 ms */
@@ -809,15 +810,15 @@ static int up_json_parked(struct tfs_buf *b, const struct wb_ent *e)
                             up_kind_verb(e));
 
     if (rc == 0)
-        rc = tfs_buf_json_str(b, e->h.key);
+        rc = tfs_json_put_cstr(b, e->h.key);
     if (rc == 0)
         rc = tfs_buf_puts(b, ", \"error\": ");
     if (rc == 0)
-        rc = tfs_buf_json_str(b, tfs_strerror(e->last_err));
+        rc = tfs_json_put_cstr(b, tfs_strerror(e->last_err));
     if (rc == 0)
         rc = tfs_buf_puts(b, ", \"detail\": ");
     if (rc == 0)
-        rc = tfs_buf_json_str(b, e->last_detail ? e->last_detail : "");
+        rc = tfs_json_put_cstr(b, e->last_detail ? e->last_detail : "");
     return rc == 0 ? tfs_buf_puts(b, "}") : rc;
 }
 

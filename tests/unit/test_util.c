@@ -16,6 +16,7 @@
 #include "tierfs/store.h"
 #include "common/bytes.h"
 #include "common/fsutil.h"
+#include "common/json.h"
 #include "common/util.h"
 
 TEST(sizes)
@@ -188,8 +189,8 @@ TEST(capped_buffer)
     tfs_buf_cleanup(&b);
 
     tfs_buf_init(&b, 64);
-    CHECK_OK(tfs_buf_json_str(&b, "q\"\\\n"));
-    CHECK_STR(tfs_buf_str(&b), "\"q\\\"\\\\\\u000a\"");
+    CHECK_OK(tfs_json_put_cstr(&b, "q\"\\\n\t"));
+    CHECK_STR(tfs_buf_str(&b), "\"q\\\"\\\\\\n\\u0009\"");
     tfs_buf_cleanup(&b);
 }
 
