@@ -40,10 +40,10 @@ endif()
 # The Python binding, with Debian's python3 (python3-pytest, python3-torch).
 add_test(NAME python.store
   COMMAND ${TFS_WITH_S3} env TIERFS_LIB=$<TARGET_FILE:tierfs_shared>
-          TIERFS_TEST_S3_URI=s3://tierfs-test
+          TFS_TEST_S3_URI=s3://tierfs-test
           PYTHONPATH=${PROJECT_SOURCE_DIR}/python PYTHONDONTWRITEBYTECODE=1
           /usr/bin/python3 -m pytest -q -p no:cacheprovider
-          ${PROJECT_SOURCE_DIR}/python/tests)
+          ${PROJECT_SOURCE_DIR}/python/tests/test_store.py)
 set_tests_properties(python.store PROPERTIES LABELS python TIMEOUT 600
   FIXTURES_REQUIRED s3 RESOURCE_LOCK s3)
 
@@ -63,11 +63,11 @@ set_tests_properties(s3.tuned PROPERTIES LABELS s3 TIMEOUT 180
 # The cache tests again, with the S3 server as the remote.
 tfs_s3_test(unit.cache-s3 env TFS_TEST_REMOTE=s3://tierfs-test/cache
   $<TARGET_FILE:test_cache>)
-# End-to-end checks of store bytes (D8): the ETag-MD5 cases need S3.
+# End-to-end checks of store bytes: the ETag-MD5 cases need S3.
 tfs_s3_test(unit.verify-s3 env TFS_TEST_REMOTE=s3://tierfs-test/verify
   $<TARGET_FILE:test_verify>)
 
-# ---- FUSE mount (tests/integ/fuse_mount.c) ----
+# The FUSE mount (tests/integ/fuse_mount.c).
 # Mounted for real with the tierfs binary, once over a directory and once
 # over the S3 server; each run mounts and unmounts a dozen times.  A mount
 # that fails is a failure; so is a machine without /dev/fuse (exit 77):
@@ -80,11 +80,11 @@ target_link_libraries(fuse_mount PRIVATE tierfs_static)
 tfs_warnings(fuse_mount)
 target_compile_options(fuse_mount PRIVATE -Wno-missing-prototypes)
 add_dependencies(fuse_mount tierfs)
-add_test(NAME fuse.posix COMMAND env TFS_BIN=$<TARGET_FILE:tierfs>
-  TFS_FUSE_REMOTE=posix $<TARGET_FILE:fuse_mount>)
+add_test(NAME fuse.posix COMMAND env TFS_TEST_BIN=$<TARGET_FILE:tierfs>
+  TFS_TEST_REMOTE=posix $<TARGET_FILE:fuse_mount>)
 set_tests_properties(fuse.posix PROPERTIES LABELS fuse TIMEOUT 600)
-tfs_s3_test(fuse.s3 env TFS_BIN=$<TARGET_FILE:tierfs>
-  TFS_FUSE_REMOTE=s3://tierfs-test/fuse $<TARGET_FILE:fuse_mount>)
+tfs_s3_test(fuse.s3 env TFS_TEST_BIN=$<TARGET_FILE:tierfs>
+  TFS_TEST_REMOTE=s3://tierfs-test/fuse $<TARGET_FILE:fuse_mount>)
 set_tests_properties(fuse.s3 PROPERTIES LABELS "fuse;s3")
 
 # tierfs bench and tierfs profile on tiny configurations (directory, store
@@ -93,7 +93,7 @@ add_test(NAME cli.bench COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/bench.sh
   $<TARGET_FILE:tierfs>)
 set_tests_properties(cli.bench PROPERTIES LABELS "cli;fuse" TIMEOUT 600)
 
-# ---- pack + loader (issue 5): tierfs pack, the C reader, tierfs.torch ----
+# Pack + loader: tierfs pack, the C reader, tierfs.torch.
 # The C unit tests (tests/unit/test_pack*.c) register themselves above.
 # Here: those of the reader's tests that touch the store, again with the
 # packed dataset on the S3 server; and the Python side with Debian's
@@ -107,15 +107,14 @@ foreach(t roundtrip damaged_header truncated_shard index_mismatch
 endforeach()
 add_test(NAME python.pack
   COMMAND ${TFS_WITH_S3} env TIERFS_LIB=$<TARGET_FILE:tierfs_shared>
-          TIERFS_BIN=$<TARGET_FILE:tierfs> TIERFS_TEST_S3_URI=s3://tierfs-test
+          TFS_TEST_BIN=$<TARGET_FILE:tierfs> TFS_TEST_S3_URI=s3://tierfs-test
           PYTHONPATH=${PROJECT_SOURCE_DIR}/python PYTHONDONTWRITEBYTECODE=1
           /usr/bin/python3 -m pytest -q -p no:cacheprovider
-          -W ignore::UserWarning ${PROJECT_SOURCE_DIR}/tests/integ/test_pack.py)
+          -W ignore::UserWarning ${PROJECT_SOURCE_DIR}/python/tests/test_pack.py)
 set_tests_properties(python.pack PROPERTIES LABELS "python;pack" TIMEOUT 600
   FIXTURES_REQUIRED s3 RESOURCE_LOCK s3)
-# ---- end pack + loader ----
 
-# ---- write-back in the mount (issue 4, part 1): tests/integ/fuse_wb.c ----
+# Write-back in the mount (tests/integ/fuse_wb.c).
 # Writes through the mounted binary, checked in the store itself: the
 # semantics (read-your-writes, renames, deletes, sync), backpressure, 20
 # kill -9 crash runs, upload failures.  Over a directory and over the S3
@@ -129,20 +128,19 @@ target_link_libraries(fuse_wb PRIVATE tierfs_static)
 tfs_warnings(fuse_wb)
 target_compile_options(fuse_wb PRIVATE -Wno-missing-prototypes)
 add_dependencies(fuse_wb tierfs)
-add_test(NAME fuse.wb.posix COMMAND env TFS_BIN=$<TARGET_FILE:tierfs>
-  TFS_FUSE_REMOTE=posix $<TARGET_FILE:fuse_wb>)
+add_test(NAME fuse.wb.posix COMMAND env TFS_TEST_BIN=$<TARGET_FILE:tierfs>
+  TFS_TEST_REMOTE=posix $<TARGET_FILE:fuse_wb>)
 set_tests_properties(fuse.wb.posix PROPERTIES LABELS "fuse;wb" TIMEOUT 600)
-tfs_s3_test(fuse.wb.s3 env TFS_BIN=$<TARGET_FILE:tierfs>
-  TFS_FUSE_REMOTE=s3://tierfs-test/wb $<TARGET_FILE:fuse_wb>)
+tfs_s3_test(fuse.wb.s3 env TFS_TEST_BIN=$<TARGET_FILE:tierfs>
+  TFS_TEST_REMOTE=s3://tierfs-test/wb $<TARGET_FILE:fuse_wb>)
 set_tests_properties(fuse.wb.s3 PROPERTIES LABELS "fuse;wb;s3")
-# Transfers (D2): an upload longer than one attempt, a refused change
+# Transfers: an upload longer than one attempt, a refused change
 # parked and named by sync and stats while the rest moves on.
 add_test(NAME fuse.wb.xfer COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/wb_xfer.sh
   $<TARGET_FILE:tierfs>)
 set_tests_properties(fuse.wb.xfer PROPERTIES LABELS "fuse;wb" TIMEOUT 180)
-# ---- end write-back ----
 
-# ---- checkpoints (issue 4, parts 2-4): src/ckpt, tierfs ckpt, tierfs.torch ----
+# Checkpoints: src/ckpt, tierfs ckpt, tierfs.torch.
 # The C unit tests (tests/unit/test_ckpt*.c) register themselves above and
 # the fuzz targets (tests/fuzz/fuzz_safetensors.c, fuzz_ckpt_index.c) in
 # the fuzz build.  Here: the Python side with Debian's python3 and
@@ -151,24 +149,23 @@ set_tests_properties(fuse.wb.xfer PROPERTIES LABELS "fuse;wb" TIMEOUT 180)
 # by an independent safetensors reader, the CLI, damaged checkpoints, and
 # 20 kill -9 runs; over a directory, and (torch, CLI) over the S3 server.
 set(TFS_CKPT_ENV env TIERFS_LIB=$<TARGET_FILE:tierfs_shared>
-  TFS_BIN=$<TARGET_FILE:tierfs>
-  PYTHONPATH=${PROJECT_SOURCE_DIR}/python:${PROJECT_SOURCE_DIR}/tests/ckpt
+  TFS_TEST_BIN=$<TARGET_FILE:tierfs>
+  PYTHONPATH=${PROJECT_SOURCE_DIR}/python:${PROJECT_SOURCE_DIR}/python/tests
   PYTHONDONTWRITEBYTECODE=1)
 set(TFS_CKPT_PYTEST /usr/bin/python3 -m pytest -q -p no:cacheprovider)
-set(TFS_CKPT_DIR ${PROJECT_SOURCE_DIR}/tests/ckpt)
+set(TFS_CKPT_DIR ${PROJECT_SOURCE_DIR}/python/tests)
 foreach(t torch cli badinput crash)
-  add_test(NAME ckpt.${t} COMMAND ${TFS_CKPT_ENV} TFS_CKPT_STORE=posix
+  add_test(NAME ckpt.${t} COMMAND ${TFS_CKPT_ENV} TFS_TEST_CKPT_STORE=posix
     ${TFS_CKPT_PYTEST} ${TFS_CKPT_DIR}/test_ckpt_${t}.py)
   set_tests_properties(ckpt.${t} PROPERTIES LABELS "python;ckpt"
     TIMEOUT 600)
 endforeach()
-tfs_s3_test(ckpt.torch-s3 ${TFS_CKPT_ENV} TFS_CKPT_STORE=s3
-  TIERFS_TEST_S3_URI=s3://tierfs-test ${TFS_CKPT_PYTEST}
+tfs_s3_test(ckpt.torch-s3 ${TFS_CKPT_ENV} TFS_TEST_CKPT_STORE=s3
+  TFS_TEST_S3_URI=s3://tierfs-test ${TFS_CKPT_PYTEST}
   ${TFS_CKPT_DIR}/test_ckpt_torch.py ${TFS_CKPT_DIR}/test_ckpt_cli.py)
 set_tests_properties(ckpt.torch-s3 PROPERTIES LABELS "python;ckpt;s3")
-# ---- end of checkpoints ----
 
-# ---- the fault matrix, short form (docs/reliability.md) ----
+# The fault matrix, short form (docs/reliability.md).
 # The relay bench/faults puts between tierfs and the S3 server, tested on
 # its own; then the CI rows of the matrix (tests/integ/faults.sh).
 add_test(NAME faults.relay COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/faults_relay.sh
@@ -185,9 +182,8 @@ set_tests_properties(faults.ci PROPERTIES LABELS "faults;fuse" TIMEOUT 300)
 add_test(NAME faults.train COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/faults.sh
   $<TARGET_FILE:tierfs> train)
 set_tests_properties(faults.train PROPERTIES LABELS "faults;python" TIMEOUT 300)
-# ---- end of the fault matrix ----
 
-# ---- security (docs/security.md): private dirs, modes, credentials ----
+# Security (docs/security.md): private dirs, modes, credentials.
 add_test(NAME security.posix COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/security.sh
   $<TARGET_FILE:tierfs> $<TARGET_FILE:tierfs_shared>)
 set_tests_properties(security.posix PROPERTIES LABELS "security;fuse"

@@ -15,7 +15,7 @@
  *
  * Keys are relative to the store's root ("train/000123.jpg"), never begin
  * with '/', and use '/' as separator.  Every store implements the same
- * contract, checked by one conformance suite (tests/unit/test_store_conf.c):
+ * contract, checked by one conformance suite (tests/store/test_store_conf.c):
  *
  *  - read() fills the caller's buffer; *nread < len only at the end of the
  *    object.  A range starting at or past the end reads 0 bytes.

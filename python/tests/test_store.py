@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The Python binding of the store layer, on a posix store (and on the
-local S3 server when TIERFS_TEST_S3_URI is set)."""
+local S3 server when TFS_TEST_S3_URI is set)."""
 import errno
 import os
 
@@ -14,9 +14,9 @@ def store(request, tmp_path):
     if request.param == "posix":
         uri = str(tmp_path)
     else:
-        uri = os.environ.get("TIERFS_TEST_S3_URI")
+        uri = os.environ.get("TFS_TEST_S3_URI")
         if not uri:
-            pytest.fail("TIERFS_TEST_S3_URI is not set: run under "
+            pytest.fail("TFS_TEST_S3_URI is not set: run under "
                         "scripts/with-s3 (ctest does)")
         uri = f"{uri}/py-{os.getpid()}"
     with tierfs.Store(uri) as st:

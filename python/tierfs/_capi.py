@@ -113,7 +113,7 @@ tfs_store_list = _proto("tfs_store_list", _I, _P, _S, _S, _S, _SZ,
 tfs_list_page_cleanup = _proto("tfs_list_page_cleanup", None,
                                ctypes.POINTER(ListPage))
 
-# ---- pack + loader (python/tierfs/data.py): the cache and packed datasets
+# The cache and packed datasets (cache.h, pack.h): python/tierfs/data.py.
 tfs_cache_create = _proto("tfs_cache_create", _I, ctypes.POINTER(_P))
 tfs_cache_set = _proto("tfs_cache_set", _I, _P, _S, _S)
 tfs_cache_open = _proto("tfs_cache_open", _I, _P, _P)
@@ -159,9 +159,8 @@ class PackDesc(ctypes.Structure):
 
 tfs_pack_iter_next_info = _proto("tfs_pack_iter_next_info", _I, _P, _P, _P,
                                  _SZ, _P, _SZ, ctypes.POINTER(PackDesc))
-# ---- end pack + loader ----
 
-# ---- checkpoints (ckpt.h): python/tierfs/ckpt.py, tierfs.torch ----
+# Checkpoints (ckpt.h): python/tierfs/ckpt.py, tierfs.torch.
 _UI = ctypes.c_uint
 _B = ctypes.c_bool
 _I64 = ctypes.c_int64
@@ -265,7 +264,6 @@ tfs_ckpt_remove = _proto("tfs_ckpt_remove", _I, _S, _S, _U64)
 tfs_ckpt_gc = _proto("tfs_ckpt_gc", _I, _S, _S, _UI, _B, _PSZ)
 tfs_ckpt_split_uri = _proto("tfs_ckpt_split_uri", _I, _S, _P, _SZ,
                             ctypes.POINTER(_I64))
-# ---- end of checkpoints ----
 
 if tfs_abi_version() != ABI_VERSION:
     raise ImportError(f"tierfs: libtierfs ABI {tfs_abi_version()} is not "

@@ -12,4 +12,4 @@ Checkpoints (python/tierfs/_ckpt_torch.py):
 """
 from ._ckpt_torch import (Checkpointer, LazyStateDict, SaveHandle,  # noqa
                           ShardSlice, load, save, shard)
-from .data import ShardDataset, ShardIndexDataset, StallMeter  # noqa: F401,E402  (pack + loader)
+from .data import ShardDataset, ShardIndexDataset, StallMeter  # noqa: F401,E402

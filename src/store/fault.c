@@ -787,7 +787,7 @@ static int fault_rename(struct tfs_store *st, const char *src,
 
 /* ---- open / close ---- */
 
-/* Apply option o from the URI, else from the TFS_FAULT bag env. */
+/* Apply option o from the URI, else from the TIERFS_FAULT bag env. */
 static int fault_open_option(struct tfs_store *st, struct tfs_opts *env,
                              struct fault_cfg *c, const struct fault_option *o)
 {
@@ -800,24 +800,24 @@ static int fault_open_option(struct tfs_store *st, struct tfs_opts *env,
     if (v != NULL)
         return fault_option_set(c, o, v, "");
     if (env_v != NULL)
-        return fault_option_set(c, o, env_v, " (from TFS_FAULT)");
+        return fault_option_set(c, o, env_v, " (from TIERFS_FAULT)");
     return 0;
 }
 
-/* Fill c from the URI's options over those of $TFS_FAULT. */
+/* Fill c from the URI's options over those of $TIERFS_FAULT. */
 static int fault_open_cfg(struct tfs_store *st, struct fault_cfg *c)
 {
     struct tfs_opts env = {0};
     const char *unused;
-    int rc = tfs_opts_parse(&env, getenv("TFS_FAULT"));
+    int rc = tfs_opts_parse(&env, getenv("TIERFS_FAULT"));
 
     if (rc == TFS_EOPTION)
-        rc = tfs_err(rc, "TFS_FAULT holds a malformed option");
+        rc = tfs_err(rc, "TIERFS_FAULT holds a malformed option");
     for (size_t i = 0; rc == 0 && i < TFS_ARRAY_LEN(fault_options); i++)
         rc = fault_open_option(st, &env, c, &fault_options[i]);
     unused = rc == 0 ? tfs_opts_unused(&env) : NULL;
     if (unused != NULL)
-        rc = tfs_err(TFS_EOPTION, "unknown option '%s' in TFS_FAULT",
+        rc = tfs_err(TFS_EOPTION, "unknown option '%s' in TIERFS_FAULT",
                      unused);
     tfs_opts_cleanup(&env);
     return rc;

@@ -358,7 +358,7 @@ static void http_header(struct s3_resp *r, const char *name, const char *v)
                 strncasecmp(v, "aws:kms", 7) == 0) ||
                strcasecmp(name, "x-amz-server-side-encryption-customer-"
                           "algorithm") == 0) {
-        r->etag_not_md5 = true;         /* its ETag is no MD5 (D8) */
+        r->etag_not_md5 = true;         /* its ETag is no MD5 */
     } else if (strcasecmp(name, "last-modified") == 0) {
         if (tfs_s3_parse_http_date(v, &r->mtime_ns) < 0)
             r->mtime_ns = 0;

@@ -128,7 +128,7 @@ struct s3_result {
  */
 int tfs_s3_xml_parse_list(const char *body, size_t len, const char *strip,
                           struct tfs_list_page *page);
-/* The same, and *skipped: names holding NUL ("%00"), left out (R8). */
+/* The same, and *skipped: names holding NUL ("%00"), left out. */
 int tfs_s3_xml_parse_list_ex(const char *body, size_t len, const char *strip,
                              struct tfs_list_page *page, size_t *skipped);
 

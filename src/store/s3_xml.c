@@ -320,7 +320,7 @@ static int xml_list_end(struct xml_ctx *x, const char *text, size_t len)
 /*
  * %-decode s in place, '+' being a space (S3's form encoding).  1 (s
  * unchanged) when s holds "%00": a key no C string can name, which the
- * caller leaves out and counts rather than fail the page (R8).
+ * caller leaves out and counts rather than fail the page.
  */
 static int xml_url_decode(char *s)
 {

@@ -4,7 +4,7 @@
  * binary on a fresh directory over a remote, reads through the kernel and
  * compares every byte with what it uploaded, then unmounts.
  *
- *   TFS_BIN=build/tierfs TFS_FUSE_REMOTE=posix|s3://bucket/prefix \
+ *   TFS_TEST_BIN=build/tierfs TFS_TEST_REMOTE=posix|s3://bucket/prefix \
  *       fuse_mount [CASE]
  *
  * "posix" serves a temporary directory; an s3:// base serves a unique
@@ -53,11 +53,6 @@
 #define MOUNT_WAIT_MS 15000
 #define EXIT_WAIT_MS 30000
 
-static const char *t_bin;               /* the tierfs binary */
-static bool t_s3;                       /* remote is S3 */
-static char t_work[PATH_MAX];           /* this run's scratch directory */
-static char t_base[1024];               /* remote root: a dir or s3 URI */
-static struct tfs_store *t_st;          /* the remote, for uploads */
 static unsigned t_seq;                  /* unique names within the run */
 
 /* The mount of the running case. */
@@ -1598,74 +1593,13 @@ TESTS(T(basics), T(cli), T(random_ranges), T(concurrent_readers),
       T(single_flight), T(partition), T(hung_store), T(hung_metadata),
       T(scan_resistance));
 
-/* Remove what this run put on the remote. */
-static int cleanup_page(void *arg, const struct tfs_list_page *page)
-{
-    for (size_t i = 0; i < page->n_entries; i++)
-        tfs_store_remove(t_st, page->entries[i].key);
-    return 0;
-}
-
-static void rm_tree(const char *path)
-{
-    char cmd[PATH_MAX + 32];
-
-    if (strncmp(path, "/tmp/", 5) != 0)
-        return;
-    sfmt(cmd, sizeof(cmd), "rm -rf '%s'", path);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", path);
-}
-
-static int setup(void)
-{
-    const char *remote = getenv("TFS_FUSE_REMOTE");
-    int rc;
-
-    t_bin = getenv("TFS_BIN");
-    if (t_bin == NULL || remote == NULL) {
-        fprintf(stderr, "fuse_mount: set TFS_BIN and TFS_FUSE_REMOTE "
-                "(posix or s3://bucket/prefix)\n");
-        return 2;
-    }
-    if (access("/dev/fuse", R_OK | W_OK) != 0) {
-        fprintf(stderr, "fuse_mount: no /dev/fuse\n");
-        return 77;
-    }
-    sfmt(t_work, sizeof(t_work), "/tmp/tfs-fuse-XXXXXX");
-    if (mkdtemp(t_work) == NULL)
-        return 1;
-    t_s3 = strncmp(remote, "s3://", 5) == 0;
-    if (t_s3)
-        sfmt(t_base, sizeof(t_base), "%s/fuse-%d-%ld", remote,
-                 (int)getpid(), (long)time(NULL));
-    else
-        sfmt(t_base, sizeof(t_base), "%s/remote", t_work);
-    if (!t_s3 && mkdir(t_base, 0755) < 0)
-        return 1;
-    rc = tfs_store_open(&t_st, t_base, NULL);
-    if (rc < 0) {
-        fprintf(stderr, "fuse_mount: cannot open %s: %s (%s)\n", t_base,
-                tfs_strerror(rc), tfs_errdetail());
-        return 1;
-    }
-    atexit(mnt_cleanup);
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
-    int rc = setup();
+    int rc = integ_setup("fuse", mnt_cleanup);
 
     if (rc != 0)
         return rc;
     rc = test_run(test_cases, sizeof(test_cases) / sizeof(test_cases[0]),
                   argc, argv);
-    mnt_cleanup();
-    if (t_s3)
-        tfs_store_list_all(t_st, "", NULL, cleanup_page, NULL);
-    tfs_store_close(t_st);
-    if (getenv("TFS_FUSE_KEEP") == NULL)
-        rm_tree(t_work);
-    return rc;
+    return integ_finish(rc, mnt_cleanup);
 }

@@ -4,7 +4,7 @@
  * real tierfs binary over a remote, writes through the kernel, and checks
  * the remote itself, opened with the library, byte for byte.
  *
- *   TFS_BIN=build/tierfs TFS_FUSE_REMOTE=posix|s3://bucket/prefix \
+ *   TFS_TEST_BIN=build/tierfs TFS_TEST_REMOTE=posix|s3://bucket/prefix \
  *       fuse_wb [CASE]
  *
  * Cases:
@@ -17,7 +17,7 @@
  *   backpressure  staging-max 4M, 22 MiB written: the writer waits for
  *                 uploads (bandwidth-capped) and completes
  *   crash         kill -9 of the daemon at random points of a workload,
- *                 TFS_WB_CRASH_RUNS times (20): after remount and sync,
+ *                 TFS_TEST_WB_CRASH_RUNS times (20): after remount and sync,
  *                 every file whose close() returned is in the store with
  *                 its bytes, and no object has wrong or partial bytes
  *   failure       injected put errors are retried; a refused store makes
@@ -29,14 +29,14 @@
  *                 store, the first too or its data in lost+found; an
  *                 emptied journal beside 2 data files refuses the mount,
  *                 data kept
- *   many_files    TFS_WB_MANY_FILES (3000; S3: 600, each new name costs
+ *   many_files    TFS_TEST_WB_MANY_FILES (3000; S3: 600, each new name costs
  *                 a lookup there) files pending in a daemon under
- *                 RLIMIT_NOFILE TFS_WB_NOFILE (512; S3: 256, soft and
+ *                 RLIMIT_NOFILE TFS_TEST_WB_NOFILE (512; S3: 256, soft and
  *                 hard), `ls` works, a remount under the same limit
  *                 uploads them all
  *
  * Every wait is bounded; a mount that fails is a failure, never a skip.
- * TFS_FUSE_KEEP=1 keeps the scratch directory.
+ * TFS_TEST_KEEP=1 keeps the scratch directory.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -67,11 +67,6 @@
 #define MOUNT_WAIT_MS 15000
 #define EXIT_WAIT_MS 30000
 
-static const char *t_bin;               /* the tierfs binary */
-static bool t_s3;                       /* remote is S3 */
-static char t_work[PATH_MAX];           /* scratch directory */
-static char t_base[1024];               /* remote root: a dir or s3 URI */
-static struct tfs_store *t_st;          /* the remote, for checks */
 static unsigned t_seq;
 
 static struct {
@@ -763,7 +758,7 @@ static void crash_run(unsigned run, uint64_t *rs, size_t *n_closed,
 
 TEST(crash)
 {
-    const char *e = getenv("TFS_WB_CRASH_RUNS");
+    const char *e = getenv("TFS_TEST_WB_CRASH_RUNS");
     unsigned runs = e ? (unsigned)strtoul(e, NULL, 10) : 20;
     uint64_t rs = (uint64_t)time(NULL);
     size_t closed = 0;
@@ -968,8 +963,8 @@ TEST(journal)
 /* D3: many closed files pending under a low descriptor limit. */
 TEST(many_files)
 {
-    const char *e = getenv("TFS_WB_MANY_FILES");
-    const char *l = getenv("TFS_WB_NOFILE");
+    const char *e = getenv("TFS_TEST_WB_MANY_FILES");
+    const char *l = getenv("TFS_TEST_WB_NOFILE");
     unsigned n = e ? (unsigned)strtoul(e, NULL, 10) : t_s3 ? 600 : 3000;
     char pre[64], uri[2048], stg[PATH_MAX], path[PATH_MAX + 64], name[32];
     const char *slow[] = {"--staging-dir", stg, "--upload-delay", "600",
@@ -1027,73 +1022,13 @@ TESTS(T(semantics), T(backpressure), T(crash), T(failure), T(journal),
 
 /* ---- setup ---- */
 
-static int cleanup_page(void *arg, const struct tfs_list_page *page)
-{
-    for (size_t i = 0; i < page->n_entries; i++)
-        tfs_store_remove(t_st, page->entries[i].key);
-    return 0;
-}
-
-static void rm_tree(const char *path)
-{
-    char cmd[PATH_MAX + 32];
-
-    if (strncmp(path, "/tmp/", 5) != 0)
-        return;
-    sfmt(cmd, sizeof(cmd), "rm -rf '%s'", path);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", path);
-}
-
-static int setup(void)
-{
-    const char *remote = getenv("TFS_FUSE_REMOTE");
-    int rc;
-
-    t_bin = getenv("TFS_BIN");
-    if (t_bin == NULL || remote == NULL) {
-        fprintf(stderr, "fuse_wb: set TFS_BIN and TFS_FUSE_REMOTE "
-                "(posix or s3://bucket/prefix)\n");
-        return 2;
-    }
-    if (access("/dev/fuse", R_OK | W_OK) != 0) {
-        fprintf(stderr, "fuse_wb: no /dev/fuse\n");
-        return 77;
-    }
-    sfmt(t_work, sizeof(t_work), "/tmp/tfs-wb-XXXXXX");
-    if (mkdtemp(t_work) == NULL)
-        return 1;
-    t_s3 = strncmp(remote, "s3://", 5) == 0;
-    if (t_s3)
-        sfmt(t_base, sizeof(t_base), "%s/wb-%d-%ld", remote, (int)getpid(),
-             (long)time(NULL));
-    else
-        sfmt(t_base, sizeof(t_base), "%s/remote", t_work);
-    if (!t_s3 && mkdir(t_base, 0755) < 0)
-        return 1;
-    rc = tfs_store_open(&t_st, t_base, NULL);
-    if (rc < 0) {
-        fprintf(stderr, "fuse_wb: cannot open %s: %s (%s)\n", t_base,
-                tfs_strerror(rc), tfs_errdetail());
-        return 1;
-    }
-    atexit(mnt_cleanup);
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
-    int rc = setup();
+    int rc = integ_setup("wb", mnt_cleanup);
 
     if (rc != 0)
         return rc;
     rc = test_run(test_cases, sizeof(test_cases) / sizeof(test_cases[0]),
                   argc, argv);
-    mnt_cleanup();
-    if (t_s3)
-        tfs_store_list_all(t_st, "", NULL, cleanup_page, NULL);
-    tfs_store_close(t_st);
-    if (getenv("TFS_FUSE_KEEP") == NULL)
-        rm_tree(t_work);
-    return rc;
+    return integ_finish(rc, mnt_cleanup);
 }

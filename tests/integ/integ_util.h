@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -21,6 +22,16 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "tierfs/err.h"
+#include "tierfs/store.h"
+
+/* The run's surroundings, set by integ_setup(). */
+static const char *t_bin;               /* the tierfs binary */
+static bool t_s3;                       /* the remote is S3 */
+static char t_work[PATH_MAX];           /* this run's scratch directory */
+static char t_base[1024];               /* remote root: a dir or s3 URI */
+static struct tfs_store *t_st;          /* the remote, for uploads, checks */
 
 /* snprintf that fails the run instead of truncating a path. */
 static inline void sfmt(char *out, size_t size, const char *fmt, ...)
@@ -144,6 +155,84 @@ static inline int run_cmd(char *const argv[], const char *log, unsigned ms)
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
     }
+    return rc;
+}
+
+/* Remove what this run put on the remote. */
+static inline int integ_cleanup_page(void *arg,
+                                     const struct tfs_list_page *page)
+{
+    (void)arg;
+    for (size_t i = 0; i < page->n_entries; i++)
+        tfs_store_remove(t_st, page->entries[i].key);
+    return 0;
+}
+
+static inline void integ_rm_tree(const char *path)
+{
+    char cmd[PATH_MAX + 32];
+
+    if (strncmp(path, "/tmp/", 5) != 0)
+        return;
+    sfmt(cmd, sizeof(cmd), "rm -rf '%s'", path);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", path);
+}
+
+/*
+ * From TFS_TEST_BIN and TFS_TEST_REMOTE (posix, or s3://bucket/prefix):
+ * a scratch directory /tmp/tfs-TAG-XXXXXX, the remote root (a directory in
+ * it, or TAG-PID-TIME under the S3 prefix) open in t_st, and cleanup run
+ * at exit.  0, or the exit code: 2 (not configured), 77 (no /dev/fuse:
+ * callers treat it as a failure), 1.
+ */
+static inline int integ_setup(const char *tag, void (*cleanup)(void))
+{
+    const char *prog = program_invocation_short_name;
+    const char *remote = getenv("TFS_TEST_REMOTE");
+    int rc;
+
+    t_bin = getenv("TFS_TEST_BIN");
+    if (t_bin == NULL || remote == NULL) {
+        fprintf(stderr, "%s: set TFS_TEST_BIN and TFS_TEST_REMOTE "
+                "(posix or s3://bucket/prefix)\n", prog);
+        return 2;
+    }
+    if (access("/dev/fuse", R_OK | W_OK) != 0) {
+        fprintf(stderr, "%s: no /dev/fuse\n", prog);
+        return 77;
+    }
+    sfmt(t_work, sizeof(t_work), "/tmp/tfs-%s-XXXXXX", tag);
+    if (mkdtemp(t_work) == NULL)
+        return 1;
+    t_s3 = strncmp(remote, "s3://", 5) == 0;
+    if (t_s3)
+        sfmt(t_base, sizeof(t_base), "%s/%s-%d-%ld", remote, tag,
+             (int)getpid(), (long)time(NULL));
+    else
+        sfmt(t_base, sizeof(t_base), "%s/remote", t_work);
+    if (!t_s3 && mkdir(t_base, 0755) < 0)
+        return 1;
+    rc = tfs_store_open(&t_st, t_base, NULL);
+    if (rc < 0) {
+        fprintf(stderr, "%s: cannot open %s: %s (%s)\n", prog, t_base,
+                tfs_strerror(rc), tfs_errdetail());
+        return 1;
+    }
+    atexit(cleanup);
+    return 0;
+}
+
+/* After the tests: cleanup(), the run's objects off S3, the scratch
+ * directory (kept with TFS_TEST_KEEP=1); returns rc. */
+static inline int integ_finish(int rc, void (*cleanup)(void))
+{
+    cleanup();
+    if (t_s3)
+        tfs_store_list_all(t_st, "", NULL, integ_cleanup_page, NULL);
+    tfs_store_close(t_st);
+    if (getenv("TFS_TEST_KEEP") == NULL)
+        integ_rm_tree(t_work);
     return rc;
 }
 

@@ -9,11 +9,16 @@
 #ifndef TFS_TEST_H
 #define TFS_TEST_H
 
+#include <errno.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <setjmp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "tierfs/err.h"
 
@@ -104,6 +109,64 @@ static inline int test_run(const struct test_case *test_cases, size_t n,
     }
     printf("%d passed, %d failed\n", ran - test_failed, test_failed);
     return test_failed ? 1 : 0;
+}
+
+/* ---- fixtures ---- */
+
+/* Fill p with len bytes fixed by seed (xorshift64): data a test can
+ * regenerate to compare with what came back. */
+static inline void test_fill(unsigned char *p, size_t len, uint64_t seed)
+{
+    uint64_t x = seed * 0x9e3779b97f4a7c15u + 1;
+
+    for (size_t i = 0; i < len; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        p[i] = (unsigned char)x;
+    }
+}
+
+/* test_fill() into fresh memory (one byte for len 0); the caller frees. */
+static inline unsigned char *test_pattern(size_t len, uint64_t seed)
+{
+    unsigned char *p = malloc(len ? len : 1);
+
+    CHECK(p != NULL);
+    test_fill(p, len, seed);
+    return p;
+}
+
+static inline int test_rm_one(const char *path, const struct stat *sb,
+                              int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+/* Remove path and everything below it, following no link; 0 or -errno.
+ * Only under /tmp/, so a bad argument cannot take anything else. */
+static inline int test_rmtree(const char *path)
+{
+    if (path == NULL || strncmp(path, "/tmp/", 5) != 0 ||
+        strstr(path, "/../") != NULL)
+        return -EPERM;
+    if (nftw(path, test_rm_one, 16, FTW_DEPTH | FTW_PHYS) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    return 0;
+}
+
+/* A fresh directory /tmp/tierfs-TAG-XXXXXX written into buf (size bytes);
+ * fails the test when it cannot be made. */
+static inline char *test_tmpdir(char *buf, size_t size, const char *tag)
+{
+    int n = snprintf(buf, size, "/tmp/tierfs-%s-XXXXXX", tag);
+
+    CHECK(n > 0 && (size_t)n < size);
+    CHECK(mkdtemp(buf) != NULL);
+    return buf;
 }
 
 #define TEST_MAIN()                                                        \

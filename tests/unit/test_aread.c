@@ -72,20 +72,6 @@ static int done_wait(struct done *d, unsigned ms)
     return calls;
 }
 
-static unsigned char *pattern(size_t len, uint64_t seed)
-{
-    unsigned char *p = malloc(len);
-    uint64_t x = seed * 0x9e3779b97f4a7c15u + 1;
-
-    for (size_t i = 0; i < len; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p[i] = (unsigned char)x;
-    }
-    return p;
-}
-
 /* A cache (RAM only, 64 KiB blocks) over the fault store over remote. */
 static struct tfs_cache *open_cache(const char *query,
                                     struct tfs_store **st)
@@ -106,7 +92,7 @@ static unsigned char *setup(const char *name)
 {
     struct tfs_store *raw = NULL;
     char uri[96];
-    unsigned char *data = pattern(SIZE, 7);
+    unsigned char *data = test_pattern(SIZE, 7);
 
     snprintf(remote, sizeof(remote), "/tmp/tfs-aread-XXXXXX");
     CHECK(mkdtemp(remote) != NULL);

@@ -62,27 +62,12 @@ static int remove_page(void *arg, const struct tfs_list_page *pg)
 
 static void remove_dirs(void)
 {
-    char cmd[200];
-
     CHECK_OK(tfs_store_list_all(raw, "", NULL, remove_page, raw));
     tfs_store_close(raw);
     raw = NULL;
-    snprintf(cmd, sizeof(cmd), "rm -rf %s %s", remote, cdir);
-    CHECK(system(cmd) == 0);
-}
-
-static unsigned char *pattern(size_t len, uint64_t seed)
-{
-    unsigned char *p = malloc(len ? len : 1);
-    uint64_t x = seed * 0x9e3779b97f4a7c15u + 1;
-
-    for (size_t i = 0; i < len; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p[i] = (unsigned char)x;
-    }
-    return p;
+    if (remote[0] != '\0')
+        CHECK_OK(test_rmtree(remote));
+    CHECK_OK(test_rmtree(cdir));
 }
 
 static void write_remote(const char *name, const void *data, size_t len)
@@ -159,7 +144,7 @@ static void read_all_check(struct tfs_cache *c, const char *key,
 TEST(read_through_and_ram_hits)
 {
     size_t len = (5u << 20) + 333;
-    unsigned char *data = pattern(len, 1);
+    unsigned char *data = test_pattern(len, 1);
     const char *kv[] = {"block_size", "1M", "mem_cache", "64M", NULL};
     struct tfs_store *st;
     struct tfs_cache *c;
@@ -202,7 +187,7 @@ TEST(ram_tier_is_lru)
 
     setup_dirs();
     for (int i = 0; i < 4; i++) {
-        data[i] = pattern(len, 40 + i);
+        data[i] = test_pattern(len, 40 + i);
         write_remote(names[i], data[i], len);
     }
     st = open_remote(NULL);
@@ -239,9 +224,9 @@ TEST(stream_read_once_is_not_kept)
 {
     size_t blen = 1u << 20;
     size_t len = 16u << 20;
-    unsigned char *hot = pattern(blen, 7);
-    unsigned char *data = pattern(len, 8);
-    unsigned char *small = pattern(100000, 9);
+    unsigned char *hot = test_pattern(blen, 7);
+    unsigned char *data = test_pattern(len, 8);
+    unsigned char *small = test_pattern(100000, 9);
     const char *kv[] = {"block_size", "1M", "mem_cache", "32M", "cache_dir",
                         NULL, "hedge", "0", NULL};
     struct tfs_store *st;
@@ -319,7 +304,7 @@ static void count_block_files(const char *dir, int *paged, int *other)
 TEST(disk_tier_survives_reopen)
 {
     size_t len = (3u << 20) + 1000;
-    unsigned char *data = pattern(len, 2);
+    unsigned char *data = test_pattern(len, 2);
     int paged;
     int other;
     const char *kv[] = {"block_size", "1M", "mem_cache", "0", "cache_dir",
@@ -386,7 +371,7 @@ static int flip_blocks(const char *dir)
 TEST(corrupt_blocks_are_refetched)
 {
     size_t len = 2u << 20;
-    unsigned char *data = pattern(len, 3);
+    unsigned char *data = test_pattern(len, 3);
     const char *kv[] = {"block_size", "1M", "mem_cache", "0", "cache_dir",
                         NULL, NULL};
     struct tfs_store *st;
@@ -426,7 +411,7 @@ TEST(corrupt_blocks_are_refetched)
 TEST(disk_readahead)
 {
     size_t len = 8u << 20;
-    unsigned char *data = pattern(len, 10);
+    unsigned char *data = test_pattern(len, 10);
     const char *kv[] = {"block_size", "1M", "mem_cache", "32M", "cache_dir",
                         NULL, "hedge", "0", "immutable", "1", NULL};
     struct tfs_store *st;
@@ -521,7 +506,7 @@ static void *sf_reader(void *arg)
 TEST(single_flight)
 {
     size_t len = 4u << 20;
-    unsigned char *data = pattern(len, 4);
+    unsigned char *data = test_pattern(len, 4);
     const char *kv[] = {"block_size", "4M", "hedge", "0", NULL};
     struct sf_arg args[32];
     pthread_t th[32];
@@ -571,7 +556,7 @@ TEST(capacity_bound)
                         NULL, "cache_size", "4M", "eviction", "lru", NULL};
     struct tfs_store *st;
     struct tfs_cache *c;
-    unsigned char *data = pattern(1u << 20, 5);
+    unsigned char *data = test_pattern(1u << 20, 5);
     char name[32];
 
     setup_dirs();
@@ -604,7 +589,7 @@ static void epochs(const char *policy, double *hit, int n_epochs)
     enum { FILES = 256, FSIZE = 60000 };
     struct tfs_store *st;
     struct tfs_cache *c;
-    unsigned char *data = pattern(FSIZE, 6);
+    unsigned char *data = test_pattern(FSIZE, 6);
     unsigned char buf[FSIZE];
     int order[FILES];
     char name[32];
@@ -744,7 +729,7 @@ TEST(prefetch_hint)
     const char *kv[] = {"block_size", "64K", "hedge", "0", NULL};
     const char *keys[8];
     char names[8][16];
-    unsigned char *data = pattern(50000, 8);
+    unsigned char *data = test_pattern(50000, 8);
     struct tfs_store *st;
     struct tfs_cache *c;
 
@@ -777,7 +762,7 @@ TEST(prefetch_hint)
 TEST(sequential_readahead)
 {
     size_t len = 8u << 20;
-    unsigned char *data = pattern(len, 9);
+    unsigned char *data = test_pattern(len, 9);
     const char *kv[] = {"block_size", "256K", "max_readahead", "2M", NULL};
     struct tfs_store *st;
     struct tfs_cache *c;
@@ -830,7 +815,7 @@ static void *hedge_reader(void *arg)
 TEST(hedged_reads)
 {
     const char *kv[] = {"block_size", "64K", "hedge_min_ms", "1", NULL};
-    unsigned char *data = pattern(65536, 10);
+    unsigned char *data = test_pattern(65536, 10);
     struct hedge_arg args[4];
     pthread_t th[4];
     struct tfs_store *st;
@@ -878,7 +863,7 @@ TEST(queued_reads_promoted_not_hedged)
     const char *kv[] = {"block_size", "64K", "hedge_min_ms", "90",
                         "max_inflight", "8", NULL};
     enum { WARM = 32, QUEUED = 60 };
-    unsigned char *data = pattern(65536, 12);
+    unsigned char *data = test_pattern(65536, 12);
     const char *keys[QUEUED];
     char names[QUEUED][16];
     char name[16];
@@ -1002,7 +987,7 @@ TEST(cache_dir_settings_checked)
 TEST(pinned_reads)
 {
     size_t len = (2u << 20) + 1000;
-    unsigned char *data = pattern(len, 12);
+    unsigned char *data = test_pattern(len, 12);
     const char *kv[] = {"block_size", "1M", "mem_cache", "0", NULL};
     struct tfs_file *f = NULL;
     struct tfs_store *st;
@@ -1135,7 +1120,7 @@ static int mp_child(int seed, const unsigned char *data, size_t fsize,
 TEST(multi_process_sharing)
 {
     enum { FILES = 48, FSIZE = 700000, PROCS = 4 };
-    unsigned char *data = pattern(FSIZE, 11);
+    unsigned char *data = test_pattern(FSIZE, 11);
     char name[32];
     pid_t pids[PROCS];
 
@@ -1435,8 +1420,8 @@ TEST(meta_stale_if_partitioned)
     const char *kv[] = {"meta_ttl", "0.2", "block_size", "64K",
                         "hedge", "0", NULL};
     size_t len = 200000;
-    unsigned char *data = pattern(len, 21);
-    unsigned char *data2 = pattern(len, 22);
+    unsigned char *data = test_pattern(len, 21);
+    unsigned char *data2 = test_pattern(len, 22);
     unsigned char buf[1000];
     struct heal_watchdog w;
     struct tfs_store *st;
@@ -1547,7 +1532,7 @@ static void ro_log(void *arg, int level, const char *msg)
 TEST(read_only_cache_dir_reads_from_store)
 {
     size_t len = (3u << 20) + 77;
-    unsigned char *data = pattern(len, 44);
+    unsigned char *data = test_pattern(len, 44);
     unsigned char *got = calloc(1, len);
     const char *kv[] = {"block_size", "1M", "mem_cache", "16M", "cache_dir",
                         NULL, NULL};

@@ -2,14 +2,13 @@
 /*
  * The fault store over a posix store in a temporary directory:
  * pass-through, latency, bandwidth, injected errors, flipped bytes,
- * partitions, options (URI and TFS_FAULT), live reconfiguration and
+ * partitions, options (URI and TIERFS_FAULT), live reconfiguration and
  * seeded reproducibility.  Timing checks assert lower bounds on injected
  * stalls; upper bounds are wide, for a loaded machine.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,27 +27,17 @@ static char uri[512];
 
 /* ---- fixtures ---- */
 
-static int rm_one(const char *path, const struct stat *sb, int flag,
-                  struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void base_cleanup(void)
 {
     if (base_dir[0] != '\0')
-        nftw(base_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        test_rmtree(base_dir);
 }
 
 /* A fresh directory for this test, under one removed at exit. */
 static void use_dir(const char *name)
 {
     if (base_dir[0] == '\0') {
-        snprintf(base_dir, sizeof(base_dir), "/tmp/tierfs-fault-XXXXXX");
-        CHECK(mkdtemp(base_dir) != NULL);
+        test_tmpdir(base_dir, sizeof(base_dir), "fault");
         atexit(base_cleanup);
     }
     snprintf(dir, sizeof(dir), "%s/%s", base_dir, name);
@@ -523,21 +512,21 @@ TEST(env)
 
     use_dir("env");
     free(put_plain("obj", 100));
-    CHECK_EQ(setenv("TFS_FAULT", "error_rate=1&error=EIO", 1), 0);
+    CHECK_EQ(setenv("TIERFS_FAULT", "error_rate=1&error=EIO", 1), 0);
     st = open_fault("");
     CHECK_RC(read_some(st, "obj"), -EIO);
     tfs_store_close(st);
     st = open_fault("error=EACCES");    /* the URI wins */
     CHECK_RC(read_some(st, "obj"), -EACCES);
     tfs_store_close(st);
-    CHECK_EQ(setenv("TFS_FAULT", "error_rate=1&bogus=1", 1), 0);
+    CHECK_EQ(setenv("TIERFS_FAULT", "error_rate=1&bogus=1", 1), 0);
     CHECK_RC(try_open(""), TFS_EOPTION);
-    CHECK(strstr(tfs_errdetail(), "'bogus' in TFS_FAULT") != NULL);
-    CHECK_EQ(setenv("TFS_FAULT", "latency_ms=soon", 1), 0);
+    CHECK(strstr(tfs_errdetail(), "'bogus' in TIERFS_FAULT") != NULL);
+    CHECK_EQ(setenv("TIERFS_FAULT", "latency_ms=soon", 1), 0);
     CHECK_RC(try_open(""), TFS_EOPTION);
-    CHECK(strstr(tfs_errdetail(), "latency_ms=soon (from TFS_FAULT)"));
+    CHECK(strstr(tfs_errdetail(), "latency_ms=soon (from TIERFS_FAULT)"));
     CHECK_OK(try_open("latency_ms=0"));  /* overridden: not parsed */
-    CHECK_EQ(unsetenv("TFS_FAULT"), 0);
+    CHECK_EQ(unsetenv("TIERFS_FAULT"), 0);
     st = open_fault("");
     CHECK_OK(read_some(st, "obj"));
     tfs_store_close(st);

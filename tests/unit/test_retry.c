@@ -9,7 +9,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,27 +29,17 @@ static char uri[512];
 
 /* ---- fixtures ---- */
 
-static int rm_one(const char *path, const struct stat *sb, int flag,
-                  struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void base_cleanup(void)
 {
     if (base_dir[0] != '\0')
-        nftw(base_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        test_rmtree(base_dir);
 }
 
 /* A fresh directory for this test, under one removed at exit. */
 static void use_dir(const char *name)
 {
     if (base_dir[0] == '\0') {
-        snprintf(base_dir, sizeof(base_dir), "/tmp/tierfs-retry-XXXXXX");
-        CHECK(mkdtemp(base_dir) != NULL);
+        test_tmpdir(base_dir, sizeof(base_dir), "retry");
         atexit(base_cleanup);
     }
     snprintf(dir, sizeof(dir), "%s/%s", base_dir, name);

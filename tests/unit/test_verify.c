@@ -63,27 +63,12 @@ static int remove_page(void *arg, const struct tfs_list_page *pg)
 
 static void remove_dirs(void)
 {
-    char cmd[200];
-
     CHECK_OK(tfs_store_list_all(raw, "", NULL, remove_page, raw));
     tfs_store_close(raw);
     raw = NULL;
-    snprintf(cmd, sizeof(cmd), "rm -rf %s %s", remote, cdir);
-    CHECK(system(cmd) == 0);
-}
-
-static unsigned char *pattern(size_t len, uint64_t seed)
-{
-    unsigned char *p = malloc(len ? len : 1);
-    uint64_t x = seed * 0x9e3779b97f4a7c15u + 1;
-
-    for (size_t i = 0; i < len; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p[i] = (unsigned char)x;
-    }
-    return p;
+    if (remote[0] != '\0')
+        CHECK_OK(test_rmtree(remote));
+    CHECK_OK(test_rmtree(cdir));
 }
 
 /* fault+remote with opts ("a=b&c=d"). */
@@ -105,6 +90,9 @@ static struct tfs_cache *open_cache(struct tfs_store *st)
     CHECK_OK(tfs_cache_set(c, "block_size", "1M"));
     CHECK_OK(tfs_cache_set(c, "mem_cache", "64M"));
     CHECK_OK(tfs_cache_set(c, "cache_dir", cdir));
+    /* each block read once (and reread as verify= says): the counts the
+     * tests check; a hedged second read on a slow machine adds to them */
+    CHECK_OK(tfs_cache_set(c, "hedge", "0"));
     CHECK_OK(tfs_cache_open(c, st));
     return c;
 }
@@ -160,7 +148,7 @@ static uint64_t flipped(struct tfs_store *st)
 TEST(s3_flip_is_eio_and_never_cached)
 {
     size_t len = 1000000;               /* one 1 MiB block: a whole read */
-    unsigned char *data = pattern(len, 1);
+    unsigned char *data = test_pattern(len, 1);
     unsigned char *got = malloc(len);
     struct tfs_store *st;
     struct tfs_cache *c;
@@ -209,7 +197,7 @@ TEST(s3_flip_is_eio_and_never_cached)
 TEST(s3_what_is_verified)
 {
     size_t len = 1500000;
-    unsigned char *data = pattern(len, 2);
+    unsigned char *data = test_pattern(len, 2);
     unsigned char *got = malloc(len + 10);
     struct tfs_store_stats ss;
     enum tfs_verify_how how = TFS_VERIFIED_NONE;
@@ -273,7 +261,7 @@ TEST(s3_what_is_verified)
 TEST(reread_catches_one_flip)
 {
     size_t len = (2u << 20) + 12345;    /* three blocks: no whole read */
-    unsigned char *data = pattern(len, 3);
+    unsigned char *data = test_pattern(len, 3);
     unsigned char *got = malloc(len);
     struct tfs_store *st;
     struct tfs_cache *c;
@@ -304,17 +292,21 @@ TEST(reread_catches_one_flip)
 TEST(reread_flip_always_is_eio)
 {
     size_t len = 300000;
-    unsigned char *data = pattern(len, 4);
+    unsigned char *data = test_pattern(len, 4);
     unsigned char *got = malloc(len);
     struct tfs_store *st;
     struct tfs_cache *c;
+    uint64_t mismatch;
 
     setup_dirs();
     CHECK_OK(tfs_store_put(raw, "obj", data, len, NULL));
     st = open_remote("flip_rate=1&verify=reread");
     c = open_cache(st);
     CHECK_RC(read_whole(c, "obj", got, len), -EIO);
-    CHECK_EQ(stat_of(c, "store_checksum_mismatch"), 2);
+    /* each fetch of the block: the read and its reread, both bad; the
+     * readahead and the demand read can each fetch it once */
+    mismatch = stat_of(c, "store_checksum_mismatch");
+    CHECK(mismatch == 2 || mismatch == 4);
     tfs_cache_flush(c);
     CHECK_EQ(stat_of(c, "cache_blocks_disk"), 0);
     CHECK_OK(tfs_fault_configure(st, "flip_rate=0"));

@@ -607,7 +607,8 @@ TEST(flip_every_byte)
         flip_restore(e.stg);
         CHECK_EQ(count_files(data, ""), 20);
     }
-    tfs_log_set_level(getenv("WBDEBUG") ? TFS_LOG_DEBUG : TFS_LOG_WARNING);
+    tfs_log_set_level(getenv("TFS_TEST_DEBUG") ? TFS_LOG_DEBUG
+                                                : TFS_LOG_WARNING);
     printf("journal flip: %zu offsets of a %ld-byte journal (21 records) "
            "each flipped, %zu refused (magic, data kept); records "
            "recovered min %zu avg %.2f of 21; files lost %zu\n", tried, len,
@@ -844,7 +845,8 @@ int main(int argc, char **argv)
     int rc;
 
     tfs_log_set_sink(tfs_log_stderr, NULL);
-    tfs_log_set_level(getenv("WBDEBUG") ? TFS_LOG_DEBUG : TFS_LOG_WARNING);
+    tfs_log_set_level(getenv("TFS_TEST_DEBUG") ? TFS_LOG_DEBUG
+                                                : TFS_LOG_WARNING);
     snprintf(t_dir, sizeof(t_dir), "/tmp/tfs-test-wb-XXXXXX");
     if (mkdtemp(t_dir) == NULL)
         return 1;

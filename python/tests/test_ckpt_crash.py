@@ -23,7 +23,7 @@ import time
 import torch
 
 import tierfs.torch as tt
-from common import TIERFS, same
+from ckpt_common import TIERFS, same
 from tierfs import ckpt
 
 RUNS = 20
@@ -93,7 +93,7 @@ def check_store(root, floor):
 
 def test_kill_saver_at_random_points(tmp_path):
     torch.set_num_threads(1)
-    rng = random.Random(int(os.environ.get("TFS_CRASH_SEED", "4")))
+    rng = random.Random(int(os.environ.get("TFS_TEST_CRASH_SEED", "4")))
     root = str(tmp_path / "ckpts")
     staging = str(tmp_path / "staging")
     os.environ["TIERFS_CKPT_STAGING"] = staging

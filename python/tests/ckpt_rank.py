@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import tierfs.torch as tt  # noqa: E402
-from common import full_state, make_state, part  # noqa: E402
+from ckpt_common import full_state, make_state, part  # noqa: E402
 
 
 def main():

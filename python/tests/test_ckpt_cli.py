@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """`tierfs ckpt ls|show|verify|rm|gc`, run for real on a posix directory
-or the local Ceph RGW (TFS_CKPT_STORE=posix|s3): output, --help, and exit
+or the local Ceph RGW (TFS_TEST_CKPT_STORE=posix|s3): output, --help, and exit
 status 0 (ok), 1 (failure), 2 (usage)."""
 import json
 import os
@@ -12,10 +12,10 @@ import torch
 
 import tierfs
 import tierfs.torch as tt
-from common import TIERFS
+from ckpt_common import TIERFS
 from tierfs import ckpt
 
-STORE = os.environ.get("TFS_CKPT_STORE", "posix")
+STORE = os.environ.get("TFS_TEST_CKPT_STORE", "posix")
 
 
 def run(*args):
@@ -29,7 +29,7 @@ def root(tmp_path, monkeypatch):
     if STORE == "posix":
         yield str(tmp_path / "ck")
         return
-    uri = f"{os.environ['TIERFS_TEST_S3_URI']}/cli-{uuid.uuid4().hex[:8]}"
+    uri = f"{os.environ['TFS_TEST_S3_URI']}/cli-{uuid.uuid4().hex[:8]}"
     yield uri
     with tierfs.Store(uri) as st:
         for key, _ in list(st.list("")):

@@ -38,27 +38,6 @@ static const char *ck(char *buf, size_t len, const char *name)
 }
 #define K(name) ck((char[1200]){0}, 1200, (name))
 
-static void fill_pattern(unsigned char *p, size_t len, uint64_t seed)
-{
-    uint64_t x = seed * 0x9e3779b97f4a7c15u + 1;
-
-    for (size_t i = 0; i < len; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p[i] = (unsigned char)x;
-    }
-}
-
-static unsigned char *pattern(size_t len, uint64_t seed)
-{
-    unsigned char *p = malloc(len ? len : 1);
-
-    CHECK(p != NULL);
-    fill_pattern(p, len, seed);
-    return p;
-}
-
 static void put_str(const char *key, const char *s)
 {
     CHECK_OK(tfs_store_put(st, key, s, strlen(s), NULL));
@@ -149,7 +128,7 @@ TEST(read_zero_len)
 
 TEST(one_byte_ranges)
 {
-    unsigned char *p = pattern(100000, 1);
+    unsigned char *p = test_pattern(100000, 1);
     const uint64_t offs[] = {0, 1, 4095, 4096, 50000, 99999};
     unsigned char b;
     size_t n;
@@ -166,7 +145,7 @@ TEST(one_byte_ranges)
 TEST(huge_range)
 {
     size_t big = 8u << 20;
-    unsigned char *p = pattern(100000, 2);
+    unsigned char *p = test_pattern(100000, 2);
     unsigned char *buf = malloc(big);
     size_t n;
 
@@ -523,7 +502,7 @@ TEST(delete_missing)
 
 TEST(copy_object)
 {
-    unsigned char *p = pattern(300000, 3);
+    unsigned char *p = test_pattern(300000, 3);
 
     CHECK_OK(tfs_store_put(st, K("cp/src"), p, 300000, NULL));
     CHECK_OK(tfs_store_copy(st, K("cp/src"), K("cp/dst")));
@@ -547,7 +526,7 @@ TEST(move_object)
 TEST(put_buffer_large)
 {
     size_t len = (3u << 20) + 12345;
-    unsigned char *p = pattern(len, 4);
+    unsigned char *p = test_pattern(len, 4);
 
     CHECK_OK(tfs_store_put(st, K("big/buf"), p, len, NULL));
     check_content(K("big/buf"), p, len);
@@ -557,7 +536,7 @@ TEST(put_buffer_large)
 static void put_file_case(const char *key, size_t len, uint64_t seed)
 {
     char path[] = "/tmp/tfs-conf-src-XXXXXX";
-    unsigned char *p = pattern(len, seed);
+    unsigned char *p = test_pattern(len, seed);
     struct tfs_stat out;
     int fd = mkstemp(path);
 
@@ -618,7 +597,7 @@ TEST(concurrent_readers)
     pthread_t th[8];
     long bad = 0;
 
-    conc_data = pattern(1u << 20, 7);
+    conc_data = test_pattern(1u << 20, 7);
     CHECK_OK(tfs_store_put(st, K("conc/obj"), conc_data, 1u << 20, NULL));
     for (int t = 0; t < 8; t++)
         CHECK(pthread_create(&th[t], NULL, conc_reader,

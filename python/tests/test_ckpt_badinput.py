@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import tierfs.torch as tt
-from common import TIERFS
+from ckpt_common import TIERFS
 from tierfs import TierfsError
 
 _xxh = ctypes.CDLL("libxxhash.so.0")        # the system's, not ours

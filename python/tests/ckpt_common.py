@@ -11,7 +11,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
-TIERFS = os.environ.get("TFS_BIN", os.path.join(TOP, "build", "tierfs"))
+TIERFS = os.environ.get("TFS_TEST_BIN", os.path.join(TOP, "build", "tierfs"))
 
 
 class TinyLM(torch.nn.Module):

@@ -40,21 +40,6 @@ static struct tfs_store *live_open(const char *opts)
     return st;
 }
 
-static unsigned char *pattern(size_t len, uint64_t seed)
-{
-    unsigned char *p = malloc(len ? len : 1);
-    uint64_t x = seed * 0x9e3779b97f4a7c15u + 1;
-
-    CHECK(p != NULL);
-    for (size_t i = 0; i < len; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        p[i] = (unsigned char)x;
-    }
-    return p;
-}
-
 static void check_content(struct tfs_store *st, const char *key,
                           const unsigned char *want, size_t len)
 {
@@ -88,7 +73,7 @@ TEST(multipart_round_trip)
 {
     struct tfs_store *st = live_open(SMALL_PARTS "&upload_concurrency=4");
     size_t len = (1u << 20) + 12345;    /* 17 parts, the last one short */
-    unsigned char *data = pattern(len, 1);
+    unsigned char *data = test_pattern(len, 1);
     unsigned char buf[4000];
     struct tfs_stat out;
     struct tfs_stat s;
@@ -179,7 +164,7 @@ TEST(multipart_failure_aborts)
 {
     struct tfs_store *st = live_open(SMALL_PARTS);
     size_t len = 300u << 10;
-    unsigned char *data = pattern(len, 2);
+    unsigned char *data = test_pattern(len, 2);
     char upload_id[S3_UPLOAD_ID_MAX];
     struct tfs_source src = {.fd = -1};
     struct tfs_stat s;
@@ -223,7 +208,7 @@ TEST(multipart_part_retried)
     const char *opts = "part_size=256K&multipart_threshold=1M"
                        "&upload_concurrency=2&fail_request=3";
     size_t len = (1u << 20) + 1000;     /* 5 parts */
-    unsigned char *data = pattern(len, 7);
+    unsigned char *data = test_pattern(len, 7);
     struct tfs_source src = {.buf = data, .fd = -1, .len = len};
     char uri[300];
     struct tfs_store *st = live_open(opts);
@@ -274,7 +259,7 @@ TEST(failed_abort_done_later)
                        "&upload_concurrency=1&part_retries=0"
                        "&fail_request=2&fail_count=2";
     size_t len = (1u << 20) + 1000;     /* 5 parts */
-    unsigned char *data = pattern(len, 9);
+    unsigned char *data = test_pattern(len, 9);
     struct tfs_source src = {.buf = data, .fd = -1, .len = len};
     struct tfs_store *st = live_open(opts);
     struct s3_priv *p = tfs_store_priv(tfs_store_find(st, "s3"));
@@ -324,7 +309,7 @@ TEST(kept_aborts_drained_concurrently)
     const char *opts = "part_size=256K&multipart_threshold=256K"
                        "&upload_concurrency=2";
     size_t len = (512u << 10) + 10;     /* 3 parts */
-    unsigned char *data = pattern(len, 11);
+    unsigned char *data = test_pattern(len, 11);
     struct tfs_source src = {.buf = data, .fd = -1, .len = len};
     struct tfs_store *st = live_open(opts);
     struct s3_priv *p = tfs_store_priv(tfs_store_find(st, "s3"));
@@ -371,7 +356,7 @@ TEST(copy_single_and_multipart)
     struct tfs_store *st = live_open(SMALL_PARTS "&multipart_copy_threshold="
                                      "100K&copy_part_size=64K");
     size_t len = 300u << 10;
-    unsigned char *data = pattern(len, 3);
+    unsigned char *data = test_pattern(len, 3);
     struct tfs_stat s;
 
     CHECK_OK(tfs_store_put(st, "cp/small", data, 1000, NULL));
@@ -648,7 +633,7 @@ TEST(slow_transfer_outlasts_timeout)
     struct tfs_store *st = live_open("timeout_ms=1000&stall_ms=2000"
                                      "&conn_bw=1M");
     size_t len = 3u << 20;
-    unsigned char *data = pattern(len, 9);
+    unsigned char *data = test_pattern(len, 9);
     unsigned char *back = malloc(len);
     uint64_t t0 = tfs_now_ns();
     double secs;
@@ -842,7 +827,7 @@ static void *pool_worker(void *arg)
 {
     struct pool_job *j = arg;
     size_t len = (400u << 10) + (size_t)j->id;
-    unsigned char *data = pattern(len, 100 + (uint64_t)j->id);
+    unsigned char *data = test_pattern(len, 100 + (uint64_t)j->id);
     unsigned char *back = malloc(len);
     char key[64];
     size_t n = 0;

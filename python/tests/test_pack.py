@@ -4,8 +4,8 @@ python3-torch): the real `tierfs pack` binary, GNU tar, Python's tarfile,
 WebDataset's grouping rules, DataLoader workers over a directory and over
 the local Ceph RGW, resumption, decoders, damage, the StallMeter.
 
-Environment (set by tests/tests.cmake): TIERFS_BIN, TIERFS_LIB,
-TIERFS_TEST_S3_URI (s3://bucket) with the server's AWS_* variables.
+Environment (set by tests/tests.cmake): TFS_TEST_BIN, TIERFS_LIB,
+TFS_TEST_S3_URI (s3://bucket) with the server's AWS_* variables.
 """
 import io
 import json
@@ -26,8 +26,8 @@ import tierfs
 from tierfs import data as tdata
 from tierfs.torch import ShardDataset, ShardIndexDataset, StallMeter
 
-TIERFS = os.environ.get("TIERFS_BIN", "tierfs")
-S3 = os.environ.get("TIERFS_TEST_S3_URI")
+TIERFS = os.environ.get("TFS_TEST_BIN", "tierfs")
+S3 = os.environ.get("TFS_TEST_S3_URI")
 
 
 def make_tree(root, n=150, seed=1):
@@ -440,7 +440,7 @@ def test_cli_refuses_and_resumes(tmp_path):
 
 @pytest.fixture(scope="module")
 def packed_s3(tmp_path_factory):
-    assert S3, "TIERFS_TEST_S3_URI is not set (run under scripts/with-s3)"
+    assert S3, "TFS_TEST_S3_URI is not set (run under scripts/with-s3)"
     top = tmp_path_factory.mktemp("pack-s3")
     tree = make_tree(str(top / "src"), n=200, seed=2)
     uri = f"{S3}/pack-{uuid.uuid4().hex[:8]}"

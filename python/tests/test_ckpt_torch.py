@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """tierfs.torch save/load of a real model and optimizer (a ~52 M parameter
 transformer built from torch.nn, one AdamW step taken), bit for bit, on a
-posix directory or on the local Ceph RGW (TFS_CKPT_STORE=posix|s3):
+posix directory or on the local Ceph RGW (TFS_TEST_CKPT_STORE=posix|s3):
 
 - one checkpoint each written by 1, 2 and 4 rank processes (FSDP-style
   slices along dimension 0; scalars by rank 0);
@@ -26,18 +26,18 @@ import torch
 import st_reader
 import tierfs
 import tierfs.torch as tt
-from common import fork_ranks, full_state, make_state, n_params, same
+from ckpt_common import fork_ranks, full_state, make_state, n_params, same
 from tierfs import ckpt
 
-STORE = os.environ.get("TFS_CKPT_STORE", "posix")
+STORE = os.environ.get("TFS_TEST_CKPT_STORE", "posix")
 
 
 def _new_root(tmp):
     if STORE == "posix":
         return os.path.join(tmp, "ckpts")
-    base = os.environ.get("TIERFS_TEST_S3_URI")
+    base = os.environ.get("TFS_TEST_S3_URI")
     if not base:
-        pytest.fail("TIERFS_TEST_S3_URI is not set: run under scripts/with-s3")
+        pytest.fail("TFS_TEST_S3_URI is not set: run under scripts/with-s3")
     return f"{base}/ckpt-{uuid.uuid4().hex[:8]}"
 
 
