@@ -57,15 +57,8 @@ lazy_up() {
 
 # lazy_down MNT: unmount it and wait for lazyfs (10 s at most)
 lazy_down() {
-    local i
     [ "$lazy_pid" != 0 ] || return 0
-    fusermount3 -u "$1" 2>/dev/null || fusermount3 -u -z "$1" 2>/dev/null
-    for i in $(seq 100); do
-        kill -0 "$lazy_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill "$lazy_pid" 2>/dev/null
-    wait "$lazy_pid" 2>/dev/null
+    fuse_stop "$lazy_pid" "$1" 100 -TERM
     lazy_pid=0
     lazy_mnt=""
 }

@@ -1195,9 +1195,9 @@ static int s3_mpu_complete(struct s3_mpu *m)
  * S3_ABORTS_MAX, the oldest dropped with a warning) and tried again
  * after the next multipart upload that completes, and at close.  (One
  * try inline: more would hold an upload thread while the server is
- * away.)  Only a
- * process killed with uploads in flight leaves parts behind: a lifecycle
- * rule (AbortIncompleteMultipartUpload) covers those (docs/s3.md).
+ * away.)  Only a process killed with uploads in flight leaves parts
+ * behind: a lifecycle rule (AbortIncompleteMultipartUpload) covers those
+ * (docs/s3.md).
  */
 #define S3_ABORTS_MAX 256
 #define S3_ABORT_MS   5000ull
@@ -1218,19 +1218,18 @@ static int s3_abort_once(struct s3_priv *p, const char *key, const char *id)
     return rc == -ENOENT ? 0 : rc;
 }
 
-static void s3_abort_later(struct s3_priv *p, const char *key,
-                           const char *id)
+/* Keep a (its strings owned by the list from here on) for a later try. */
+static void s3_abort_keep(struct s3_priv *p, struct s3_abort a)
 {
-    struct s3_abort a = {tfs_strdup(key), tfs_strdup(id)};
-
     pthread_mutex_lock(&p->abort_lock);
     if (p->aborts == NULL)
         p->aborts = tfs_calloc(S3_ABORTS_MAX, sizeof(*p->aborts));
     if (p->aborts == NULL || a.key == NULL || a.upload_id == NULL) {
         pthread_mutex_unlock(&p->abort_lock);
         TFS_WARN("s3: cannot keep the abort of upload %s of /%s/%s for "
-                 "later (out of memory): its parts stay", id, p->bucket,
-                 key);
+                 "later (out of memory): its parts stay",
+                 a.upload_id ? a.upload_id : "?", p->bucket,
+                 a.key ? a.key : "?");
         tfs_free(a.key);
         tfs_free(a.upload_id);
         return;
@@ -1249,6 +1248,12 @@ static void s3_abort_later(struct s3_priv *p, const char *key,
     pthread_mutex_unlock(&p->abort_lock);
 }
 
+static void s3_abort_later(struct s3_priv *p, const char *key,
+                           const char *id)
+{
+    s3_abort_keep(p, (struct s3_abort){tfs_strdup(key), tfs_strdup(id)});
+}
+
 /*
  * Try the kept aborts once each, stopping at the first that fails (the
  * server is not back yet).  Each entry is taken off the list before its
@@ -1258,7 +1263,7 @@ static void s3_abort_later(struct s3_priv *p, const char *key,
 static void s3_aborts_retry(struct s3_priv *p)
 {
     pthread_mutex_lock(&p->abort_lock);
-    if (p->aborts_draining) {
+    if (p->aborts_draining || p->n_aborts == 0) {
         pthread_mutex_unlock(&p->abort_lock);
         return;
     }
@@ -1270,9 +1275,7 @@ static void s3_aborts_retry(struct s3_priv *p)
         pthread_mutex_unlock(&p->abort_lock);
         rc = s3_abort_once(p, a.key, a.upload_id);
         if (rc < 0) {
-            s3_abort_later(p, a.key, a.upload_id);      /* copies */
-            tfs_free(a.key);
-            tfs_free(a.upload_id);
+            s3_abort_keep(p, a);                        /* hands a back */
             pthread_mutex_lock(&p->abort_lock);
             break;
         }
@@ -1282,16 +1285,6 @@ static void s3_aborts_retry(struct s3_priv *p)
     }
     p->aborts_draining = false;
     pthread_mutex_unlock(&p->abort_lock);
-}
-
-static bool s3_aborts_pending(struct s3_priv *p)
-{
-    bool yes;
-
-    pthread_mutex_lock(&p->abort_lock);
-    yes = p->n_aborts > 0;
-    pthread_mutex_unlock(&p->abort_lock);
-    return yes;
 }
 
 static void s3_aborts_close(struct s3_priv *p)
@@ -1350,7 +1343,7 @@ static int s3_mpu(struct s3_mpu *m)
         rc = s3_mpu_complete(m);
     if (rc < 0)
         s3_mpu_abort(m);
-    else if (s3_aborts_pending(m->p))
+    else
         s3_aborts_retry(m->p);          /* the server answers again */
 out_free:
     pthread_mutex_destroy(&m->lock);

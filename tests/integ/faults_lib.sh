@@ -59,19 +59,25 @@ mnt_kill9() {
     return 0
 }
 
-# mnt_stop: a clean unmount (SIGTERM after 20 s of trying)
-mnt_stop() {
-    local i
-    [ "$mnt_pid" != 0 ] || return 0
-    fusermount3 -u "$mnt_dir" 2>/dev/null || fusermount3 -u -z "$mnt_dir" 2>/dev/null
-    for i in $(seq 200); do
-        kill -0 "$mnt_pid" 2>/dev/null || break
+# fuse_stop PID DIR TENTHS SIG: unmount DIR (lazily if it is busy), give
+# the FUSE daemon PID TENTHS tenths of a second to exit, then send SIG
+fuse_stop() {
+    local pid=$1 dir=$2 tenths=$3 sig=$4 i
+    fusermount3 -u "$dir" 2>/dev/null || fusermount3 -u -z "$dir" 2>/dev/null
+    for i in $(seq "$tenths"); do
+        kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
     done
-    kill -0 "$mnt_pid" 2>/dev/null && kill -9 "$mnt_pid" 2>/dev/null
-    wait "$mnt_pid" 2>/dev/null
-    mnt_pid=0
+    kill -0 "$pid" 2>/dev/null && kill "$sig" "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
     return 0
+}
+
+# mnt_stop: a clean unmount (SIGKILL after 20 s of trying)
+mnt_stop() {
+    [ "$mnt_pid" != 0 ] || return 0
+    fuse_stop "$mnt_pid" "$mnt_dir" 200 -9
+    mnt_pid=0
 }
 
 # stat_num NAME: one figure of the running mount's .tierfs-stats (a JSON

@@ -13,6 +13,8 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <setjmp.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 #include "tierfs/err.h"
+#include "tierfs/mem.h"
 
 struct test_case {
     const char *name;
@@ -167,6 +170,87 @@ static inline char *test_tmpdir(char *buf, size_t size, const char *tag)
     CHECK(n > 0 && (size_t)n < size);
     CHECK(mkdtemp(buf) != NULL);
     return buf;
+}
+
+/* The run's scratch directory, made by the first test_subdir() call;
+ * "" before. */
+static inline char *test_base_dir(void)
+{
+    static char base[64];
+
+    return base;
+}
+
+static inline void test_base_cleanup(void)
+{
+    if (test_base_dir()[0] != '\0')
+        test_rmtree(test_base_dir());
+}
+
+/* A fresh directory NAME (written into out) under the run's scratch
+ * directory /tmp/tierfs-TAG-XXXXXX, which is removed at exit. */
+static inline void test_subdir(const char *tag, const char *name, char *out,
+                               size_t size)
+{
+    int n;
+
+    if (test_base_dir()[0] == '\0') {
+        test_tmpdir(test_base_dir(), 64, tag);
+        atexit(test_base_cleanup);
+    }
+    n = snprintf(out, size, "%s/%s", test_base_dir(), name);
+    CHECK(n > 0 && (size_t)n < size);
+    CHECK_OK(mkdir(out, 0755) < 0 ? -errno : 0);
+}
+
+/* ---- failing allocations ---- */
+
+/* Allocations left before every one fails; -1: no limit.  Shared by all
+ * threads, so work on a worker thread counts too. */
+static inline atomic_long *test_alloc_left(void)
+{
+    static atomic_long left = -1;
+
+    return &left;
+}
+
+static inline bool test_alloc_take(void)
+{
+    long b = atomic_load(test_alloc_left());
+
+    while (b > 0 &&
+           !atomic_compare_exchange_weak(test_alloc_left(), &b, b - 1))
+        ;
+    return b != 0;
+}
+
+static inline void *test_failing_malloc(size_t n)
+{
+    return test_alloc_take() ? malloc(n) : NULL;
+}
+
+static inline void *test_failing_realloc(void *p, size_t n)
+{
+    return test_alloc_take() ? realloc(p, n) : NULL;
+}
+
+static inline void *test_failing_calloc(size_t c, size_t n)
+{
+    return test_alloc_take() ? calloc(c, n) : NULL;
+}
+
+/* Route tfs_malloc and friends through the failing allocator (which
+ * fails nothing until test_alloc_budget sets a limit). */
+static inline int test_alloc_hook(void)
+{
+    return tfs_replace_allocator(test_failing_malloc, test_failing_realloc,
+                                 test_failing_calloc, free);
+}
+
+/* The next k allocations succeed and every later one fails; -1: none. */
+static inline void test_alloc_budget(long k)
+{
+    atomic_store(test_alloc_left(), k);
 }
 
 #define TEST_MAIN()                                                        \

@@ -759,32 +759,6 @@ TEST(streaming)
 
 /* ---- failing allocations ---- */
 
-static atomic_long mem_budget = -1;     /* allocations left; -1: no limit */
-
-static bool mem_take(void)
-{
-    long b = atomic_load(&mem_budget);
-
-    while (b > 0 && !atomic_compare_exchange_weak(&mem_budget, &b, b - 1))
-        ;
-    return b != 0;
-}
-
-static void *failing_malloc(size_t n)
-{
-    return mem_take() ? malloc(n) : NULL;
-}
-
-static void *failing_realloc(void *p, size_t n)
-{
-    return mem_take() ? realloc(p, n) : NULL;
-}
-
-static void *failing_calloc(size_t c, size_t n)
-{
-    return mem_take() ? calloc(c, n) : NULL;
-}
-
 /* One small save and restore; the first error. */
 static int mem_round(const char *uri, uint64_t step)
 {
@@ -842,8 +816,7 @@ TEST(allocation_failures)
     path(uri, sizeof(uri), "mem");
     path(staging, sizeof(staging), "staging");
     setenv("TIERFS_CKPT_STAGING", staging, 1);
-    CHECK_OK(tfs_replace_allocator(failing_malloc, failing_realloc,
-                                   failing_calloc, free));
+    CHECK_OK(test_alloc_hook());
     for (long k = 0; k < 5000; k++) {
         char rel[32];
 
@@ -851,9 +824,9 @@ TEST(allocation_failures)
          * (R3), which would otherwise grow as fast as the budget. */
         snprintf(rel, sizeof(rel), "mem/%ld", k);
         path(uri, sizeof(uri), rel);
-        atomic_store(&mem_budget, k);
+        test_alloc_budget(k);
         rc = mem_round(uri, (uint64_t)k + 100);
-        atomic_store(&mem_budget, -1);
+        test_alloc_budget(-1);
         if (rc == 0)
             break;
         if (rc != -ENOMEM)

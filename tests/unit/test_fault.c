@@ -21,27 +21,15 @@
 #include "tierfs/fault.h"
 #include "tierfs/store.h"
 
-static char base_dir[64];
 static char dir[128];                   /* this test's directory */
 static char uri[512];
 
 /* ---- fixtures ---- */
 
-static void base_cleanup(void)
-{
-    if (base_dir[0] != '\0')
-        test_rmtree(base_dir);
-}
-
 /* A fresh directory for this test, under one removed at exit. */
 static void use_dir(const char *name)
 {
-    if (base_dir[0] == '\0') {
-        test_tmpdir(base_dir, sizeof(base_dir), "fault");
-        atexit(base_cleanup);
-    }
-    snprintf(dir, sizeof(dir), "%s/%s", base_dir, name);
-    CHECK_OK(mkdir(dir, 0755) < 0 ? -errno : 0);
+    test_subdir("fault", name, dir, sizeof(dir));
 }
 
 /* Open "fault+file://<dir>?query". */
@@ -430,7 +418,7 @@ TEST(partition_file_hang)
 
     use_dir("hang");
     free(put_plain("obj", 100));
-    snprintf(cut, sizeof(cut), "%s/cut", base_dir);
+    snprintf(cut, sizeof(cut), "%s/cut", test_base_dir());
     touch(cut);
     snprintf(query, sizeof(query), "partition_file=%s", cut);
     st = open_fault(query);
@@ -468,7 +456,7 @@ TEST(partition_refuse)
 
     use_dir("refuse");
     free(put_plain("obj", 100));
-    snprintf(cut, sizeof(cut), "%s/cut-refuse", base_dir);
+    snprintf(cut, sizeof(cut), "%s/cut-refuse", test_base_dir());
     touch(cut);
     snprintf(query, sizeof(query), "partition_file=%s&partition_mode=refuse",
              cut);
@@ -601,7 +589,7 @@ TEST(configure_lifts_partition)
     use_dir("lift");
     free(put_plain("obj", 100));
     st = open_fault("");
-    snprintf(cut, sizeof(cut), "%s/cut-conf", base_dir);
+    snprintf(cut, sizeof(cut), "%s/cut-conf", test_base_dir());
     touch(cut);
     snprintf(opt, sizeof(opt), "partition_file=%s", cut);
     CHECK_OK(tfs_fault_configure(st, opt));

@@ -905,32 +905,6 @@ TEST(pack_large_member)
 
 /* ---- allocation failures ---- */
 
-static atomic_long mem_budget = -1;     /* allocations left; -1: no limit */
-
-static bool mem_take(void)
-{
-    long b = atomic_load(&mem_budget);
-
-    while (b > 0 && !atomic_compare_exchange_weak(&mem_budget, &b, b - 1))
-        ;
-    return b != 0;
-}
-
-static void *failing_malloc(size_t n)
-{
-    return mem_take() ? malloc(n) : NULL;
-}
-
-static void *failing_realloc(void *p, size_t n)
-{
-    return mem_take() ? realloc(p, n) : NULL;
-}
-
-static void *failing_calloc(size_t c, size_t n)
-{
-    return mem_take() ? calloc(c, n) : NULL;
-}
-
 /* Pack, open, read an epoch; the first error. */
 static int mem_round(void)
 {
@@ -976,12 +950,11 @@ TEST(allocation_failures)
     int rc;
 
     setup_at(true);                     /* the pack code's paths, not S3's */
-    CHECK_OK(tfs_replace_allocator(failing_malloc, failing_realloc,
-                                   failing_calloc, free));
+    CHECK_OK(test_alloc_hook());
     for (long k = 0; k < 100000; k += 1 + k / 64) {
-        atomic_store(&mem_budget, k);
+        test_alloc_budget(k);
         rc = mem_round();
-        atomic_store(&mem_budget, -1);
+        test_alloc_budget(-1);
         if (rc == 0)
             break;
         if (rc != -ENOMEM)

@@ -23,27 +23,15 @@
 #include "tierfs/retry.h"
 #include "tierfs/store.h"
 
-static char base_dir[64];
 static char dir[128];                   /* this test's directory */
 static char uri[512];
 
 /* ---- fixtures ---- */
 
-static void base_cleanup(void)
-{
-    if (base_dir[0] != '\0')
-        test_rmtree(base_dir);
-}
-
 /* A fresh directory for this test, under one removed at exit. */
 static void use_dir(const char *name)
 {
-    if (base_dir[0] == '\0') {
-        test_tmpdir(base_dir, sizeof(base_dir), "retry");
-        atexit(base_cleanup);
-    }
-    snprintf(dir, sizeof(dir), "%s/%s", base_dir, name);
-    CHECK_OK(mkdir(dir, 0755) < 0 ? -errno : 0);
+    test_subdir("retry", name, dir, sizeof(dir));
 }
 
 /* Open "<schemes>://<dir>?query". */
@@ -108,7 +96,7 @@ static const char *make_cut(const char *name)
     static char cut[200];
     int fd;
 
-    snprintf(cut, sizeof(cut), "%s/%s", base_dir, name);
+    snprintf(cut, sizeof(cut), "%s/%s", test_base_dir(), name);
     fd = open(cut, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     CHECK(fd >= 0);
     close(fd);
@@ -583,7 +571,7 @@ TEST(cache_read_deadline)
     double again;
 
     use_dir("cachedl");
-    snprintf(cut, sizeof(cut), "%s/cut-cachedl", base_dir);
+    snprintf(cut, sizeof(cut), "%s/cut-cachedl", test_base_dir());
     unlink(cut);
     snprintf(query, sizeof(query), "partition_file=%s&timeout_ms=200"
              "&deadline_ms=%d&retries=1000&retry_base_ms=1", cut, CD_DL_MS);

@@ -475,45 +475,18 @@ TEST(dates)
 
 /* ---- out of memory: every failing allocation gives -ENOMEM ---- */
 
-static long mem_budget = -1;            /* allocations left; -1: no limit */
-
-static bool mem_take(void)
-{
-    if (mem_budget == 0)
-        return false;
-    if (mem_budget > 0)
-        mem_budget--;
-    return true;
-}
-
-static void *failing_malloc(size_t n)
-{
-    return mem_take() ? malloc(n) : NULL;
-}
-
-static void *failing_realloc(void *p, size_t n)
-{
-    return mem_take() ? realloc(p, n) : NULL;
-}
-
-static void *failing_calloc(size_t c, size_t n)
-{
-    return mem_take() ? calloc(c, n) : NULL;
-}
-
 TEST(out_of_memory)
 {
     struct tfs_list_page pg;
     int failures = 0;
     int rc = -ENOMEM;
 
-    CHECK_OK(tfs_replace_allocator(failing_malloc, failing_realloc,
-                                   failing_calloc, free));
+    CHECK_OK(test_alloc_hook());
     for (long k = 0; k < 200 && rc != 0; k++) {
-        mem_budget = k;
+        test_alloc_budget(k);
         rc = tfs_s3_xml_parse_list(aws_page, strlen(aws_page), "data/",
                                    &pg);
-        mem_budget = -1;
+        test_alloc_budget(-1);
         if (rc == 0)
             break;
         CHECK_RC(rc, -ENOMEM);

@@ -226,35 +226,6 @@ TEST(deadline)
 
 /* ---- allocation failures: every failing allocation gives -ENOMEM ---- */
 
-static long mem_budget = -1;            /* allocations left; -1: no limit */
-
-static void *failing_malloc(size_t n)
-{
-    if (mem_budget == 0)
-        return NULL;
-    if (mem_budget > 0)
-        mem_budget--;
-    return malloc(n);
-}
-
-static void *failing_realloc(void *p, size_t n)
-{
-    if (mem_budget == 0)
-        return NULL;
-    if (mem_budget > 0)
-        mem_budget--;
-    return realloc(p, n);
-}
-
-static void *failing_calloc(size_t c, size_t n)
-{
-    if (mem_budget == 0)
-        return NULL;
-    if (mem_budget > 0)
-        mem_budget--;
-    return calloc(c, n);
-}
-
 static int count_page(void *arg, const struct tfs_list_page *pg)
 {
     *(size_t *)arg += pg->n_entries;
@@ -289,13 +260,12 @@ TEST(allocation_failures)
     int rc;
 
     CHECK(mkdtemp(root) != NULL);
-    CHECK_OK(tfs_replace_allocator(failing_malloc, failing_realloc,
-                                   failing_calloc, free));
+    CHECK_OK(test_alloc_hook());
     /* Fail the 1st, 2nd, ... allocation until a round needs no more. */
     for (long k = 0; k < 1000; k++) {
-        mem_budget = k;
+        test_alloc_budget(k);
         rc = store_round(root);
-        mem_budget = -1;
+        test_alloc_budget(-1);
         if (rc == 0)
             break;
         CHECK_RC(rc, -ENOMEM);
