@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_int.h"
+#include "common/bytes.h"
 
 struct ckpt_dtype {
     const char *name;
@@ -87,10 +88,8 @@ int tfs_ckpt_tensor_size(int dtype, int ndim, const int64_t *shape,
 int tfs_ckpt_st_header_len(const unsigned char b[8], uint64_t file_size,
                            const char *what, uint64_t *n)
 {
-    uint64_t v = 0;
+    uint64_t v = tfs_get_le64(b);
 
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | b[i];
     if (file_size < 8)
         return tfs_err(TFS_EFORMAT, "%s: truncated: %" PRIu64 " bytes, "
                        "shorter than the header length", what, file_size);
@@ -502,7 +501,6 @@ int tfs_ckpt_st_encode(struct tfs_buf *out,
     if (rc < 0)
         return rc;
     len = out->len - start - 8;
-    for (int i = 0; i < 8; i++)
-        out->p[start + (size_t)i] = (char)((len >> (8 * i)) & 0xff);
+    tfs_put_le64((uint8_t *)out->p + start, len);
     return 0;
 }

@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "common/bytes.h"
 #include "tierfs/cache.h"
 #include "tierfs/log.h"
 #include "tierfs/store.h"
@@ -201,15 +202,12 @@ static void f_patch(uint8_t *img, size_t len)
 
     memcpy(img, "TFSWBJ1\n", 8);
     while (len - off >= 12) {
-        uint32_t rlen = (uint32_t)img[off] | (uint32_t)img[off + 1] << 8 |
-                        (uint32_t)img[off + 2] << 16 |
-                        (uint32_t)img[off + 3] << 24;
+        uint32_t rlen = tfs_get_le32(img + off);
         uint64_t sum;
         if (rlen > len - off - 12)
             break;
         sum = XXH3_64bits(img + off + 12, rlen);
-        for (unsigned i = 0; i < 8; i++)
-            img[off + 4 + i] = (uint8_t)(sum >> (8 * i));
+        tfs_put_le64(img + off + 4, sum);
         off += 12 + rlen;
     }
 }
