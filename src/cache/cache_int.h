@@ -10,7 +10,7 @@
  *             cache dir (a mapped file): admission, eviction, accounting
  *   meta.c    stat and listing caches, the immutable listing snapshot
  *   file.c    open files: version pinning, sequential readahead
- *   ../fetch/fetch.c  the backend reader pool: priorities, hedging
+ *   fetch.c   the store reader pool: priorities, hedging, deadlines
  *
  * Lock order: file->lock, then c->ram_lock, then the index lock.  No lock
  * is held across store I/O or disk I/O.
