@@ -29,6 +29,7 @@
 
 #include "tierfs/store.h"
 #include "tierfs/trace.h"
+#include "cli/profile.h"
 #include "common/util.h"
 
 #define PROF_MRC_POINTS 24
@@ -745,7 +746,7 @@ static int prof_load(const char *path, void **buf, size_t *len)
     return rc;
 }
 
-int tfs_profile_trace(const char *path, uint64_t block_size, bool json,
+int cli_profile_trace(const char *path, uint64_t block_size, bool json,
                       char **out)
 {
     struct prof pf = {.block_size = block_size ? block_size : 4u << 20};
@@ -791,7 +792,7 @@ static int store_sizes_page(void *arg, const struct tfs_list_page *pg)
     return 0;
 }
 
-int tfs_profile_store(const char *uri, const char *options, bool json,
+int cli_profile_store(const char *uri, const char *options, bool json,
                       char **out)
 {
     struct store_sizes ss = {0};
