@@ -10,6 +10,7 @@
 #define TFS_CLI_PROFILE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /*
@@ -24,5 +25,24 @@ int cli_profile_trace(const char *path, uint64_t block_size, bool json,
                       char **out);
 int cli_profile_store(const char *uri, const char *options, bool json,
                       char **out);
+
+/*
+ * The tinylfu curve's simulation at one cache size (exposed so that
+ * test_profile can drive it beside the cache's index): the disk tier's
+ * policy as the index runs it, with the cache's own sketch and
+ * admission rule (cache/tinylfu.h), in strict LRU order where the index
+ * samples.  One thread at a time.
+ *
+ * create: a disk tier of capacity bytes, for at most max_ids distinct
+ * block ids; -ENOMEM.  access: one access of block id (size bytes);
+ * true on a hit; on a miss *admitted says whether the block went in.
+ */
+struct cli_profile_sim;
+int cli_profile_sim_create(struct cli_profile_sim **out, uint64_t capacity,
+                           size_t max_ids);
+bool cli_profile_sim_access(struct cli_profile_sim *s, uint64_t id,
+                            uint32_t size, bool *admitted);
+/* NULL is a no-op. */
+void cli_profile_sim_destroy(struct cli_profile_sim *s);
 
 #endif /* TFS_CLI_PROFILE_H */
