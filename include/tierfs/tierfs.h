@@ -12,6 +12,7 @@
  *   fault.h   the fault-injecting wrapper (tests, demos)
  *   retry.h   the retry/timeout wrapper
  *   cache.h   the RAM + disk block cache and its fetch engine
+ *   trace.h   access traces: the format, its writer and parser
  *   fs.h      the FUSE mount
  *   pack.h    packed (WebDataset tar) datasets: the reader
  *   ckpt.h    checkpoints: per-rank writers, the commit, lazy readers
@@ -30,6 +31,7 @@
 #include "tierfs/pack.h"
 #include "tierfs/retry.h"
 #include "tierfs/store.h"
+#include "tierfs/trace.h"
 
 #ifdef __cplusplus
 extern "C" {

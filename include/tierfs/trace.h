@@ -2,7 +2,8 @@
 /*
  * Access traces: a compact binary log of what readers did (open, read,
  * close: time, file, offset, length, where the bytes came from, latency),
- * cheap enough to leave on, and the analysis behind `tierfs profile`.
+ * cheap enough to leave on.  (`tierfs profile` analyses them; the
+ * analysis belongs to the command-line tool, not to the library.)
  *
  * A cache records a trace when its "trace" option names a file (the
  * mount's --trace FILE).  Format (little-endian, field by field):
@@ -71,18 +72,6 @@ typedef int tfs_trace_fn(void *arg, const struct tfs_trace_event *ev);
  */
 TFS_API int tfs_trace_parse(const void *buf, size_t len, bool allow_tail,
                             tfs_trace_fn *fn, void *arg);
-
-/*
- * Profile a trace file, or (with a store URI or directory) the objects
- * under it: sizes, sequential ratio, re-reads and reuse distances, the
- * working set, miss-ratio curves for LRU and for tinylfu, and advice.
- * The report is written to *out as JSON (json) or text (free with
- * tfs_free).  block_size is the cache block size to model.
- */
-TFS_API int tfs_profile_trace(const char *path, uint64_t block_size,
-                              bool json, char **out);
-TFS_API int tfs_profile_store(const char *uri, const char *options,
-                              bool json, char **out);
 
 #ifdef __cplusplus
 }

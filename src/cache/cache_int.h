@@ -8,9 +8,11 @@
  *             publish), the writer thread, recovery scan
  *   index.c   the disk tier's index, shared by every process using the
  *             cache dir (a mapped file): admission, eviction, accounting
+ *   tinylfu.c the admission rule and its frequency sketch (tinylfu.h,
+ *             which `tierfs profile` shares)
  *   meta.c    stat and listing caches, the immutable listing snapshot
  *   file.c    open files: version pinning, sequential readahead
- *   ../fetch/fetch.c  the backend reader pool: priorities, hedging
+ *   fetch.c   the store reader pool: priorities, hedging, deadlines
  *
  * Lock order: file->lock, then c->ram_lock, then the index lock.  No lock
  * is held across store I/O or disk I/O.

@@ -47,6 +47,7 @@
 #include <xxhash.h>
 
 #include "cache/cache_int.h"
+#include "cache/tinylfu.h"
 #include "common/bytes.h"
 #include "tierfs/log.h"
 
@@ -734,7 +735,7 @@ static int disk_open_index(struct tfs_cache *c, struct tfs_disk *d)
     bool exclusive;
     uint64_t max_blocks = c->cfg.max_blocks
                               ? c->cfg.max_blocks
-                              : c->cfg.cache_size / (256u << 10) + 1024;
+                              : tfs_tinylfu_blocks(c->cfg.cache_size);
     int rc;
 
     snprintf(path, sizeof(path), "%s/index", c->cfg.cache_dir);

@@ -29,11 +29,12 @@
  * Eviction samples random live entries (Redis's approximated LRU) and
  * evicts the least recently used of the sample.  The tinylfu policy adds
  * an admission test when the cache is full: a new block must have been
- * asked for at least twice more often than the victim (count-min sketch,
- * halved periodically).  Under epoch-style scans every block is asked for
- * equally often, so the resident set stays put instead of churning (as
- * LRU does, to near-zero hits); a block that becomes hotter than the
- * resident ones still gets in.
+ * asked for at least two more times than the first victim (count-min
+ * sketch, halved periodically; the sketch and the rule are tinylfu.c's,
+ * shared with `tierfs profile`'s simulation).  Under epoch-style scans
+ * every block is asked for equally often, so the resident set stays put
+ * instead of churning (as LRU does, to near-zero hits); a block that
+ * becomes hotter than the resident ones still gets in.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +46,7 @@
 #include <unistd.h>
 
 #include "cache/cache_int.h"
+#include "cache/tinylfu.h"
 #include "tierfs/log.h"
 
 #define IX_MAGIC "TFSIDX1"
@@ -52,9 +54,7 @@
 #define IX_EMPTY 0
 #define IX_LIVE 1
 #define IX_PENDING 2
-#define IX_SKETCH_ROWS 4
 #define IX_SAMPLE 16
-#define IX_ADMIT_MARGIN 2
 
 struct ix_slot {
     uint64_t id_hi;
@@ -89,7 +89,8 @@ struct tfs_index {
     size_t            map_len;
     struct ix_header *h;                /* mapped */
     struct ix_slot   *slots;            /* mapped, h->n_slots */
-    uint8_t          *sketch;           /* mapped, 4 rows of n_slots */
+    struct tfs_tinylfu freq;            /* over the mapped sketch: 4 rows
+                                           of n_slots, h->sketch_ops */
 };
 
 /* ---- layout ---- */
@@ -102,13 +103,15 @@ static size_t ix_header_size(void)
 static size_t ix_map_len(uint64_t n_slots)
 {
     return ix_header_size() + n_slots * sizeof(struct ix_slot) +
-           n_slots * IX_SKETCH_ROWS;
+           n_slots * TFS_TINYLFU_ROWS;
 }
 
 static void ix_bind(struct tfs_index *ix)
 {
     ix->slots = (struct ix_slot *)(void *)((char *)ix->h + ix_header_size());
-    ix->sketch = (uint8_t *)(ix->slots + ix->h->n_slots);
+    ix->freq = (struct tfs_tinylfu){
+        .cells = (uint8_t *)(ix->slots + ix->h->n_slots),
+        .width = ix->h->n_slots, .ops = &ix->h->sketch_ops};
 }
 
 static void ix_split(const uint8_t *id, uint64_t *hi, uint64_t *lo)
@@ -195,60 +198,7 @@ static void ix_delete_at(struct tfs_index *ix, uint64_t i)
     memset(&ix->slots[i], 0, sizeof(ix->slots[i]));
 }
 
-/* ---- the frequency sketch ---- */
-
-static uint64_t ix_mix(uint64_t x, uint64_t seed)
-{
-    x ^= seed;
-    x *= 0xbf58476d1ce4e5b9u;
-    x ^= x >> 31;
-    x *= 0x94d049bb133111ebu;
-    return x ^ (x >> 29);
-}
-
-static unsigned ix_sketch_count(struct tfs_index *ix, uint64_t lo)
-{
-    uint64_t mask = ix->h->n_slots - 1;
-    unsigned min = 255;
-
-    for (unsigned r = 0; r < IX_SKETCH_ROWS; r++) {
-        uint8_t v = ix->sketch[r * ix->h->n_slots +
-                               (ix_mix(lo, r + 1) & mask)];
-        if (v < min)
-            min = v;
-    }
-    return min;
-}
-
-/* Count an access (conservative update); halve everything now and then. */
-static void ix_sketch_add(struct tfs_index *ix, uint64_t lo)
-{
-    uint64_t mask = ix->h->n_slots - 1;
-    unsigned min = ix_sketch_count(ix, lo);
-
-    for (unsigned r = 0; r < IX_SKETCH_ROWS && min < 255; r++) {
-        uint8_t *v = &ix->sketch[r * ix->h->n_slots +
-                                 (ix_mix(lo, r + 1) & mask)];
-        if (*v == min)
-            (*v)++;
-    }
-    if (++ix->h->sketch_ops < 16 * ix->h->n_slots)
-        return;
-    for (uint64_t i = 0; i < IX_SKETCH_ROWS * ix->h->n_slots; i++)
-        ix->sketch[i] >>= 1;
-    ix->h->sketch_ops = 0;
-}
-
 /* ---- opening ---- */
-
-static uint64_t ix_slots_for(uint64_t max_blocks)
-{
-    uint64_t n = 1u << 14;
-
-    while (n < max_blocks * 2 && n < (1u << 24))
-        n <<= 1;
-    return n;
-}
 
 static bool ix_header_ok(const struct ix_header *h, size_t file_len)
 {
@@ -378,9 +328,9 @@ int tfs_index_open(const char *path, uint64_t max_blocks,
         rc = ix_flock(ix->lock_fd, LOCK_SH);
     if (rc < 0)
         goto err_close;
-    rc = ix_map(ix, ix_slots_for(max_blocks), *exclusive);
+    rc = ix_map(ix, tfs_tinylfu_width(max_blocks), *exclusive);
     if (rc == 0 && *exclusive)
-        rc = ix_init_header(ix, ix_slots_for(max_blocks));
+        rc = ix_init_header(ix, tfs_tinylfu_width(max_blocks));
     else if (rc == 0 && !ix_header_ok(ix->h, ix->map_len))
         rc = tfs_err(TFS_EFORMAT, "cache index %s has another layout "
                      "(another tierfs version is using this cache dir)",
@@ -403,7 +353,7 @@ err_close:
 void tfs_index_reset(struct tfs_index *ix)
 {
     memset(ix->slots, 0, ix->h->n_slots * sizeof(struct ix_slot));
-    memset(ix->sketch, 0, ix->h->n_slots * IX_SKETCH_ROWS);
+    memset(ix->freq.cells, 0, ix->h->n_slots * TFS_TINYLFU_ROWS);
     ix->h->used_bytes = 0;
     ix->h->n_used = 0;
     ix->h->clock = 1;
@@ -418,7 +368,7 @@ void tfs_index_add(struct tfs_index *ix, const uint8_t *id, uint32_t size)
     bool found;
 
     ix_split(id, &hi, &lo);
-    if (ix->h->n_used >= ix->h->n_slots - ix->h->n_slots / 4)
+    if (ix->h->n_used >= tfs_tinylfu_max_entries(ix->h->n_slots))
         return;                         /* full: the file stays an orphan */
     i = ix_find(ix, hi, lo, &found);
     if (found)
@@ -467,7 +417,7 @@ bool tfs_index_lookup(struct tfs_index *ix, const uint8_t *id,
 
     ix_split(id, &hi, &lo);
     ix_lock(ix);
-    ix_sketch_add(ix, lo);
+    tfs_tinylfu_add(&ix->freq, lo);
     i = ix_find(ix, hi, lo, &found);
     found = found && ix->slots[i].state == IX_LIVE;
     if (found) {
@@ -540,7 +490,7 @@ static bool ix_sample_victim(struct tfs_index *ix, uint64_t *at)
 static bool ix_over(struct tfs_index *ix, uint32_t size, uint64_t capacity)
 {
     return ix->h->used_bytes + size > capacity ||
-           ix->h->n_used + 1 > ix->h->n_slots - ix->h->n_slots / 4;
+           ix->h->n_used + 1 > tfs_tinylfu_max_entries(ix->h->n_slots);
 }
 
 /* Evict until size fits; 0 when it does, 1 when declined, or -ENOMEM. */
@@ -556,10 +506,11 @@ static int ix_make_room(struct tfs_index *ix, uint64_t lo, uint32_t size,
 
         if (!ix_sample_victim(ix, &at))
             return 1;
-        /* Admission: only a block clearly hotter than the victim. */
+        /* Admission: only a block clearly hotter than the first victim. */
         if (!checked && ix->slots[at].state == IX_LIVE &&
-            ix_sketch_count(ix, lo) <
-                ix_sketch_count(ix, ix->slots[at].id_lo) + IX_ADMIT_MARGIN)
+            !tfs_tinylfu_admits(tfs_tinylfu_count(&ix->freq, lo),
+                                tfs_tinylfu_count(&ix->freq,
+                                                  ix->slots[at].id_lo)))
             return 1;
         checked = true;
         rc = ix_victim_add(v, &ix->slots[at]);

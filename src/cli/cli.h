@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Shared pieces of the tierfs command-line tool.  Each command lives in
- * its own cmd_<name>.c and is listed in the table in main.c.  Commands
- * return an exit status: 0 ok, 1 failure, 2 usage.
+ * its own cmd_<name>.c and is listed in the table in main.c; what they
+ * share is in util.c, target.c, xfer.c and fmt.c, never in main.c.
+ * Commands return an exit status: 0 ok, 1 failure, 2 usage.
  */
 #ifndef TFS_CLI_H
 #define TFS_CLI_H
@@ -19,26 +20,11 @@ enum {
     CLI_USAGE = 2,
 };
 
-/* A store URI split into the store's own URI and a key (or prefix). */
-struct cli_target {
-    struct tfs_store *st;               /* owned */
-    char             *key;              /* owned; "" for the root */
-    char             *store_uri;        /* owned, for messages */
-};
+/* ---- util.c ---- */
 
 /* Options given with --opt K=V before the command, "&"-joined. */
 extern const char *cli_store_options;
 extern bool cli_verbose;
-
-/*
- * Split uri into store and key and open the store.  For s3 the bucket is
- * the store; for files the store is "/" and the key is the absolute path.
- * On failure prints one line naming uri and the cause, and returns
- * CLI_FAIL.
- */
-int cli_open_target(const char *cmd, const char *uri,
-                    struct cli_target *out);
-void cli_close_target(struct cli_target *t);
 
 /* Print "tierfs: CMD WHAT: strerror (detail)" on stderr; returns CLI_FAIL. */
 int cli_fail(const char *cmd, const char *what, int rc);
@@ -54,6 +40,27 @@ int cli_parse_size(const char *cmd, const char *opt, const char *s,
 int cli_parse_uint(const char *cmd, const char *opt, const char *s,
                    unsigned min, unsigned max, unsigned *out);
 
+/* ---- target.c ---- */
+
+/* A store URI split into the store's own URI and a key (or prefix). */
+struct cli_target {
+    struct tfs_store *st;               /* owned */
+    char             *key;              /* owned; "" for the root */
+    char             *store_uri;        /* owned, for messages */
+};
+
+/*
+ * Split uri into store and key and open the store.  For s3 the bucket is
+ * the store; for files the store is "/" and the key is the absolute path.
+ * On failure prints one line naming uri and the cause, and returns
+ * CLI_FAIL.
+ */
+int cli_open_target(const char *cmd, const char *uri,
+                    struct cli_target *out);
+void cli_close_target(struct cli_target *t);
+
+/* ---- xfer.c ---- */
+
 /*
  * Parallel ranged reads of [off, off+len) of key into fd, written in
  * order with write(); every read pins version so a changed object fails
@@ -68,13 +75,18 @@ int cli_xfer_read(struct tfs_store *st, const char *key,
                   const char *version, uint64_t off, uint64_t len, int fd,
                   const struct cli_xfer *x);
 
+/* ---- fmt.c ---- */
+
 /* A JSON string literal for s (quotes and escapes included). */
 void cli_json_str(FILE *f, const char *s);
 /* "2026-11-29T19:02:00.123Z" from nanoseconds since the epoch. */
 const char *cli_fmt_time(char *buf, size_t len, int64_t ns);
 
-/* "12.3 MiB in 1.2 s (10.3 MB/s)" */
+/* "12.3 MiB in 1.2 s (10.3 MB/s)" on stderr. */
 void cli_print_rate(const char *verb, uint64_t bytes, uint64_t ns);
+
+/* ---- the commands, one cmd_<name>.c each (bench: cmd_bench.c and
+ * bench_*.c) ---- */
 
 int cmd_ls(int argc, char **argv);
 int cmd_stat(int argc, char **argv);

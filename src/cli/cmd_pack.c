@@ -13,7 +13,7 @@
 
 #include "cli/cli.h"
 #include "common/util.h"
-#include "pack/pack_int.h"
+#include "pack/packer.h"
 
 static void pack_help(FILE *f)
 {

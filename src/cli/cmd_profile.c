@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/profile.h"
 #include "common/util.h"
-#include "tierfs/trace.h"
 
 static void profile_help(FILE *f)
 {
@@ -81,9 +81,9 @@ int cmd_profile(int argc, char **argv)
     if (optind + 1 != argc)
         return cli_usage_error("profile", "want one TRACE, DIR or URI");
     if (profile_is_trace(argv[optind]))
-        rc = tfs_profile_trace(argv[optind], bs, json, &out);
+        rc = cli_profile_trace(argv[optind], bs, json, &out);
     else
-        rc = tfs_profile_store(argv[optind], cli_store_options, json, &out);
+        rc = cli_profile_store(argv[optind], cli_store_options, json, &out);
     if (rc < 0)
         return cli_fail("profile", argv[optind], rc);
     fputs(out, stdout);

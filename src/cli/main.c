@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tierfs: the command-line tool.  A git-style table of commands, global
- * options parsed before the command name, and the helpers every command
- * shares: opening a URI as (store, key), one-line errors, sizes.
+ * tierfs: the command-line tool.  A git-style table of commands and the
+ * global options parsed before the command name.  The helpers every
+ * command shares are in util.c (errors, usage, numbers), target.c
+ * (a URI as store and key) and fmt.c (output), so that no command
+ * depends on this file.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +16,6 @@
 #include "cli/cli.h"
 #include "common/util.h"
 #include "tierfs/log.h"
-
-const char *cli_store_options;
-bool cli_verbose;
 
 struct cli_cmd {
     const char *name;
@@ -66,79 +63,6 @@ static void cli_help(FILE *f)
             "\n'tierfs COMMAND --help' describes one command; "
             "see also tierfs(1).\n"
             "Exit status: 0 ok, 1 failure, 2 usage error.\n");
-}
-
-/*
- * what as an error shows it: a "user:password@" in it (in a URI, or in an
- * endpoint= of its query: both refused) becomes "***@", so that the
- * password never reaches a terminal or a log (docs/security.md).
- */
-static const char *cli_shown(const char *what, char *buf, size_t len)
-{
-    size_t n = 0;
-    size_t start = 0;                   /* in buf: after ://, =, &, ? */
-
-    if (strchr(what, '@') == NULL)
-        return what;
-    for (const char *p = what; *p != '\0' && n + 4 < len; p++) {
-        if (*p == '@' && memchr(buf + start, ':', n - start) != NULL) {
-            memcpy(buf + start, "***", 3);
-            n = start + 3;
-        }
-        buf[n++] = *p;
-        if (*p == '=' || *p == '&' || *p == '?' ||
-            (*p == '/' && n >= 3 && memcmp(buf + n - 3, "://", 3) == 0))
-            start = n;
-    }
-    buf[n] = '\0';
-    return buf;
-}
-
-int cli_fail(const char *cmd, const char *what, int rc)
-{
-    const char *detail = tfs_errdetail();
-    char shown[1024];
-
-    what = cli_shown(what, shown, sizeof(shown));
-    if (detail[0] != '\0')
-        fprintf(stderr, "tierfs: %s %s: %s (%s)\n", cmd, what,
-                tfs_strerror(rc), detail);
-    else
-        fprintf(stderr, "tierfs: %s %s: %s\n", cmd, what, tfs_strerror(rc));
-    return CLI_FAIL;
-}
-
-int cli_usage_error(const char *cmd, const char *fmt, ...)
-{
-    va_list ap;
-
-    fprintf(stderr, "tierfs: %s: ", cmd);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\ntry 'tierfs %s --help'\n", cmd);
-    return CLI_USAGE;
-}
-
-int cli_parse_size(const char *cmd, const char *opt, const char *s,
-                   uint64_t *out)
-{
-    if (tfs_parse_size(s, out) < 0)
-        return cli_usage_error(cmd, "%s: '%s' is not a size (e.g. 8M)", opt,
-                               s);
-    return 0;
-}
-
-int cli_parse_uint(const char *cmd, const char *opt, const char *s,
-                   unsigned min, unsigned max, unsigned *out)
-{
-    uint64_t v;
-
-    if (tfs_parse_u64(s, &v) < 0 || v < min || v > max)
-        return cli_usage_error(cmd, "%s: '%s' is not a number in %u..%u",
-                               opt, s, min, max);
-    *out = (unsigned)v;
-    return 0;
 }
 
 /* Add --opt NAME=VALUE to the "&"-joined option string. */

@@ -312,13 +312,3 @@ int cli_xfer_read(struct tfs_store *st, const char *key,
     pthread_mutex_destroy(&x.lock);
     return rc;
 }
-
-void cli_print_rate(const char *verb, uint64_t bytes, uint64_t ns)
-{
-    char b[32];
-    double s = (double)ns / 1e9;
-
-    fprintf(stderr, "%s %s in %.2f s (%.1f MB/s)\n", verb,
-            tfs_fmt_bytes(b, sizeof(b), (double)bytes), s,
-            s > 0 ? (double)bytes / 1e6 / s : 0.0);
-}

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "common/bytes.h"
+#include "pack/packer.h"
 #include "tierfs/pack.h"
 #include "tierfs/store.h"
 
@@ -186,43 +187,7 @@ int tfs_pack_manifest_encode(const struct pack_manifest *m,
                              const char *fields_json, char **out,
                              size_t *len);
 
-/* ---- the packer (write.c) ---- */
-
-struct tfs_pack_progress {
-    uint64_t samples;                   /* samples written or kept */
-    uint64_t samples_total;
-    uint64_t bytes;                     /* source bytes written or kept */
-    uint64_t bytes_total;
-    size_t   shards;                    /* shards done (written or kept) */
-    size_t   shards_kept;               /* of those, kept from a former run */
-    size_t   shards_total;
-    uint64_t elapsed_ns;
-    bool     done;
-};
-
-/* Called on the packing thread, at most 4 times a second and at the end. */
-typedef void tfs_pack_progress_fn(void *arg,
-                                  const struct tfs_pack_progress *pr);
-
-struct tfs_pack_write_opts {
-    uint64_t              shard_size;   /* target bytes per shard */
-    bool                  shuffle;      /* shuffle sample order ... */
-    uint64_t              shuffle_seed; /* ... with this seed */
-    unsigned              jobs;         /* parallel source reads */
-    tfs_pack_progress_fn *progress;     /* may be NULL */
-    void                 *progress_arg;
-};
-
-/*
- * Pack every object under src_prefix ("" or "dir/") of src into shards,
- * indexes and a manifest under dst_prefix of dst.  Shards a former run
- * completed with the same plan are kept.  Errors: the stores', or
- * TFS_EESCAPE / TFS_EBADKEY for names that cannot be packed (the detail
- * names them), -ENOENT when src_prefix holds nothing.
- */
-int tfs_pack_write(struct tfs_store *src, const char *src_prefix,
-                   struct tfs_store *dst, const char *dst_prefix,
-                   const struct tfs_pack_write_opts *o);
+/* ---- the packer (write.c): tfs_pack_write is in pack/packer.h ---- */
 
 /*
  * Check a member name (a path relative to the dataset) the way the packer

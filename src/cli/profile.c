@@ -11,8 +11,9 @@
  *     between), exactly, with a Fenwick tree over access positions;
  *     the LRU miss-ratio curve follows directly;
  *   - the miss-ratio curve of the tinylfu policy, by simulating it at
- *     each cache size (LRU order, exact frequencies halved periodically,
- *     a newcomer admitted only when two more accesses than the victim);
+ *     each cache size with the cache's own sketch and admission rule
+ *     (cache/tinylfu.h: a newcomer must have two more accesses than the
+ *     first block it would evict), in LRU order;
  *   - sizes, the sequential ratio, re-reads, the working set, latency by
  *     source; and advice (pack small files, cache size for 80% hits,
  *     readahead).
@@ -29,6 +30,8 @@
 
 #include "tierfs/store.h"
 #include "tierfs/trace.h"
+#include "cache/tinylfu.h"
+#include "cli/profile.h"
 #include "common/util.h"
 
 #define PROF_MRC_POINTS 24
@@ -304,6 +307,15 @@ static double prof_lru_hit(const struct prof *pf, const uint64_t *dist,
 
 /* ---- the tinylfu simulation ---- */
 
+/*
+ * The disk tier at one cache size, run as the cache runs it: the cache's
+ * own frequency sketch (cache/tinylfu.h, sized as the cache sizes it for
+ * that capacity, halvings included), the admission test against the
+ * first victim only, eviction by bytes and by entry count.  Where the
+ * index evicts the least recent of 16 sampled entries, this evicts the
+ * least recent of all (strict LRU, which the sample approximates), so
+ * the prediction is deterministic.
+ */
 struct sim_ent {
     uint64_t id;
     uint32_t size;
@@ -311,23 +323,26 @@ struct sim_ent {
     uint32_t next;
 };
 
-struct sim {
-    struct sim_ent *e;                  /* 1-based; e[0] the sentinel */
-    uint32_t        n;
-    uint32_t        free;               /* free list through next */
-    struct u64map   where;              /* id -> index */
-    struct u64map   freq;               /* id -> count */
-    uint64_t        used;
-    uint64_t        ops;
+struct cli_profile_sim {
+    struct sim_ent    *e;               /* 1-based; e[0] the sentinel */
+    uint32_t           n;
+    uint32_t           free;            /* free list through next */
+    struct u64map      where;           /* id -> index */
+    struct tfs_tinylfu freq;            /* cells owned */
+    uint64_t           freq_ops;        /* freq.ops points here */
+    uint64_t           cap;             /* bytes */
+    uint64_t           used;            /* bytes resident */
+    uint64_t           n_res;           /* entries resident */
+    uint64_t           max_res;         /* the index's entry bound */
 };
 
-static void sim_unlink(struct sim *s, uint32_t i)
+static void sim_unlink(struct cli_profile_sim *s, uint32_t i)
 {
     s->e[s->e[i].prev].next = s->e[i].next;
     s->e[s->e[i].next].prev = s->e[i].prev;
 }
 
-static void sim_front(struct sim *s, uint32_t i)
+static void sim_front(struct cli_profile_sim *s, uint32_t i)
 {
     s->e[i].next = s->e[0].next;
     s->e[i].prev = 0;
@@ -335,91 +350,129 @@ static void sim_front(struct sim *s, uint32_t i)
     s->e[0].next = i;
 }
 
-static uint64_t sim_count(struct sim *s, uint64_t id, bool add)
-{
-    bool fresh;
-    uint64_t *f = u64map_slot(&s->freq, id, &fresh);
-
-    if (add) {
-        (*f)++;
-        if (++s->ops >= 16 * (s->where.cap / 2)) {
-            for (size_t i = 0; i < s->freq.cap; i++)
-                s->freq.vals[i] >>= 1;
-            s->ops = 0;
-        }
-    }
-    return *f;
-}
-
 /* Remove a resident entry from the map (set its index to 0). */
-static void sim_forget(struct sim *s, uint64_t id)
+static void sim_forget(struct cli_profile_sim *s, uint64_t id)
 {
     bool fresh;
 
     *u64map_slot(&s->where, id, &fresh) = 0;
 }
 
-/* One access; true on a hit. */
-static bool sim_access(struct sim *s, const struct prof_access *a,
-                       uint64_t cap)
+static void sim_evict(struct cli_profile_sim *s, uint32_t v)
+{
+    sim_unlink(s, v);
+    sim_forget(s, s->e[v].id);
+    s->used -= s->e[v].size;
+    s->n_res--;
+    s->e[v].next = s->free;
+    s->free = v;
+}
+
+static bool sim_over(const struct cli_profile_sim *s, uint32_t size)
+{
+    return s->used + size > s->cap || s->n_res + 1 > s->max_res;
+}
+
+/* Make room for size bytes, as the index does; false when declined. */
+static bool sim_make_room(struct cli_profile_sim *s, uint64_t id,
+                          uint32_t size)
+{
+    bool checked = false;
+
+    while (sim_over(s, size)) {
+        uint32_t v = s->e[0].prev;
+
+        if (v == 0)
+            return false;
+        if (!checked &&
+            !tfs_tinylfu_admits(tfs_tinylfu_count(&s->freq, id),
+                                tfs_tinylfu_count(&s->freq, s->e[v].id)))
+            return false;
+        checked = true;
+        sim_evict(s, v);
+    }
+    return true;
+}
+
+bool cli_profile_sim_access(struct cli_profile_sim *s, uint64_t id,
+                            uint32_t size, bool *admitted)
 {
     bool fresh;
-    uint64_t *w = u64map_slot(&s->where, a->id, &fresh);
-    uint64_t f = sim_count(s, a->id, true);
+    uint64_t *w = u64map_slot(&s->where, id, &fresh);
     uint32_t i;
 
+    tfs_tinylfu_add(&s->freq, id);
+    *admitted = false;
     if (*w != 0) {
         i = (uint32_t)*w;
         sim_unlink(s, i);
         sim_front(s, i);
         return true;
     }
-    if (a->size > cap)
+    if (size > s->cap || !sim_make_room(s, id, size))
         return false;
-    while (s->used + a->size > cap) {
-        uint32_t v = s->e[0].prev;
-        if (f < sim_count(s, s->e[v].id, false) + 2)
-            return false;               /* not admitted */
-        sim_unlink(s, v);
-        sim_forget(s, s->e[v].id);
-        s->used -= s->e[v].size;
-        s->e[v].next = s->free;
-        s->free = v;
-    }
     i = s->free ? s->free : ++s->n;
     if (s->free)
         s->free = s->e[i].next;
-    s->e[i].id = a->id;
-    s->e[i].size = a->size;
+    s->e[i].id = id;
+    s->e[i].size = size;
     sim_front(s, i);
-    s->used += a->size;
-    w = u64map_slot(&s->where, a->id, &fresh);
+    s->used += size;
+    s->n_res++;
+    w = u64map_slot(&s->where, id, &fresh);
     *w = i;
+    *admitted = true;
     return false;
+}
+
+void cli_profile_sim_destroy(struct cli_profile_sim *s)
+{
+    if (s == NULL)
+        return;
+    tfs_free(s->e);
+    tfs_free(s->freq.cells);
+    u64map_cleanup(&s->where);
+    tfs_free(s);
+}
+
+int cli_profile_sim_create(struct cli_profile_sim **out, uint64_t capacity,
+                           size_t max_ids)
+{
+    struct cli_profile_sim *s = tfs_calloc(1, sizeof(*s));
+    uint64_t width = tfs_tinylfu_width(tfs_tinylfu_blocks(capacity));
+
+    if (s == NULL)
+        return -ENOMEM;
+    s->cap = capacity;
+    s->max_res = tfs_tinylfu_max_entries(width);
+    s->freq = (struct tfs_tinylfu){.width = width, .ops = &s->freq_ops};
+    s->freq.cells = tfs_calloc(TFS_TINYLFU_ROWS * width, 1);
+    s->e = tfs_calloc(max_ids + 2, sizeof(*s->e));
+    if (u64map_init(&s->where, max_ids) < 0 || s->freq.cells == NULL ||
+        s->e == NULL) {
+        cli_profile_sim_destroy(s);
+        return -ENOMEM;
+    }
+    *out = s;
+    return 0;
 }
 
 static double prof_tinylfu_hit(const struct prof *pf, uint64_t cap)
 {
-    struct sim s = {0};
+    struct cli_profile_sim *s;
     uint64_t hit = 0;
     uint64_t all = 0;
+    bool admitted;
 
-    s.e = tfs_calloc(pf->n_acc + 2, sizeof(*s.e));
-    if (s.e == NULL || u64map_init(&s.where, pf->n_acc) < 0 ||
-        u64map_init(&s.freq, pf->n_acc) < 0) {
-        tfs_free(s.e);
-        u64map_cleanup(&s.where);
-        u64map_cleanup(&s.freq);
+    if (cli_profile_sim_create(&s, cap, pf->n_acc) < 0)
         return -1.0;
-    }
     for (size_t i = 0; i < pf->n_acc; i++) {
         all += pf->acc[i].bytes;
-        if (sim_access(&s, &pf->acc[i], cap))
+        if (cli_profile_sim_access(s, pf->acc[i].id, pf->acc[i].size,
+                                   &admitted))
             hit += pf->acc[i].bytes;
     }
-    tfs_free(s.e);
-    u64map_cleanup(&s.where);
-    u64map_cleanup(&s.freq);
+    cli_profile_sim_destroy(s);
     return all ? (double)hit / (double)all : 0.0;
 }
 
@@ -745,7 +798,7 @@ static int prof_load(const char *path, void **buf, size_t *len)
     return rc;
 }
 
-int tfs_profile_trace(const char *path, uint64_t block_size, bool json,
+int cli_profile_trace(const char *path, uint64_t block_size, bool json,
                       char **out)
 {
     struct prof pf = {.block_size = block_size ? block_size : 4u << 20};
@@ -791,7 +844,7 @@ static int store_sizes_page(void *arg, const struct tfs_list_page *pg)
     return 0;
 }
 
-int tfs_profile_store(const char *uri, const char *options, bool json,
+int cli_profile_store(const char *uri, const char *options, bool json,
                       char **out)
 {
     struct store_sizes ss = {0};
