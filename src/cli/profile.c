@@ -543,6 +543,7 @@ static void put_sizes(struct tfs_buf *b, bool json, const struct sizes *s)
     char x[32];
     char y[32];
     char z[32];
+    char w[32];
 
     if (json) {
         tfs_buf_printf(b, "\"files\": %llu, \"bytes\": %llu, "
@@ -564,7 +565,7 @@ static void put_sizes(struct tfs_buf *b, bool json, const struct sizes *s)
                    tfs_fmt_bytes(x, 32, (double)s->total),
                    tfs_fmt_bytes(y, 32, s->mean),
                    tfs_fmt_bytes(z, 32, (double)s->median),
-                   tfs_fmt_bytes(x, 32, (double)s->p99));
+                   tfs_fmt_bytes(w, 32, (double)s->p99));
     for (int i = 0; i < PROF_SIZE_BUCKETS; i++) {
         if (s->hist[i] == 0)
             continue;
@@ -752,7 +753,7 @@ static int prof_report(struct prof *pf, bool json, struct tfs_buf *b)
                        (unsigned long long)pf->block_size);
     else
         tfs_buf_printf(b, "working set    %s (blocks of %s)\n",
-                       tfs_fmt_bytes(x, 32, (double)ws),
+                       tfs_fmt_bytes(x, 16, (double)ws),
                        tfs_fmt_bytes(x + 16, 16, (double)pf->block_size));
     put_curves(b, json, &cv);
     put_pack_advice(b, json, &sz);
