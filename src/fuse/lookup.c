@@ -249,12 +249,6 @@ static uint64_t fs_parent_ino(const char *key)
     return fs_key_ino(buf, NULL);
 }
 
-/*
- * Entry i of h (0 ".", 1 "..", then the listing): its name and, for
- * readdirplus (e != NULL), a counted lookup in e.  Returns 1 to skip the
- * entry (the shadowed control file, names the kernel cannot take), 0 to
- * add it, -ENOENT past the end, or an error.
- */
 /* Entry i of h's listing (the cache's or the view's), or false. */
 static bool fs_listing_entry(const struct fs_handle *h, size_t i,
                              struct wb_dirent *out)
@@ -275,6 +269,12 @@ static bool fs_listing_entry(const struct fs_handle *h, size_t i,
     return true;
 }
 
+/*
+ * Entry i of h (0 ".", 1 "..", then the listing): its name and, for
+ * readdirplus (e != NULL), a counted lookup in e.  Returns 1 to skip the
+ * entry (the shadowed control file, names the kernel cannot take), 0 to
+ * add it, -ENOENT past the end, or an error.
+ */
 static int fs_dir_entry(struct tfs_fs *fs, struct fs_handle *h, size_t i,
                         const char **name, struct stat *st,
                         struct fuse_entry_param *e)

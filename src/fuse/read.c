@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -161,7 +160,6 @@ static int fs_do_open(struct tfs_fs *fs, fuse_ino_t ino,
 {
     struct fs_inode *in = fs_inode_get(&fs->inodes, ino);
     char key[FS_KEY_MAX + 2];
-    struct fs_handle *h;
     int rc;
 
     atomic_fetch_add(&fs->n.opens, 1);
@@ -180,18 +178,7 @@ static int fs_do_open(struct tfs_fs *fs, fuse_ino_t ino,
     rc = fs_check_current(fs, in, key);
     if (rc < 0)
         return rc;
-    h = fs_handle_new(fs, FS_H_FILE, in);
-    if (h == NULL)
-        return -ENOMEM;
-    rc = tfs_file_open_stat(fs->cache, key, &in->st, &h->file);
-    if (rc < 0) {
-        fs_handle_free(fs, h, false);
-        return fs_fail(fs, "open", key, rc);
-    }
-    fi->keep_cache = 1;
-    fi->noflush = 1;
-    fi->fh = (uintptr_t)h;
-    return 0;
+    return fs_open_version(fs, in, key, &in->st, fi);
 }
 
 void fs_open(fuse_req_t req, fuse_ino_t ino,
@@ -309,12 +296,7 @@ static int fs_do_read(struct tfs_fs *fs, struct fs_handle *h, size_t size,
         rc = fs_read_moved(fs, h, buf, size, off, n);
     }
     if (rc < 0) {
-        char key[FS_KEY_MAX + 2];
-        fs_inode_key(&fs->inodes, h->in, key);
-        TFS_WARN("read '%s' [%" PRIu64 ", +%zu): %s%s%s%s", key, off,
-                 size, tfs_strerror(rc), tfs_errdetail()[0] ? " (" : "",
-                 tfs_errdetail(), tfs_errdetail()[0] ? ")" : "");
-        atomic_fetch_add(&fs->n.errors, 1);
+        fs_read_warn(fs, h, size, off, rc);
         return rc;
     }
     fs_count_read(fs, size, *n);

@@ -433,9 +433,7 @@ void fs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
     if (rc == 0)
         rc = fs_change_fail(fs, "rmdir", key, wb_rmdir(fs->wb, key));
     if (rc == 0) {
-        size_t len = strlen(key);       /* room: fs_child_key checked */
-        key[len] = '/';
-        key[len + 1] = '\0';
+        fs_key_add_slash(key);          /* room: fs_child_key checked */
         fs_itable_unkey(&fs->inodes, key);
     }
     fuse_reply_err(req, fs_errno(rc));
