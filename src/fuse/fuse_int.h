@@ -263,21 +263,16 @@ struct tfs_fs {
     size_t               nhandles;      /* hlock */
     pthread_t            run_thread;    /* in tfs_fs_run */
     bool                 opened;        /* tfs_fs_open was called */
-    /* settings */
+    /* settings; the cache's own (meta_ttl, immutable, cache_dir, sizes)
+       are asked of the cache, never copied */
     char                *metrics;       /* owned; NULL: none */
     struct tfs_buf       fuse_opts;     /* ","-joined */
-    double               ttl_s;         /* entry and attr timeouts */
-    bool                 immutable;
     bool                 debug;
     unsigned             max_threads;
     uint64_t             kernel_ra;     /* bytes of kernel readahead; 0:
                                            leave the kernel's default */
     char                *mountpoint;    /* owned; canonical, after open */
-    bool                 has_cache_dir;
-    uint64_t             cache_size;    /* bytes, for statfs */
-    uint64_t             mem_cache;     /* bytes, for statfs */
     bool                 read_only;     /* no write-back */
-    char                *cache_dir;     /* owned, for the staging default */
     struct wb_cfg        wcfg;          /* staging_dir owned */
 };
 
@@ -308,6 +303,8 @@ int fs_entry_make(struct tfs_fs *fs, char *key, bool is_dir,
                   struct fuse_entry_param *e);
 struct fs_inode *fs_dir_inode(struct tfs_fs *fs, fuse_ino_t ino, int *rc);
 double fs_attr_timeout(const struct tfs_fs *fs);
+/* The cache's cache_dir, or NULL for none (an empty one is none). */
+const char *fs_cache_dir(const struct tfs_fs *fs);
 
 /* ---- spath.c: the store path ---- */
 

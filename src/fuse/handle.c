@@ -154,7 +154,16 @@ void fs_key_add_slash(char *key)
 
 double fs_attr_timeout(const struct tfs_fs *fs)
 {
-    return fs->immutable ? FS_IMMUTABLE_TTL_S : fs->ttl_s;
+    if (tfs_cache_is_immutable(fs->cache))
+        return FS_IMMUTABLE_TTL_S;
+    return (double)tfs_cache_meta_ttl_ns(fs->cache) / 1e9;
+}
+
+const char *fs_cache_dir(const struct tfs_fs *fs)
+{
+    const char *dir = tfs_cache_dir(fs->cache);
+
+    return dir != NULL && dir[0] != '\0' ? dir : NULL;
 }
 
 void fs_entry_init(const struct tfs_fs *fs, struct fuse_entry_param *e)

@@ -158,7 +158,8 @@ void fs_getattr(fuse_req_t req, fuse_ino_t ino,
 void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 {
     struct tfs_fs *fs = fs_of(req);
-    uint64_t cap = fs->has_cache_dir ? fs->cache_size : fs->mem_cache;
+    uint64_t cap = fs_cache_dir(fs) ? tfs_cache_disk_limit(fs->cache)
+                                    : tfs_cache_mem_limit(fs->cache);
     uint64_t used = 0;
     struct statvfs sv = {
         .f_bsize = 4096,
@@ -208,8 +209,8 @@ static int fs_do_opendir(struct tfs_fs *fs, fuse_ino_t ino,
     h->dir = d;
     h->wlist = l;
     fi->fh = (uintptr_t)h;
-    fi->cache_readdir = fs->immutable;
-    fi->keep_cache = fs->immutable;
+    fi->cache_readdir = tfs_cache_is_immutable(fs->cache);
+    fi->keep_cache = fi->cache_readdir;
     return 0;
 }
 

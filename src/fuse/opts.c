@@ -11,7 +11,6 @@
 
 #include "fuse/fuse_int.h"
 
-#define FS_DEFAULT_TTL_S 5.0            /* the cache's meta_ttl default */
 #define FS_DEFAULT_THREADS 64
 #define FS_DEFAULT_ASYNC_READS 256      /* reads in flight on the store */
 #define FS_DEFAULT_KERNEL_RA (4u << 20) /* 4 requests of 1 MiB in flight */
@@ -37,11 +36,8 @@ int tfs_fs_create(struct tfs_fs **out)
     pthread_cond_init(&fs->spath.cond, NULL);
     fs->async.max = FS_DEFAULT_ASYNC_READS;
     tfs_buf_init(&fs->fuse_opts, 64 * 1024);
-    fs->ttl_s = FS_DEFAULT_TTL_S;
     fs->max_threads = FS_DEFAULT_THREADS;
     fs->kernel_ra = FS_DEFAULT_KERNEL_RA;
-    fs->cache_size = 10ull << 30;
-    fs->mem_cache = 1ull << 30;
     fs->wcfg.staging_max = 100ull << 30;
     fs->wcfg.staging_wait_ms = 300000;
     fs->wcfg.upload_jobs = 4;
@@ -49,29 +45,6 @@ int tfs_fs_create(struct tfs_fs **out)
     fs->wcfg.retry_max_ms = 30000;
     *out = fs;
     return 0;
-}
-
-/* Note what the mount itself needs of a cache option the cache took. */
-static void fs_note_cache_opt(struct tfs_fs *fs, const char *name,
-                              const char *value)
-{
-    bool b;
-    double d;
-    uint64_t v;
-
-    if (strcmp(name, "meta_ttl") == 0 && tfs_parse_double(value, &d) == 0)
-        fs->ttl_s = d;
-    else if (strcmp(name, "immutable") == 0 && tfs_parse_bool(value, &b) == 0)
-        fs->immutable = b;
-    else if (strcmp(name, "cache_dir") == 0 && value[0] != '\0') {
-        fs->has_cache_dir = true;
-        tfs_free(fs->cache_dir);
-        fs->cache_dir = tfs_strdup(value);
-    }
-    else if (strcmp(name, "cache_size") == 0 && tfs_parse_size(value, &v) == 0)
-        fs->cache_size = v;
-    else if (strcmp(name, "mem_cache") == 0 && tfs_parse_size(value, &v) == 0)
-        fs->mem_cache = v;
 }
 
 /* A duration in seconds (fractions allowed) as milliseconds. */
@@ -168,8 +141,5 @@ int tfs_fs_set(struct tfs_fs *fs, const char *name, const char *value)
         fs->kernel_ra = v;
         return 0;
     }
-    rc = tfs_cache_set(fs->cache, name, value);
-    if (rc == 0)
-        fs_note_cache_opt(fs, name, value);
-    return rc;
+    return tfs_cache_set(fs->cache, name, value);
 }

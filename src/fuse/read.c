@@ -51,7 +51,7 @@ static int fs_check_current(struct tfs_fs *fs, const struct fs_inode *in,
     bool is_dir = false;
     int rc;
 
-    if (fs->immutable)
+    if (tfs_cache_is_immutable(fs->cache))
         return 0;
     rc = tfs_cache_lookup(fs->cache, key, &is_dir, &st);
     if (rc == -EISDIR || rc == -ENOENT || (rc == 0 && is_dir) ||
@@ -186,7 +186,8 @@ void fs_open(fuse_req_t req, fuse_ino_t ino,
 {
     struct tfs_fs *fs = fs_of(req);
     /* Read-only and immutable, an open asks the store nothing. */
-    bool gate = ino != FS_CTL_INO && !(fs->immutable && fs->wb == NULL);
+    bool gate = ino != FS_CTL_INO &&
+                !(tfs_cache_is_immutable(fs->cache) && fs->wb == NULL);
     int rc;
 
     if (gate && !fs_gate_enter(fs)) {

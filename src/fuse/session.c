@@ -386,7 +386,6 @@ void tfs_fs_close(struct tfs_fs *fs)
     pthread_mutex_destroy(&fs->spath.lock);
     pthread_cond_destroy(&fs->spath.cond);
     tfs_buf_cleanup(&fs->fuse_opts);
-    tfs_free(fs->cache_dir);
     tfs_free((char *)fs->wcfg.staging_dir);
     free(fs->mountpoint);               /* realpath's malloc */
     tfs_free(fs->metrics);

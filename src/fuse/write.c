@@ -45,14 +45,15 @@ static char *fs_staging_default(struct tfs_fs *fs, bool *in_var_tmp)
 {
     const char *ident = tfs_store_identity(fs->st);
     uint64_t h = XXH3_64bits(ident, strlen(ident));
+    const char *cache_dir = fs_cache_dir(fs);
     struct stat st;
     struct tfs_buf b;
 
-    *in_var_tmp = fs->cache_dir == NULL ||
-                  (stat(fs->cache_dir, &st) == 0 && (st.st_mode & 070));
+    *in_var_tmp = cache_dir == NULL ||
+                  (stat(cache_dir, &st) == 0 && (st.st_mode & 070));
     tfs_buf_init(&b, 0);
     if (!*in_var_tmp)
-        tfs_buf_printf(&b, "%s/staging/%016" PRIx64, fs->cache_dir, h);
+        tfs_buf_printf(&b, "%s/staging/%016" PRIx64, cache_dir, h);
     else
         tfs_buf_printf(&b, FS_STAGING_ROOT "/tierfs-%u/staging/%016" PRIx64,
                        (unsigned)geteuid(), h);
@@ -83,7 +84,7 @@ int fs_wb_open(struct tfs_fs *fs)
 
     if (fs->read_only)
         return 0;
-    if (fs->immutable) {
+    if (tfs_cache_is_immutable(fs->cache)) {
         TFS_INFO("--immutable: the mount is read-only");
         return 0;
     }
