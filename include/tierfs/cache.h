@@ -84,6 +84,16 @@ TFS_API void tfs_cache_close(struct tfs_cache *c);
  */
 TFS_API uint64_t tfs_cache_mem_limit(const struct tfs_cache *c);
 TFS_API uint64_t tfs_cache_block_size(const struct tfs_cache *c);
+/*
+ * The other settings in force, for a mount over the cache: the disk
+ * tier's bound (cache_size: after open, a cache_dir's recorded size wins
+ * over the default), meta_ttl in nanoseconds, immutable, and cache_dir
+ * (NULL: none; valid until the next tfs_cache_set or tfs_cache_close).
+ */
+TFS_API uint64_t tfs_cache_disk_limit(const struct tfs_cache *c);
+TFS_API uint64_t tfs_cache_meta_ttl_ns(const struct tfs_cache *c);
+TFS_API bool tfs_cache_is_immutable(const struct tfs_cache *c);
+TFS_API const char *tfs_cache_dir(const struct tfs_cache *c);
 
 /* ---- metadata ---- */
 

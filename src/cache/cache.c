@@ -238,6 +238,26 @@ uint64_t tfs_cache_block_size(const struct tfs_cache *c)
     return c->cfg.block_size;
 }
 
+uint64_t tfs_cache_disk_limit(const struct tfs_cache *c)
+{
+    return c->cfg.cache_size;
+}
+
+uint64_t tfs_cache_meta_ttl_ns(const struct tfs_cache *c)
+{
+    return c->cfg.meta_ttl_ns;
+}
+
+bool tfs_cache_is_immutable(const struct tfs_cache *c)
+{
+    return c->cfg.immutable;
+}
+
+const char *tfs_cache_dir(const struct tfs_cache *c)
+{
+    return c->cfg.cache_dir;
+}
+
 void tfs_cache_close(struct tfs_cache *c)
 {
     if (c == NULL)

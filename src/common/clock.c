@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Clocks, sleeping, and the per-thread request deadline (util.h).
+ * Clocks, sleeping, timed condition waits and the per-thread request
+ * deadline (util.h).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <time.h>
 
 #include "common/util.h"
@@ -45,6 +47,13 @@ struct timespec tfs_abstime(clockid_t clk, uint64_t ns)
     ts.tv_sec += (time_t)(ns / 1000000000u + t / 1000000000u);
     ts.tv_nsec = (long)(t % 1000000000u);
     return ts;
+}
+
+void tfs_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ms)
+{
+    struct timespec ts = tfs_abstime(CLOCK_MONOTONIC, ms * 1000000u);
+
+    pthread_cond_timedwait(c, m, &ts);
 }
 
 uint64_t tfs_deadline_get(void)

@@ -11,6 +11,7 @@
 #ifndef TFS_COMMON_UTIL_H
 #define TFS_COMMON_UTIL_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -80,6 +81,11 @@ int64_t tfs_wall_ns(void);              /* CLOCK_REALTIME */
 void tfs_sleep_ns(uint64_t ns);         /* whole duration, EINTR retried */
 /* The time ns from now on clock clk, for pthread_cond_timedwait. */
 struct timespec tfs_abstime(clockid_t clk, uint64_t ns);
+/*
+ * pthread_cond_timedwait for up to ms on the monotonic clock: for a
+ * condition made with pthread_condattr_setclock(CLOCK_MONOTONIC).
+ */
+void tfs_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ms);
 
 /*
  * The calling thread's deadline for store requests, in tfs_now_ns()

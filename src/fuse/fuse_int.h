@@ -1,7 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Internals of the FUSE mount shared by fs.c (session, handlers),
- * inode.c (the inode table) and ctl.c (the statistics texts).
+ * Internals of the FUSE mount, shared by its files.  Calls run one way,
+ * top to bottom (libuv's src/unix: feature files over a core):
+ *
+ *   session.c    the ops table, INIT, open (mount), run, close
+ *   opts.c       tfs_fs_create, tfs_fs_set
+ *   lookup.c     lookup, getattr, readdir, statfs, xattrs
+ *   read.c       open, read, release
+ *   write.c      the handlers that change things (write-back)
+ *   aread.c      reads that wait for the store, answered later
+ *   spath.c      the store path: requests that may wait on the store
+ *   ctl.c        the statistics texts (control file, /metrics)
+ *   handle.c     handles, errors, keys, entries
+ *   inode.c      the inode table
  *
  * Inodes follow libfuse's passthrough_ll: an inode lives while the kernel
  * holds lookups on it (nlookup, dropped by forget); the root and the
@@ -127,7 +138,7 @@ uint64_t fs_node_ino(uint64_t nid);
 void fs_attr_fill(const struct fs_itable *t, const struct fs_inode *in,
                   struct stat *out);
 
-/* ---- fs.c ---- */
+/* ---- the mount (every file) ---- */
 
 /* Counters of the FUSE layer, shown beside the cache's statistics. */
 struct fs_counters {
@@ -148,12 +159,11 @@ struct fs_counters {
 };
 
 struct fs_aread;
-struct fs_defer;
 
 /*
- * Reads that wait for the store (fs.c): started without a thread, answered
- * from the fetch completion.  At most max in flight (each holds a reply
- * buffer); the rest wait in a FIFO that completions drain.
+ * Reads that wait for the store (aread.c): started without a thread,
+ * answered from the fetch completion.  At most max in flight (each holds
+ * a reply buffer); the rest wait in a FIFO that completions drain.
  */
 struct fs_async {
     pthread_mutex_t  lock;
@@ -167,6 +177,26 @@ struct fs_async {
 };
 
 #define FS_SPATH_THREADS 4
+
+/* Requests that may wait on the store take the store path (spath.c). */
+enum fs_defer_op {
+    FS_OP_LOOKUP, FS_OP_OPEN, FS_OP_OPENDIR, FS_OP_GETXATTR, FS_OP_READ,
+};
+
+/* A request handed to the store-path threads, with what it was given. */
+struct fs_defer {
+    struct fs_defer      *next;
+    enum fs_defer_op      op;
+    fuse_req_t            req;
+    fuse_ino_t            ino;
+    struct fuse_file_info fi;
+    size_t                size;
+    uint64_t              off;
+    char                  name[];       /* lookup's, getxattr's */
+};
+
+/* Run a deferred request on a store-path thread (session.c's dispatch). */
+typedef void fs_defer_fn(struct fs_defer *d);
 
 /*
  * The store path: requests that may wait on the store's metadata (lookup,
@@ -184,6 +214,7 @@ struct fs_spath {
     bool             stopping;          /* lock */
     atomic_uint      busy;              /* FUSE threads in the store path */
     unsigned         cap;
+    fs_defer_fn     *run;               /* set at start */
     pthread_t        threads[FS_SPATH_THREADS];
     unsigned         n_threads;
 };
@@ -206,7 +237,7 @@ struct fs_handle {
     bool                writer;         /* FS_H_NODE: open for writing */
     atomic_bool         moved;          /* FS_H_FILE: a pending move of its
                                            object landed; read at the
-                                           inode's key (write.c) */
+                                           inode's key (read.c) */
     struct tfs_buf      ctl;            /* FS_H_CTL: the text */
     struct fs_handle   *prev;           /* protected by fs->hlock */
     struct fs_handle   *next;           /* protected by fs->hlock */
@@ -232,25 +263,20 @@ struct tfs_fs {
     size_t               nhandles;      /* hlock */
     pthread_t            run_thread;    /* in tfs_fs_run */
     bool                 opened;        /* tfs_fs_open was called */
-    /* settings */
+    /* settings; the cache's own (meta_ttl, immutable, cache_dir, sizes)
+       are asked of the cache, never copied */
     char                *metrics;       /* owned; NULL: none */
     struct tfs_buf       fuse_opts;     /* ","-joined */
-    double               ttl_s;         /* entry and attr timeouts */
-    bool                 immutable;
     bool                 debug;
     unsigned             max_threads;
     uint64_t             kernel_ra;     /* bytes of kernel readahead; 0:
                                            leave the kernel's default */
     char                *mountpoint;    /* owned; canonical, after open */
-    bool                 has_cache_dir;
-    uint64_t             cache_size;    /* bytes, for statfs */
-    uint64_t             mem_cache;     /* bytes, for statfs */
     bool                 read_only;     /* no write-back */
-    char                *cache_dir;     /* owned, for the staging default */
     struct wb_cfg        wcfg;          /* staging_dir owned */
 };
 
-/* ---- fs.c: shared with write.c ---- */
+/* ---- handle.c ---- */
 
 struct tfs_fs *fs_of(fuse_req_t req);
 struct fs_handle *fs_handle_of(const struct fuse_file_info *fi);
@@ -260,9 +286,16 @@ struct fs_handle *fs_handle_new(struct tfs_fs *fs, enum fs_handle_kind kind,
 void fs_handle_free(struct tfs_fs *fs, struct fs_handle *h, bool seal);
 int fs_errno(int rc);
 int fs_fail(struct tfs_fs *fs, const char *op, const char *key, int rc);
+/* Log a failed read of h once and count it. */
+void fs_read_warn(struct tfs_fs *fs, struct fs_handle *h, size_t size,
+                  uint64_t off, int rc);
+/* Count a read of size bytes that returned n. */
+void fs_count_read(struct tfs_fs *fs, size_t size, size_t n);
 /* buf = dir's key + name: FS_KEY_MAX + 2 bytes. */
 int fs_child_key(struct tfs_fs *fs, const struct fs_inode *dir,
                  const char *name, char *buf);
+/* "a/b" -> "a/b/" in a buffer fs_child_key filled (room is left). */
+void fs_key_add_slash(char *key);
 void fs_entry_init(const struct tfs_fs *fs, struct fuse_entry_param *e);
 /* Count a lookup of key (a directory when is_dir) and fill e. */
 int fs_entry_make(struct tfs_fs *fs, char *key, bool is_dir,
@@ -270,6 +303,62 @@ int fs_entry_make(struct tfs_fs *fs, char *key, bool is_dir,
                   struct fuse_entry_param *e);
 struct fs_inode *fs_dir_inode(struct tfs_fs *fs, fuse_ino_t ino, int *rc);
 double fs_attr_timeout(const struct tfs_fs *fs);
+/* The cache's cache_dir, or NULL for none (an empty one is none). */
+const char *fs_cache_dir(const struct tfs_fs *fs);
+
+/* ---- spath.c: the store path ---- */
+
+/*
+ * May this request wait on the store here?  True on a store-path thread,
+ * or while fewer than cap FUSE threads do (then fs_gate_leave after).
+ */
+bool fs_gate_enter(struct tfs_fs *fs);
+void fs_gate_leave(struct tfs_fs *fs);
+/* Hand the request to the store-path threads (EIO at close). */
+void fs_defer_op(struct tfs_fs *fs, enum fs_defer_op op, fuse_req_t req,
+                 fuse_ino_t ino, const struct fuse_file_info *fi,
+                 size_t size, const char *name);
+void fs_defer_read(struct tfs_fs *fs, fuse_req_t req, fuse_ino_t ino,
+                   const struct fuse_file_info *fi, size_t size,
+                   uint64_t off);
+/* Start the threads, which hand each request to run. */
+int fs_spath_start(struct tfs_fs *fs, fs_defer_fn *run);
+/* Answer what is still queued EIO, wait for what runs. */
+void fs_spath_stop(struct tfs_fs *fs);
+
+/* ---- aread.c: reads answered from the fetch completion ---- */
+
+/* Start a read the cache cannot answer now, or queue it past the bound. */
+void fs_aread_submit(struct tfs_fs *fs, fuse_req_t req, fuse_ino_t ino,
+                     struct fuse_file_info *fi, size_t size, uint64_t off);
+/* At close: answer every read in flight or queued EIO. */
+void fs_aread_cancel(struct tfs_fs *fs);
+
+/* ---- lookup.c: the handlers of names and attributes ---- */
+
+void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
+void fs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup);
+void fs_forget_multi(fuse_req_t req, size_t count,
+                     struct fuse_forget_data *forgets);
+void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_statfs(fuse_req_t req, fuse_ino_t ino);
+void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                struct fuse_file_info *fi);
+void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi);
+void fs_releasedir(fuse_req_t req, fuse_ino_t ino,
+                   struct fuse_file_info *fi);
+void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+                 size_t size);
+void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+
+/* ---- read.c: the handlers of file data ---- */
+
+void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+             struct fuse_file_info *fi);
+void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 
 /* ---- write.c: the write-back handlers ---- */
 
@@ -298,15 +387,6 @@ void fs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
  */
 int fs_open_write(struct tfs_fs *fs, struct fs_inode *in,
                   struct fuse_file_info *fi);
-/*
- * Read h's object at its inode's key: for a handle opened on a renamed
- * object whose move reached the store meanwhile (its source is gone).
- */
-int fs_read_moved(struct tfs_fs *fs, struct fs_handle *h, char *buf,
-                  size_t size, uint64_t off, size_t *n);
-/* The sync xattr (docs/writeback.md): its text into val (size bytes). */
-int fs_sync_xattr(struct tfs_fs *fs, struct fs_inode *in, const char *name,
-                  char *val, size_t size, size_t *len);
 /* Start the write-back when the mount is writable (tfs_fs_open). */
 int fs_wb_open(struct tfs_fs *fs);
 

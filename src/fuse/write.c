@@ -7,7 +7,6 @@
  *   opens        create, open for writing, mknod
  *   data         write, setattr (truncate, mtime), flush, fsync
  *   namespace    mkdir, unlink, rmdir, rename
- *   sync         the user.tierfs.sync extended attribute
  *
  * Durability: flush (every close(2)) and fsync seal the staged file:
  * data and journal record are fdatasynced before the reply, so close()
@@ -31,7 +30,6 @@
 #include "fuse/fuse_int.h"
 #include "tierfs/log.h"
 
-#define FS_SYNC_WAIT_MS 500             /* one sync poll waits this long */
 #define FS_STAGING_ROOT "/var/tmp"      /* of the default staging dir */
 
 /* ---- start ---- */
@@ -47,14 +45,15 @@ static char *fs_staging_default(struct tfs_fs *fs, bool *in_var_tmp)
 {
     const char *ident = tfs_store_identity(fs->st);
     uint64_t h = XXH3_64bits(ident, strlen(ident));
+    const char *cache_dir = fs_cache_dir(fs);
     struct stat st;
     struct tfs_buf b;
 
-    *in_var_tmp = fs->cache_dir == NULL ||
-                  (stat(fs->cache_dir, &st) == 0 && (st.st_mode & 070));
+    *in_var_tmp = cache_dir == NULL ||
+                  (stat(cache_dir, &st) == 0 && (st.st_mode & 070));
     tfs_buf_init(&b, 0);
     if (!*in_var_tmp)
-        tfs_buf_printf(&b, "%s/staging/%016" PRIx64, fs->cache_dir, h);
+        tfs_buf_printf(&b, "%s/staging/%016" PRIx64, cache_dir, h);
     else
         tfs_buf_printf(&b, FS_STAGING_ROOT "/tierfs-%u/staging/%016" PRIx64,
                        (unsigned)geteuid(), h);
@@ -85,7 +84,7 @@ int fs_wb_open(struct tfs_fs *fs)
 
     if (fs->read_only)
         return 0;
-    if (fs->immutable) {
+    if (tfs_cache_is_immutable(fs->cache)) {
         TFS_INFO("--immutable: the mount is read-only");
         return 0;
     }
@@ -435,9 +434,7 @@ void fs_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
     if (rc == 0)
         rc = fs_change_fail(fs, "rmdir", key, wb_rmdir(fs->wb, key));
     if (rc == 0) {
-        size_t len = strlen(key);       /* room: fs_child_key checked */
-        key[len] = '/';
-        key[len + 1] = '\0';
+        fs_key_add_slash(key);          /* room: fs_child_key checked */
         fs_itable_unkey(&fs->inodes, key);
     }
     fuse_reply_err(req, fs_errno(rc));
@@ -464,76 +461,4 @@ void fs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
     if (rc == 0)
         fs_itable_rename(&fs->inodes, from, to, is_dir);
     fuse_reply_err(req, fs_errno(rc));
-}
-
-/* ---- reads of moved objects ---- */
-
-/*
- * The handle's file reads a pending move's source, which the uploader
- * has since moved to the inode's key: the same version is there now
- * (posix rename keeps it; S3 keeps the ETag of a copied single-part
- * object; otherwise the read fails ESTALE rather than mix versions).
- */
-int fs_read_moved(struct tfs_fs *fs, struct fs_handle *h, char *buf,
-                  size_t size, uint64_t off, size_t *n)
-{
-    char key[FS_KEY_MAX + 2];
-    struct tfs_file *f = NULL;
-    int rc;
-
-    fs_inode_key(&fs->inodes, h->in, key);
-    rc = tfs_file_open_stat(fs->cache, key, &h->in->st, &f);
-    if (rc == 0) {
-        rc = tfs_file_read(f, buf, size, off, n);
-        tfs_file_close(f);
-    }
-    return rc == -ENOENT || rc == TFS_ECHANGED ? -ESTALE : rc;
-}
-
-/* ---- sync ---- */
-
-/*
- * user.tierfs.sync on PATH: what remains to upload under it (the whole
- * mount at the root, a directory's subtree, one file), as text:
- *
- *     seq=S pending=N bytes=B dirty=D errors=E parked=P error=LAST
- *     upload of 'KEY': CAUSE          (one line per parked change, as
- *     ...                              many as fit)
- *
- * The plain name sets the barrier S (everything changed so far); the
- * name user.tierfs.sync.S asks again about that barrier.  Each call
- * waits up to FS_SYNC_WAIT_MS for pending to reach 0 and hurries the
- * uploader, so `tierfs sync` polls without spinning and without tying a
- * request thread for longer.
- */
-int fs_sync_xattr(struct tfs_fs *fs, struct fs_inode *in, const char *name,
-                  char *val, size_t size, size_t *len)
-{
-    const char *suffix = name + strlen("user.tierfs.sync");
-    char key[FS_KEY_MAX + 2];
-    struct wb_sync s;
-    uint64_t seq;
-    int n;
-
-    if (suffix[0] != '\0' && suffix[0] != '.')
-        return -ENODATA;
-    if (suffix[0] == '.' && tfs_parse_u64(suffix + 1, &seq) < 0)
-        return -ENODATA;
-    if (size == 0) {
-        *len = 4095;                    /* an upper bound, no waiting */
-        return 0;
-    }
-    if (suffix[0] == '\0')
-        seq = wb_sync_seq(fs->wb);
-    if (in == fs->inodes.ctl)
-        key[0] = '\0';
-    else
-        fs_inode_key(&fs->inodes, in, key);
-    wb_sync_status(fs->wb, key, seq, FS_SYNC_WAIT_MS, &s);
-    n = snprintf(val, size, "seq=%" PRIu64 " pending=%" PRIu64 " bytes=%"
-                 PRIu64 " dirty=%" PRIu64 " errors=%" PRIu64 " parked=%"
-                 PRIu64 " error=%s\n%s", s.seq, s.pending, s.bytes,
-                 s.dirty, s.errors, s.parked, s.last_error, s.parked_list);
-    *len = (size_t)n < size ? (size_t)n : size - 1;
-    return 0;
 }

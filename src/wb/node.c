@@ -238,7 +238,7 @@ int wb_space_wait(struct tfs_wb *wb, uint64_t need, const char *why)
             rc = -ENOSPC;
             break;
         }
-        wb_cond_wait_ms(&wb->space, &wb->lock, 1000);
+        tfs_cond_wait_ms(&wb->space, &wb->lock, 1000);
     }
     pthread_mutex_unlock(&wb->lock);
     if (t0 != 0) {

@@ -66,11 +66,6 @@ struct wb_op {
     size_t               n_subdirs;
 };
 
-void wb_upload_kick(struct tfs_wb *wb)
-{
-    pthread_cond_signal(&wb->kick);
-}
-
 /* ---- scheduling ---- */
 
 static bool up_under(const char *key, const char *prefix)
@@ -242,7 +237,7 @@ static void *up_sched_main(void *arg)
         now = tfs_now_ns();
         if (next <= now)
             continue;
-        wb_cond_wait_ms(&wb->kick, &wb->lock,
+        tfs_cond_wait_ms(&wb->kick, &wb->lock,
                         next == UINT64_MAX ? 1000
                         : TFS_MIN((next - now) / 1000000 + 1, 1000));
     }
@@ -789,7 +784,7 @@ void wb_sync_status(struct tfs_wb *wb, const char *prefix, uint64_t seq,
         now = tfs_now_ns();
         if (out->pending == 0 || now >= end)
             break;
-        wb_cond_wait_ms(&wb->changed, &wb->lock,
+        tfs_cond_wait_ms(&wb->changed, &wb->lock,
                         (end - now) / 1000000 + 1);
     }
     out->dirty = up_dirty(wb, prefix);

@@ -28,13 +28,6 @@
 #include "tierfs/log.h"
 #include "wb/wb_int.h"
 
-void wb_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ms)
-{
-    struct timespec ts = tfs_abstime(CLOCK_MONOTONIC, ms * 1000000u);
-
-    pthread_cond_timedwait(c, m, &ts);
-}
-
 static void wb_cond_init(pthread_cond_t *c)
 {
     pthread_condattr_t a;

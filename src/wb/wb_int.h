@@ -198,8 +198,6 @@ int wb_lost_put(struct tfs_wb *wb, const char *name, const void *p,
 /* Wait until need more bytes fit under staging_max (docs/writeback.md). */
 int wb_space_wait(struct tfs_wb *wb, uint64_t need, const char *why);
 void wb_space_add(struct tfs_wb *wb, int64_t delta);
-/* pthread_cond_timedwait on the monotonic clock (wb's conditions). */
-void wb_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ms);
 
 /* ---- the journal (journal.c) ---- */
 
@@ -280,8 +278,7 @@ void wb_journal_close(struct tfs_wb *wb);
 
 int wb_upload_start(struct tfs_wb *wb);
 void wb_upload_stop(struct tfs_wb *wb);
-/* Something changed: let the scheduler look.  wb->lock held. */
-void wb_upload_kick(struct tfs_wb *wb);
+/* wb_upload_kick, the scheduler's wake-up: after struct tfs_wb. */
 /*
  * Append ', "parked": N, "parked_changes": [...]' (the changes parked
  * after a permanent error, docs/writeback.md) to b.  Takes wb->lock.
@@ -360,5 +357,11 @@ struct tfs_wb {
     double               rate;          /* bytes/s, smoothed; lock */
     struct wb_counters   n;
 };
+
+/* Something changed: let the scheduler look.  wb->lock held. */
+static inline void wb_upload_kick(struct tfs_wb *wb)
+{
+    pthread_cond_signal(&wb->kick);
+}
 
 #endif /* TFS_WB_INT_H */

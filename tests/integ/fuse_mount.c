@@ -498,6 +498,10 @@ TEST(basics)
     CHECK(stat(path, &sb) < 0 && (errno == ENOTDIR || errno == ENOENT));
     CHECK(statvfs(t_mnt.dir, &sv) == 0);
     CHECK_EQ(sv.f_bsize, 4096);
+    /* Read-only with a cache dir: the disk tier's bound, which the mount
+       asks of the cache (cache_size's default, 10G). */
+    CHECK_EQ(sv.f_blocks, (10ull << 30) / 4096);
+    CHECK_EQ(sv.f_bfree, 0);
 
     /* The control file: hidden, JSON, counting what we read. */
     CHECK(stat_num("read_bytes") >= 100016);
@@ -1367,6 +1371,14 @@ TEST(hung_store)
     sfmt(query, sizeof(query), "partition_file=%s", cut);
     remote_uri(uri, sizeof(uri), "fault+", pre, query);
     mnt_start(uri, args);
+    {
+        /* Read-only without a cache dir: the RAM tier's bound, the
+           cache's mem_cache default (1G). */
+        struct statvfs sv;
+
+        CHECK(statvfs(t_mnt.dir, &sv) == 0);
+        CHECK_EQ(sv.f_blocks, (1ull << 30) / 4096);
+    }
     mnt_path(path, sizeof(path), "f0");
     CHECK(file_equals(path, data[0], SIZE));
     for (int i = 1; i < FILES; i++) {
