@@ -189,12 +189,6 @@ void wb_data_path(const struct tfs_wb *wb, uint64_t id, char *buf,
 /* Remove data file id of size bytes and give its room back. */
 void wb_data_unlink(struct tfs_wb *wb, uint64_t id, uint64_t size);
 uint64_t wb_new_id(struct tfs_wb *wb);
-/*
- * Keep len bytes at p as STAGING/lost+found/name (a suffix .1, .2, ...
- * when taken), durably; where receives the path.  -errno.
- */
-int wb_lost_put(struct tfs_wb *wb, const char *name, const void *p,
-                size_t len, char *where, size_t wsize);
 /* Wait until need more bytes fit under staging_max (docs/writeback.md). */
 int wb_space_wait(struct tfs_wb *wb, uint64_t need, const char *why);
 void wb_space_add(struct tfs_wb *wb, int64_t delta);
@@ -363,5 +357,17 @@ static inline void wb_upload_kick(struct tfs_wb *wb)
 {
     pthread_cond_signal(&wb->kick);
 }
+
+/* ---- lost.c ---- */
+
+/*
+ * Keep len bytes at p as STAGING/lost+found/name (a suffix .1, .2, ...
+ * when taken), durably; where receives the path.  -errno.
+ */
+int wb_lost_put(struct tfs_wb *wb, const char *name, const void *p,
+                size_t len, char *where, size_t wsize);
+/* Move data file data/name to lost+found/data-name; adds its bytes.
+ * -errno. */
+int wb_lost_move(struct tfs_wb *wb, const char *name, uint64_t *bytes);
 
 #endif /* TFS_WB_INT_H */
