@@ -2,8 +2,8 @@
 /*
  * Common helpers: number and size parsing, percent-encoding, byte and hex
  * fields, mountinfo escapes, URIs, option bags and tables, capped buffers,
- * the error space, the allocation hooks and the positional read and
- * write loops.
+ * the error space (every code named), the allocation hooks and the
+ * positional read and write loops.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -210,6 +210,25 @@ TEST(errors)
     CHECK(tfs_err_is_retryable(TFS_ESERVER));
     CHECK(!tfs_err_is_retryable(-ENOENT));
     CHECK(!tfs_err_is_retryable(TFS_ECHANGED));
+}
+
+/* Every TFS_E* code has a message and a name; one past the last has not. */
+TEST(error_range)
+{
+    int n = 0;
+
+    for (int rc = TFS_ERR_FIRST_; rc > TFS_ERR_LAST_; rc--) {
+        if (strcmp(tfs_strerror(rc), "invalid status") == 0 ||
+            strncmp(tfs_errname(rc), "TFS_E", 5) != 0 || tfs_errno(rc) <= 0)
+            TEST_FAIL_("code %d: \"%s\" %s", rc, tfs_strerror(rc),
+                       tfs_errname(rc));
+        n++;
+    }
+    CHECK_EQ(n, TFS_ERR_COUNT_);
+    CHECK_EQ(TFS_ERR_LAST_ + 1, TFS_EFORMAT);   /* the last in err.h */
+    CHECK_STR(tfs_strerror(TFS_ERR_LAST_), "invalid status");
+    CHECK_STR(tfs_errname(TFS_ERR_LAST_), "EINVALID");
+    CHECK_STR(tfs_strerror(TFS_ERR_FIRST_ + 1), "invalid status");
 }
 
 struct opt_obj {
@@ -489,6 +508,6 @@ TEST(positional_io)
 
 TESTS(T(sizes), T(numbers), T(pct), T(bytes), T(mountinfo_unescape),
       T(uris), T(option_bags), T(option_tables), T(capped_buffer), T(errors),
-      T(deadline),
+      T(error_range), T(deadline),
       T(allocation_failures), T(positional_io));
 TEST_MAIN()
