@@ -28,6 +28,6 @@
  * Bumped whenever a public function changes its prototype or meaning.  The
  * Python binding refuses to load a library whose ABI it does not know.
  */
-#define TFS_ABI_VERSION 1
+#define TFS_ABI_VERSION 2
 
 #endif /* TIERFS_API_H */

@@ -39,8 +39,8 @@ struct tfs_file;
 TFS_API int tfs_cache_create(struct tfs_cache **out);
 
 /*
- * Set one option before open (TFS_EOPTION for a bad name or value, with
- * the detail naming it; -EBUSY after open):
+ * Set one option before open (TFS_EOPTION for a bad name or value, the
+ * detail naming the option, the value and the range; -EBUSY after open):
  *
  *   block_size     block size (default 4M; 64K..64M)
  *   mem_cache      bytes of the RAM tier (default 1G; 0 disables it
@@ -50,19 +50,23 @@ TFS_API int tfs_cache_create(struct tfs_cache **out);
  *                  dir of ours tightened) or group (02770/0660: shared
  *                  with the dir's group, who can also poison it; never
  *                  other users; docs/security.md)
- *   cache_size     bytes of the disk tier (default 10G)
+ *   cache_size     bytes of the disk tier (default 10G; at least 1M)
  *   max_blocks     blocks the disk index holds (default cache_size /
- *                  256K + 1024; raise it for caches of small files)
+ *                  256K + 1024; 1024..8388608; raise it for caches of
+ *                  small files)
  *   free_space     keep at least this much free on the cache_dir file
  *                  system: a size, or a percentage "10%" (default 5%)
  *   eviction       tinylfu (default; scan-resistant) or lru
- *   max_inflight   concurrent backend reads (default 32)
- *   max_readahead  largest sequential readahead window (default 64M)
- *   meta_ttl       seconds a stat or listing is trusted (default 5)
+ *   max_inflight   concurrent backend reads (default 32; 1..1024)
+ *   max_readahead  largest sequential readahead window (default 64M;
+ *                  at most 4G)
+ *   meta_ttl       seconds a stat or listing is trusted (default 5;
+ *                  fractions allowed, at most 1e7)
  *   immutable      1: never revalidate metadata or data (datasets)
  *   hedge          1: a second GET when the first passes the observed
  *                  p95 latency (default 1)
- *   hedge_min_ms   never hedge earlier than this (default 20)
+ *   hedge_min_ms   never hedge earlier than this (default 20; at most
+ *                  600000)
  *   trace          write an access trace to this file (trace.h)
  */
 TFS_API int tfs_cache_set(struct tfs_cache *c, const char *name,

@@ -50,69 +50,57 @@ struct tfs_ckpt_reader;
  * Create a writer with defaults: rank 0 of 1, shards of at most 512 MiB,
  * staging under $TIERFS_CKPT_STAGING or /var/tmp/tierfs-ckpt-EUID, 4 upload
  * threads, no bandwidth cap, keep every checkpoint, a 10 minute commit
- * deadline.  Free with tfs_ckpt_writer_destroy.  -ENOMEM.
+ * deadline.  Free with tfs_ckpt_writer_close.  -ENOMEM.
  */
 TFS_API int tfs_ckpt_writer_create(struct tfs_ckpt_writer **out);
 
 /*
- * Setters, before tfs_ckpt_writer_open; -EINVAL for a bad value, -EBUSY
- * once opened.  Strings are copied.
+ * Set one option before tfs_ckpt_writer_open: TFS_EOPTION for a bad name
+ * or value (the detail names the option, the value and the range),
+ * -EBUSY once opened.  Values are strings, copied:
  *
- * set_rank: this writer's rank in [0, world_size).  Rank 0 writes the
- *   index; the other ranks wait until it appears.
- * set_shard_size: the most bytes of tensor data per shard file (a bigger
- *   tensor gets a file of its own); at least 1 MiB.
- * set_staging_dir: the local directory for staging copies.
- * set_staging_keep: how many of this rank's newest local staging copies
- *   to keep after a commit (default 1; 0 removes them once committed).
- * set_keep_last: rank 0 deletes all but the newest n committed
- *   checkpoints after committing (0: keep all).
- * set_upload: upload threads (1..64) and a bandwidth cap in bytes/s
- *   (0: none).
- * set_timeout_ms: how long the commit waits for the other ranks' markers
- *   (rank 0) or for the index (other ranks); 0: no deadline.
- * set_options: store options ("k=v&k2=v2") merged over the URI's query.
- * set_sync: when true, tfs_ckpt_writer_save also finishes the staging
- *   files (checksums, fsync, rename) before returning.
- * set_run_id: an id shared by the ranks of one save; rank 0 accepts only
- *   markers carrying the same id ("" accepts any).
- * set_overwrite: allow saving a step that is already committed (its index
- *   is removed first, so it stops existing until the new one commits).
- * set_extra: a JSON document stored with this rank's part and returned by
- *   tfs_ckpt_reader_extra (the Python binding keeps the structure of the
- *   state dict and its non-tensor values there).  TFS_EFORMAT if json
- *   does not parse.
+ *   rank            this writer's rank (default 0; 0..99999), below ...
+ *   world_size      ... the number of ranks (default 1; 1..100000);
+ *                   checked at open.  Rank 0 writes the index; the other
+ *                   ranks wait until it appears.
+ *   shard_size      the most bytes of tensor data per shard file (a
+ *                   bigger tensor gets a file of its own); a size, at
+ *                   least 1M (default 512M)
+ *   staging_dir     the local directory for staging copies (not empty)
+ *   staging_keep    how many of this rank's newest local staging copies
+ *                   to keep after a commit (default 1; 0 removes them
+ *                   once committed)
+ *   keep_last       rank 0 deletes all but the newest n committed
+ *                   checkpoints after committing (default 0: keep all)
+ *   upload_threads  upload threads (default 4; 1..64)
+ *   upload_bw       an upload bandwidth cap in bytes/s, a size (default
+ *                   0: none)
+ *   timeout_ms      how long the commit waits for the other ranks'
+ *                   markers (rank 0) or for the index (other ranks);
+ *                   default 600000; 0: no deadline
+ *   options         store options ("k=v&k2=v2") merged over the URI's
+ *                   query
+ *   sync            1: tfs_ckpt_writer_save also finishes the staging
+ *                   files (checksums, fsync, rename) before returning
+ *   run_id          an id shared by the ranks of one save; rank 0 accepts
+ *                   only markers carrying the same id ("": any)
+ *   overwrite       1: allow saving a step that is already committed (its
+ *                   index is removed first, so it stops existing until
+ *                   the new one commits)
+ *   extra           a JSON document stored with this rank's part and
+ *                   returned by tfs_ckpt_reader_extra (the Python binding
+ *                   keeps the structure of the state dict and its
+ *                   non-tensor values there); TFS_EFORMAT if it does not
+ *                   parse
  */
-TFS_API int tfs_ckpt_writer_set_rank(struct tfs_ckpt_writer *w,
-                                     unsigned rank, unsigned world_size);
-TFS_API int tfs_ckpt_writer_set_shard_size(struct tfs_ckpt_writer *w,
-                                           uint64_t bytes);
-TFS_API int tfs_ckpt_writer_set_staging_dir(struct tfs_ckpt_writer *w,
-                                            const char *path);
-TFS_API int tfs_ckpt_writer_set_staging_keep(struct tfs_ckpt_writer *w,
-                                             unsigned n);
-TFS_API int tfs_ckpt_writer_set_keep_last(struct tfs_ckpt_writer *w,
-                                          unsigned n);
-TFS_API int tfs_ckpt_writer_set_upload(struct tfs_ckpt_writer *w,
-                                       unsigned threads,
-                                       uint64_t bytes_per_s);
-TFS_API int tfs_ckpt_writer_set_timeout_ms(struct tfs_ckpt_writer *w,
-                                           uint64_t ms);
-TFS_API int tfs_ckpt_writer_set_options(struct tfs_ckpt_writer *w,
-                                        const char *options);
-TFS_API int tfs_ckpt_writer_set_sync(struct tfs_ckpt_writer *w, bool sync);
-TFS_API int tfs_ckpt_writer_set_run_id(struct tfs_ckpt_writer *w,
-                                       const char *run_id);
-TFS_API int tfs_ckpt_writer_set_overwrite(struct tfs_ckpt_writer *w,
-                                          bool overwrite);
-TFS_API int tfs_ckpt_writer_set_extra(struct tfs_ckpt_writer *w,
-                                      const char *json);
+TFS_API int tfs_ckpt_writer_set(struct tfs_ckpt_writer *w, const char *name,
+                                const char *value);
 
 /*
  * Open the store at uri (the checkpoint root; a missing local directory
  * is created) and begin step.  Removes this rank's stale marker of the
  * same step.  -EEXIST if step is already committed and overwrite is off;
- * store errors.
+ * TFS_EOPTION if rank is not below world_size; store errors.
  */
 TFS_API int tfs_ckpt_writer_open(struct tfs_ckpt_writer *w, const char *uri,
                                  uint64_t step);
@@ -149,7 +137,7 @@ TFS_API int tfs_ckpt_writer_add_slice(struct tfs_ckpt_writer *w,
 /*
  * Snapshot every added tensor into the local staging files, then start
  * the background commit.  Returns once the tensors have been copied (and,
- * with set_sync, the staging files are durable): the caller may reuse
+ * with sync, the staging files are durable): the caller may reuse
  * their memory.  If save fails nothing runs in the background.  A writer
  * saves once.
  */
@@ -171,28 +159,29 @@ TFS_API bool tfs_ckpt_writer_is_done(struct tfs_ckpt_writer *w);
 TFS_API void tfs_ckpt_writer_progress(struct tfs_ckpt_writer *w,
                                       uint64_t *uploaded, uint64_t *total);
 /*
- * Wait for the background commit to end, then free everything.  NULL is
- * a no-op.
+ * Wait for the background commit to end, then free everything (also for
+ * a writer never opened).  NULL is a no-op.
  */
-TFS_API void tfs_ckpt_writer_destroy(struct tfs_ckpt_writer *w);
+TFS_API void tfs_ckpt_writer_close(struct tfs_ckpt_writer *w);
 
 /* ---- reader: one committed checkpoint -------------------------------- */
 
 /*
  * Create a reader: 4 threads, staging looked up under the same default
- * directory as the writer's.  -ENOMEM.
+ * directory as the writer's.  Free with tfs_ckpt_reader_close.  -ENOMEM.
  */
 TFS_API int tfs_ckpt_reader_create(struct tfs_ckpt_reader **out);
-/* Setters, before open; -EINVAL, -EBUSY once opened. */
-TFS_API int tfs_ckpt_reader_set_staging_dir(struct tfs_ckpt_reader *r,
-                                            const char *path);
-TFS_API int tfs_ckpt_reader_set_threads(struct tfs_ckpt_reader *r,
-                                        unsigned threads);
-TFS_API int tfs_ckpt_reader_set_options(struct tfs_ckpt_reader *r,
-                                        const char *options);
-/* When false, never read from the local staging copy. */
-TFS_API int tfs_ckpt_reader_set_use_staging(struct tfs_ckpt_reader *r,
-                                            bool use);
+/*
+ * Set one option before open, as tfs_ckpt_writer_set (TFS_EOPTION with
+ * the detail, -EBUSY once opened):
+ *
+ *   staging_dir   where to look for local staging copies (not empty)
+ *   threads       streaming threads (default 4; 1..256)
+ *   options       store options ("k=v&k2=v2") merged over the URI's query
+ *   use_staging   0: never read from the local staging copy (default 1)
+ */
+TFS_API int tfs_ckpt_reader_set(struct tfs_ckpt_reader *r, const char *name,
+                                const char *value);
 
 /*
  * Open step (TFS_CKPT_STEP_LATEST: the one `latest` names, else the
@@ -213,7 +202,7 @@ TFS_API void tfs_ckpt_reader_info(struct tfs_ckpt_reader *r, uint64_t *step,
 /*
  * The i-th tensor (i < n_tensors, in index order): its name, dtype, ndim,
  * full shape (TFS_CKPT_MAX_DIMS entries of room) and full size in bytes.
- * Strings are valid until destroy.  -ERANGE.
+ * Strings are valid until close.  -ERANGE.
  */
 TFS_API int tfs_ckpt_reader_tensor(struct tfs_ckpt_reader *r, size_t i,
                                    const char **name, const char **dtype,
@@ -240,8 +229,8 @@ TFS_API int tfs_ckpt_reader_file(struct tfs_ckpt_reader *r, size_t i,
                                  uint64_t *size, bool *local);
 
 /*
- * The JSON document rank set with tfs_ckpt_writer_set_extra ("null" when
- * none), valid until destroy.  -ERANGE for a rank outside the world.
+ * The JSON document rank set as the writer's extra option ("null" when
+ * none), valid until close.  -ERANGE for a rank outside the world.
  */
 TFS_API int tfs_ckpt_reader_extra(struct tfs_ckpt_reader *r, unsigned rank,
                                   const char **json);
@@ -265,7 +254,7 @@ TFS_API int tfs_ckpt_reader_read_box(struct tfs_ckpt_reader *r, size_t i,
 /*
  * Background streaming.  submit queues a read of tensor i (offsets NULL:
  * the whole tensor) into buf and returns its id; the reader borrows buf
- * until the read has ended (wait returned for it) or destroy.  start
+ * until the read has ended (wait returned for it) or close.  start
  * begins reading queued items in file order on the reader's threads
  * (items submitted later are queued at once).  wait blocks up to
  * timeout_ms (negative: forever) for item id: if no thread has begun it,
@@ -294,9 +283,10 @@ TFS_API int tfs_ckpt_reader_verify(struct tfs_ckpt_reader *r,
                                    uint64_t *bytes);
 
 /*
- * Cancel queued reads, wait for running ones, free.  NULL is a no-op.
+ * Cancel queued reads, wait for running ones, free (also for a reader
+ * never opened).  NULL is a no-op.
  */
-TFS_API void tfs_ckpt_reader_destroy(struct tfs_ckpt_reader *r);
+TFS_API void tfs_ckpt_reader_close(struct tfs_ckpt_reader *r);
 
 /* ---- listing and retention ------------------------------------------- */
 

@@ -39,7 +39,20 @@ enum tfs_err {
 #define TFS_ERR_ENUM_(name, code, msg) name = code,
     TFS_ERR_MAP(TFS_ERR_ENUM_)
 #undef TFS_ERR_ENUM_
-    TFS_ERR_LAST_
+};
+
+/*
+ * The TFS_E* codes run from TFS_ERR_FIRST_ down, one apart (err.c checks
+ * it at compile time); TFS_ERR_LAST_ is one past the last code, never a
+ * code itself, for walking the range: for (rc = TFS_ERR_FIRST_;
+ * rc > TFS_ERR_LAST_; rc--).
+ */
+enum {
+#define TFS_ERR_ONE_(name, code, msg) + 1
+    TFS_ERR_COUNT_ = 0 TFS_ERR_MAP(TFS_ERR_ONE_),
+#undef TFS_ERR_ONE_
+    TFS_ERR_FIRST_ = -20001,
+    TFS_ERR_LAST_ = TFS_ERR_FIRST_ - TFS_ERR_COUNT_
 };
 
 /*

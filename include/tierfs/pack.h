@@ -19,11 +19,12 @@
  *                           tfs_pack_open ... tfs_pack_close.  Thread-safe.
  *   struct tfs_pack_sample  a caller's handle on one sample, refilled by
  *                           tfs_pack_get (map-style: sample i of the
- *                           dataset) or tfs_pack_iter_next.  One thread
- *                           at a time.
+ *                           dataset) or tfs_pack_iter_next; freed by
+ *                           tfs_pack_sample_close.  One thread at a time.
  *   struct tfs_pack_iter    one partition of one epoch in a shuffled,
- *                           deterministic order, with shard prefetch.
- *                           One thread at a time.
+ *                           deterministic order, with shard prefetch;
+ *                           freed by tfs_pack_iter_close.  One thread at
+ *                           a time.
  */
 #ifndef TIERFS_PACK_H
 #define TIERFS_PACK_H
@@ -47,12 +48,13 @@ struct tfs_pack_iter;
 TFS_API int tfs_pack_create(struct tfs_pack **out);
 
 /*
- * Set an option before open (TFS_EOPTION for a bad name or value; -EBUSY
- * after open):
+ * Set an option before open (TFS_EOPTION for a bad name or value, the
+ * detail naming the option, the value and the range; -EBUSY after open):
  *
  *   verify        1 (default): check tar headers and data checksums of
  *                 every sample returned; 0: trust the index
- *   max_indexes   shard indexes kept loaded when unused (default 64)
+ *   max_indexes   shard indexes kept loaded when unused (default 64;
+ *                 0..1048576)
  */
 TFS_API int tfs_pack_set(struct tfs_pack *p, const char *name,
                          const char *value);
@@ -80,8 +82,8 @@ TFS_API const char *tfs_pack_shard_name(const struct tfs_pack *p, size_t i);
 
 /* A sample handle; empty until filled.  -ENOMEM. */
 TFS_API int tfs_pack_sample_create(struct tfs_pack_sample **out);
-/* NULL is a no-op. */
-TFS_API void tfs_pack_sample_destroy(struct tfs_pack_sample *s);
+/* Release what s holds and free it.  NULL is a no-op. */
+TFS_API void tfs_pack_sample_close(struct tfs_pack_sample *s);
 
 /*
  * Map-style access: fill s with sample i (0 <= i < tfs_pack_samples, in
@@ -123,31 +125,34 @@ TFS_API int tfs_pack_sample_read(struct tfs_pack_sample *s, size_t i,
 
 /* ---- epoch iterators ---- */
 
-/* An iterator over p (borrowed until tfs_pack_iter_destroy).  -ENOMEM. */
+/* An iterator over p (borrowed until tfs_pack_iter_close).  -ENOMEM. */
 TFS_API int tfs_pack_iter_create(struct tfs_pack *p,
                                  struct tfs_pack_iter **out);
-/* NULL is a no-op. */
-TFS_API void tfs_pack_iter_destroy(struct tfs_pack_iter *it);
+/* Free it.  NULL is a no-op. */
+TFS_API void tfs_pack_iter_close(struct tfs_pack_iter *it);
 
 /*
- * Set an option (TFS_EOPTION for a bad name or value); takes effect at
- * the next tfs_pack_iter_start:
+ * Set an option (TFS_EOPTION for a bad name or value, the detail naming
+ * the option, the value and the range); takes effect at the next
+ * tfs_pack_iter_start:
  *
  *   seed            shuffle seed (default 0)
  *   shuffle         1 (default): shard order shuffled by (seed, epoch)
  *                   and samples through a shuffle buffer; 0: dataset order
- *   shuffle_buffer  samples in the shuffle buffer (default 1000; 1: none)
+ *   shuffle_buffer  samples in the shuffle buffer (default 1000; 1: none;
+ *                   at most 2^26)
  *   rank            this process's rank (default 0) ...
- *   world_size      ... of this many (default 1)
+ *   world_size      ... of this many (default 1; both at most 2^24)
  *   worker          this loader worker (default 0) ...
- *   num_workers     ... of this many in the rank (default 1)
+ *   num_workers     ... of this many in the rank (default 1; both at
+ *                   most 65536)
  *   drop_last       0 (default): every rank gets ceil(N / world_size)
  *                   samples, the last ones padded by wrapping around to
  *                   the epoch's first samples; 1: floor(N / world_size),
  *                   the remainder is not read this epoch
  *   prefetch        shards of lookahead hinted to the cache (default 2;
- *                   0: none): their indexes, and that many shards'
- *                   worth of samples of data ...
+ *                   0: none; at most 1024): their indexes, and that many
+ *                   shards' worth of samples of data ...
  *   prefetch_bytes  ... but at most this much data (default 32M)
  */
 TFS_API int tfs_pack_iter_set(struct tfs_pack_iter *it, const char *name,
@@ -199,21 +204,26 @@ struct tfs_pack_desc {
     uint64_t shard;                     /* tfs_pack_sample_shard */
     uint64_t names_len;                 /* as tfs_pack_sample_info */
     uint64_t n_fields;                  /* as tfs_pack_sample_info */
+    uint64_t described;                 /* 1: names and sizes filled; 0:
+                                           names_size or max_fields too
+                                           small, names_len and n_fields
+                                           say what is needed */
 };
 
 /*
  * tfs_pack_iter_next, then tfs_pack_sample_info and the sample's index and
  * shard, in one call: for language bindings, where every call costs.
- * Returns 1 with the sample in s and described; 0 at the end; 2 with the
- * sample in s but names_size or max_fields too small (d->names_len and
- * d->n_fields say what is needed: call tfs_pack_sample_info again); or an
- * error of tfs_pack_iter_next.
+ * Returns 0 with *got true, the sample in s and d filled; or 0 with *got
+ * false at the end; or an error of tfs_pack_iter_next (*got false).
+ * When d->described is 0 the sample is in s but names or sizes had too
+ * little room: call tfs_pack_sample_info again with d->names_len and
+ * d->n_fields of room.
  */
 TFS_API int tfs_pack_iter_next_info(struct tfs_pack_iter *it,
                                     struct tfs_pack_sample *s, char *names,
                                     size_t names_size, uint64_t *sizes,
                                     size_t max_fields,
-                                    struct tfs_pack_desc *d);
+                                    struct tfs_pack_desc *d, bool *got);
 
 #ifdef __cplusplus
 }

@@ -9,7 +9,7 @@ import ctypes
 import ctypes.util
 import os
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 VERSION_MAX = 80
 
 
@@ -130,7 +130,7 @@ tfs_pack_shards = _proto("tfs_pack_shards", _SZ, _P)
 tfs_pack_shard_name = _proto("tfs_pack_shard_name", _S, _P, _SZ)
 tfs_pack_sample_create = _proto("tfs_pack_sample_create", _I,
                                 ctypes.POINTER(_P))
-tfs_pack_sample_destroy = _proto("tfs_pack_sample_destroy", None, _P)
+tfs_pack_sample_close = _proto("tfs_pack_sample_close", None, _P)
 tfs_pack_get = _proto("tfs_pack_get", _I, _P, _U64, _P)
 tfs_pack_sample_index = _proto("tfs_pack_sample_index", _U64, _P)
 tfs_pack_sample_shard = _proto("tfs_pack_sample_shard", _SZ, _P)
@@ -141,7 +141,7 @@ tfs_pack_sample_info = _proto("tfs_pack_sample_info", _I, _P, _P, _SZ,
 tfs_pack_sample_read = _proto("tfs_pack_sample_read", _I, _P, _SZ, _P, _SZ)
 tfs_pack_iter_create = _proto("tfs_pack_iter_create", _I, _P,
                               ctypes.POINTER(_P))
-tfs_pack_iter_destroy = _proto("tfs_pack_iter_destroy", None, _P)
+tfs_pack_iter_close = _proto("tfs_pack_iter_close", None, _P)
 tfs_pack_iter_set = _proto("tfs_pack_iter_set", _I, _P, _S, _S)
 tfs_pack_iter_start = _proto("tfs_pack_iter_start", _I, _P, _U64, _U64)
 tfs_pack_iter_length = _proto("tfs_pack_iter_length", _I, _P,
@@ -154,11 +154,12 @@ tfs_pack_iter_next = _proto("tfs_pack_iter_next", _I, _P, _P,
 
 class PackDesc(ctypes.Structure):
     _fields_ = [("index", _U64), ("shard", _U64), ("names_len", _U64),
-                ("n_fields", _U64)]
+                ("n_fields", _U64), ("described", _U64)]
 
 
 tfs_pack_iter_next_info = _proto("tfs_pack_iter_next_info", _I, _P, _P, _P,
-                                 _SZ, _P, _SZ, ctypes.POINTER(PackDesc))
+                                 _SZ, _P, _SZ, ctypes.POINTER(PackDesc),
+                                 ctypes.POINTER(ctypes.c_bool))
 
 # Checkpoints (ckpt.h): python/tierfs/ckpt.py, tierfs.torch.
 _UI = ctypes.c_uint
@@ -188,28 +189,7 @@ CKPT_LIST_INCOMPLETE = 0x1
 
 tfs_ckpt_writer_create = _proto("tfs_ckpt_writer_create", _I,
                                 ctypes.POINTER(_P))
-tfs_ckpt_writer_set_rank = _proto("tfs_ckpt_writer_set_rank", _I, _P, _UI,
-                                  _UI)
-tfs_ckpt_writer_set_shard_size = _proto("tfs_ckpt_writer_set_shard_size",
-                                        _I, _P, _U64)
-tfs_ckpt_writer_set_staging_dir = _proto("tfs_ckpt_writer_set_staging_dir",
-                                         _I, _P, _S)
-tfs_ckpt_writer_set_staging_keep = _proto(
-    "tfs_ckpt_writer_set_staging_keep", _I, _P, _UI)
-tfs_ckpt_writer_set_keep_last = _proto("tfs_ckpt_writer_set_keep_last", _I,
-                                       _P, _UI)
-tfs_ckpt_writer_set_upload = _proto("tfs_ckpt_writer_set_upload", _I, _P,
-                                    _UI, _U64)
-tfs_ckpt_writer_set_timeout_ms = _proto("tfs_ckpt_writer_set_timeout_ms",
-                                        _I, _P, _U64)
-tfs_ckpt_writer_set_options = _proto("tfs_ckpt_writer_set_options", _I, _P,
-                                     _S)
-tfs_ckpt_writer_set_sync = _proto("tfs_ckpt_writer_set_sync", _I, _P, _B)
-tfs_ckpt_writer_set_run_id = _proto("tfs_ckpt_writer_set_run_id", _I, _P,
-                                    _S)
-tfs_ckpt_writer_set_overwrite = _proto("tfs_ckpt_writer_set_overwrite", _I,
-                                       _P, _B)
-tfs_ckpt_writer_set_extra = _proto("tfs_ckpt_writer_set_extra", _I, _P, _S)
+tfs_ckpt_writer_set = _proto("tfs_ckpt_writer_set", _I, _P, _S, _S)
 tfs_ckpt_writer_open = _proto("tfs_ckpt_writer_open", _I, _P, _S, _U64)
 tfs_ckpt_writer_add = _proto("tfs_ckpt_writer_add", _I, _P, _S, _S, _I,
                              _PI64, _P, _SZ)
@@ -220,18 +200,11 @@ tfs_ckpt_writer_wait = _proto("tfs_ckpt_writer_wait", _I, _P, _I64)
 tfs_ckpt_writer_is_done = _proto("tfs_ckpt_writer_is_done", _B, _P)
 tfs_ckpt_writer_progress = _proto("tfs_ckpt_writer_progress", None, _P,
                                   _PU64, _PU64)
-tfs_ckpt_writer_destroy = _proto("tfs_ckpt_writer_destroy", None, _P)
+tfs_ckpt_writer_close = _proto("tfs_ckpt_writer_close", None, _P)
 
 tfs_ckpt_reader_create = _proto("tfs_ckpt_reader_create", _I,
                                 ctypes.POINTER(_P))
-tfs_ckpt_reader_set_staging_dir = _proto("tfs_ckpt_reader_set_staging_dir",
-                                         _I, _P, _S)
-tfs_ckpt_reader_set_threads = _proto("tfs_ckpt_reader_set_threads", _I, _P,
-                                     _UI)
-tfs_ckpt_reader_set_options = _proto("tfs_ckpt_reader_set_options", _I, _P,
-                                     _S)
-tfs_ckpt_reader_set_use_staging = _proto("tfs_ckpt_reader_set_use_staging",
-                                         _I, _P, _B)
+tfs_ckpt_reader_set = _proto("tfs_ckpt_reader_set", _I, _P, _S, _S)
 tfs_ckpt_reader_open = _proto("tfs_ckpt_reader_open", _I, _P, _S, _I64)
 tfs_ckpt_reader_info = _proto("tfs_ckpt_reader_info", None, _P, _PU64,
                               ctypes.POINTER(_UI), _PU64, _PSZ, _PSZ)
@@ -254,7 +227,7 @@ tfs_ckpt_reader_start = _proto("tfs_ckpt_reader_start", _I, _P)
 tfs_ckpt_reader_wait = _proto("tfs_ckpt_reader_wait", _I, _P, _U64, _I64)
 tfs_ckpt_reader_is_ready = _proto("tfs_ckpt_reader_is_ready", _B, _P, _U64)
 tfs_ckpt_reader_verify = _proto("tfs_ckpt_reader_verify", _I, _P, _PU64)
-tfs_ckpt_reader_destroy = _proto("tfs_ckpt_reader_destroy", None, _P)
+tfs_ckpt_reader_close = _proto("tfs_ckpt_reader_close", None, _P)
 
 tfs_ckpt_list = _proto("tfs_ckpt_list", _I, _S, _S, _UI, _PU64, _SZ, _PSZ)
 tfs_ckpt_latest = _proto("tfs_ckpt_latest", _I, _S, _S, _PU64)

@@ -30,6 +30,20 @@ __all__ = ["Writer", "Reader", "TensorInfo", "split_uri", "step_uri",
 _URI_MAX = 4096
 
 
+def _set_all(setter, h, pairs):
+    """setter(h, name, value) (tfs_ckpt_writer_set, tfs_ckpt_reader_set)
+    for each (name, value) whose value is not None: bools as 1/0, bytes
+    as they are, the rest as str() gives them."""
+    for name, value in pairs:
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = "1" if value else "0"
+        elif not isinstance(value, bytes):
+            value = str(value)
+        _capi.check(setter(h, _b(name), _b(value)))
+
+
 def _dims(v):
     v = [int(x) for x in v]
     if len(v) > _capi.CKPT_MAX_DIMS:
@@ -124,28 +138,18 @@ class Writer:
     def _setup(self, rank, world_size, shard_size, staging_dir, staging_keep,
                keep_last, upload_threads, upload_bw, timeout_s, options, sync,
                run_id, overwrite, extra):
-        c, h = _capi.check, self._h
-        c(_capi.tfs_ckpt_writer_set_rank(h, rank, world_size))
-        if shard_size:
-            c(_capi.tfs_ckpt_writer_set_shard_size(h, int(shard_size)))
-        if staging_dir:
-            c(_capi.tfs_ckpt_writer_set_staging_dir(h, _b(staging_dir)))
-        if staging_keep is not None:
-            c(_capi.tfs_ckpt_writer_set_staging_keep(h, staging_keep))
-        c(_capi.tfs_ckpt_writer_set_keep_last(h, keep_last or 0))
-        if upload_threads or upload_bw:
-            c(_capi.tfs_ckpt_writer_set_upload(h, upload_threads or 4,
-                                               int(upload_bw or 0)))
-        if timeout_s is not None:
-            c(_capi.tfs_ckpt_writer_set_timeout_ms(h, int(timeout_s * 1000)))
-        if options:
-            c(_capi.tfs_ckpt_writer_set_options(h, _b(options)))
-        c(_capi.tfs_ckpt_writer_set_sync(h, bool(sync)))
-        if run_id:
-            c(_capi.tfs_ckpt_writer_set_run_id(h, _b(run_id)))
-        c(_capi.tfs_ckpt_writer_set_overwrite(h, bool(overwrite)))
-        if extra is not None:
-            c(_capi.tfs_ckpt_writer_set_extra(h, _b(extra)))
+        _set_all(_capi.tfs_ckpt_writer_set, self._h, [
+            ("rank", rank), ("world_size", world_size),
+            ("shard_size", int(shard_size) if shard_size else None),
+            ("staging_dir", staging_dir or None),
+            ("staging_keep", staging_keep), ("keep_last", keep_last or 0),
+            ("upload_threads", upload_threads or None),
+            ("upload_bw", int(upload_bw) if upload_bw else None),
+            ("timeout_ms", None if timeout_s is None
+             else int(timeout_s * 1000)),
+            ("options", options or None), ("sync", bool(sync)),
+            ("run_id", run_id or None), ("overwrite", bool(overwrite)),
+            ("extra", extra)])
 
     def add(self, name, dtype, shape, address, nbytes):
         dims, n = _dims(shape)
@@ -192,7 +196,7 @@ class Writer:
     def close(self):
         """Wait for the background commit, then free the writer."""
         if getattr(self, "_h", None):
-            _capi.tfs_ckpt_writer_destroy(self._h)
+            _capi.tfs_ckpt_writer_close(self._h)
             self._h = None
 
     def __del__(self):
@@ -224,16 +228,10 @@ class Reader(_capi.Handle):
         _capi.check(_capi.tfs_ckpt_reader_create(ctypes.byref(h)))
         self._h = h
         try:
-            if staging_dir:
-                _capi.check(_capi.tfs_ckpt_reader_set_staging_dir(
-                    h, _b(staging_dir)))
-            if threads:
-                _capi.check(_capi.tfs_ckpt_reader_set_threads(h, threads))
-            if options:
-                _capi.check(_capi.tfs_ckpt_reader_set_options(h,
-                                                              _b(options)))
-            _capi.check(_capi.tfs_ckpt_reader_set_use_staging(
-                h, bool(use_staging)))
+            _set_all(_capi.tfs_ckpt_reader_set, h, [
+                ("staging_dir", staging_dir or None),
+                ("threads", threads or None), ("options", options or None),
+                ("use_staging", bool(use_staging))])
             _capi.check(_capi.tfs_ckpt_reader_open(
                 h, _b(root), _capi.CKPT_STEP_LATEST if step is None
                 else int(step)))
@@ -368,7 +366,7 @@ class Reader(_capi.Handle):
 
     def close(self):
         if getattr(self, "_h", None):
-            _capi.tfs_ckpt_reader_destroy(self._h)
+            _capi.tfs_ckpt_reader_close(self._h)
             self._h = None
 
 

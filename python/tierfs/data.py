@@ -187,7 +187,7 @@ class _Sample:
 
     def close(self):
         if self.h and self._pid == os.getpid():
-            _capi.tfs_pack_sample_destroy(self.h)
+            _capi.tfs_pack_sample_close(self.h)
         self.h = None
 
     def _info(self):
@@ -365,17 +365,19 @@ class _EpochIter:
         its bytes."""
         d = _capi.PackDesc()
         d_ref = ctypes.byref(d)
+        got = ctypes.c_bool()
+        got_ref = ctypes.byref(got)
         nxt = _capi.tfs_pack_iter_next_info
         it, s = self._it, self._sample
         while True:
             rc = nxt(it, s.h, s.names, len(s.names), s.sizes, s.max_fields,
-                     d_ref)
-            if rc == 0:
-                return
+                     d_ref, got_ref)
             if rc < 0:
                 _check(rc)
+            if not got.value:
+                return
             names_len, n_fields = d.names_len, d.n_fields
-            if rc == 2:                 # buffers too small: grown
+            if not d.described:         # buffers too small: grown
                 s._info()
                 names_len, n_fields = s.names_len.value, s.n.value
             yield s._dict(decoders, names_len, n_fields, d.shard, d.index)
@@ -387,7 +389,7 @@ class _EpochIter:
             self._sample.close()
             self._sample = None
         if self._it:
-            _capi.tfs_pack_iter_destroy(self._it)
+            _capi.tfs_pack_iter_close(self._it)
             self._it = None
 
     def __del__(self):

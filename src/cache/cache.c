@@ -44,152 +44,115 @@ int tfs_cache_create(struct tfs_cache **out)
     return 0;
 }
 
-static int cache_bad(const char *name, const char *value, const char *want)
-{
-    return tfs_err(TFS_EOPTION, "cache option %s=%s: expected %s", name,
-                   value, want);
-}
-
-/* A size within [lo, hi]. */
-static int cache_set_size(const char *name, const char *value, uint64_t lo,
-                          uint64_t hi, uint64_t *out)
-{
-    uint64_t v;
-
-    if (tfs_parse_size(value, &v) < 0 || v < lo || v > hi)
-        return cache_bad(name, value, "a size in range");
-    *out = v;
-    return 0;
-}
-
 /* cache_mode: private (0700/0600) or group (02770/0660, never other). */
-static int cache_set_mode(struct tfs_cache *c, const char *value)
+static int cache_set_mode(const struct tfs_opt_spec *o, void *base,
+                          const char *value)
 {
+    struct tfs_cache_cfg *cfg = base;
+
+    (void)o;
     if (strcmp(value, "private") == 0 || strcmp(value, "0700") == 0)
-        c->cfg.cache_mode = TFS_CACHE_MODE_PRIVATE;
+        cfg->cache_mode = TFS_CACHE_MODE_PRIVATE;
     else if (strcmp(value, "group") == 0 || strcmp(value, "0770") == 0)
-        c->cfg.cache_mode = TFS_CACHE_MODE_GROUP;
+        cfg->cache_mode = TFS_CACHE_MODE_GROUP;
     else
-        return cache_bad("cache_mode", value, "private or group");
+        return TFS_EOPTION;
     return 0;
 }
 
-static int cache_set_free_space(struct tfs_cache *c, const char *value)
+static int cache_set_eviction(const struct tfs_opt_spec *o, void *base,
+                              const char *value)
 {
+    struct tfs_cache_cfg *cfg = base;
+
+    (void)o;
+    if (strcmp(value, "tinylfu") == 0)
+        cfg->eviction = TFS_EVICT_TINYLFU;
+    else if (strcmp(value, "lru") == 0)
+        cfg->eviction = TFS_EVICT_LRU;
+    else
+        return TFS_EOPTION;
+    return 0;
+}
+
+/* free_space: a size, or a percentage of the file system below 100. */
+static int cache_set_free_space(const struct tfs_opt_spec *o, void *base,
+                                const char *value)
+{
+    struct tfs_cache_cfg *cfg = base;
     size_t len = strlen(value);
+    uint64_t bytes;
     double pct;
     char num[32];
 
+    (void)o;
     if (len > 1 && len < sizeof(num) && value[len - 1] == '%') {
         memcpy(num, value, len - 1);
         num[len - 1] = '\0';
         if (tfs_parse_double(num, &pct) < 0 || pct < 0 || pct >= 100)
-            return cache_bad("free_space", value, "a size or 0-99%");
-        c->cfg.free_space = 0;
-        c->cfg.free_space_pct = pct;
+            return TFS_EOPTION;
+        cfg->free_space = 0;
+        cfg->free_space_pct = pct;
         return 0;
     }
-    c->cfg.free_space_pct = 0;
-    return cache_set_size("free_space", value, 0, UINT64_MAX,
-                          &c->cfg.free_space);
-}
-
-static int cache_set_seconds(const char *name, const char *value,
-                             uint64_t *ns)
-{
-    double s;
-
-    if (tfs_parse_double(value, &s) < 0 || s < 0 || s > 1e7)
-        return cache_bad(name, value, "seconds");
-    *ns = (uint64_t)(s * 1e9);
+    if (tfs_parse_size(value, &bytes) < 0)
+        return TFS_EOPTION;
+    cfg->free_space = bytes;
+    cfg->free_space_pct = 0;
     return 0;
 }
 
-static int cache_set_misc(struct tfs_cache *c, const char *name,
-                          const char *value)
+/* block_size and cache_size: remember that the user chose them. */
+static int cache_set_chosen(const struct tfs_opt_spec *o, void *base,
+                            const char *value)
 {
-    uint64_t v;
+    struct tfs_cache_cfg *cfg = base;
+    int rc = tfs_opt_store(o, base, value);
 
-    if (strcmp(name, "eviction") == 0) {
-        if (strcmp(value, "tinylfu") == 0)
-            c->cfg.eviction = TFS_EVICT_TINYLFU;
-        else if (strcmp(value, "lru") == 0)
-            c->cfg.eviction = TFS_EVICT_LRU;
-        else
-            return cache_bad(name, value, "tinylfu or lru");
-        return 0;
-    }
-    if (strcmp(name, "max_blocks") == 0) {
-        if (tfs_parse_u64(value, &v) < 0 || v < 1024 || v > (1u << 23))
-            return cache_bad(name, value, "1024..8388608");
-        c->cfg.max_blocks = v;
-        return 0;
-    }
-    if (strcmp(name, "max_inflight") == 0) {
-        if (tfs_parse_u64(value, &v) < 0 || v < 1 || v > 1024)
-            return cache_bad(name, value, "1..1024");
-        c->cfg.max_inflight = (unsigned)v;
-        return 0;
-    }
-    if (strcmp(name, "immutable") == 0)
-        return tfs_parse_bool(value, &c->cfg.immutable) < 0
-                   ? cache_bad(name, value, "0 or 1") : 0;
-    if (strcmp(name, "hedge") == 0)
-        return tfs_parse_bool(value, &c->cfg.hedge) < 0
-                   ? cache_bad(name, value, "0 or 1") : 0;
-    if (strcmp(name, "trace") == 0) {
-        char *path = tfs_strdup(value);
-        if (path == NULL)
-            return -ENOMEM;
-        tfs_free(c->cfg.trace_path);
-        c->cfg.trace_path = path;
-        return 0;
-    }
-    if (strcmp(name, "cache_dir") == 0) {
-        char *dir = tfs_strdup(value);
-        if (dir == NULL)
-            return -ENOMEM;
-        tfs_free(c->cfg.cache_dir);
-        c->cfg.cache_dir = dir;
-        return 0;
-    }
-    if (strcmp(name, "cache_mode") == 0)
-        return cache_set_mode(c, value);
-    return tfs_err(TFS_EOPTION, "unknown cache option '%s'", name);
+    if (rc == 0 && o->offset == offsetof(struct tfs_cache_cfg, block_size))
+        cfg->set_block_size = true;
+    else if (rc == 0)
+        cfg->set_cache_size = true;
+    return rc;
 }
+
+#define CACHE_OPT(name, kind, field, min, max)                             \
+    {name, kind, offsetof(struct tfs_cache_cfg, field), min, max, NULL,    \
+     NULL}
+#define CACHE_OPT_FN(name, field, fn, expect)                              \
+    {name, TFS_OPT_CUSTOM, offsetof(struct tfs_cache_cfg, field), 0, 0,    \
+     fn, expect}
+
+/* The options of tfs_cache_set (cache.h), over struct tfs_cache_cfg. */
+static const struct tfs_opt_spec cache_opts[] = {
+    {"block_size", TFS_OPT_SIZE, offsetof(struct tfs_cache_cfg, block_size),
+     64u << 10, 64u << 20, cache_set_chosen, NULL},
+    CACHE_OPT("mem_cache", TFS_OPT_SIZE, mem_cache, 0, TFS_OPT_NOMAX),
+    CACHE_OPT("cache_dir", TFS_OPT_STR, cache_dir, 0, TFS_OPT_NOMAX),
+    CACHE_OPT_FN("cache_mode", cache_mode, cache_set_mode,
+                 "private or group"),
+    {"cache_size", TFS_OPT_SIZE, offsetof(struct tfs_cache_cfg, cache_size),
+     1u << 20, TFS_OPT_NOMAX, cache_set_chosen, NULL},
+    CACHE_OPT("max_blocks", TFS_OPT_U64, max_blocks, 1024, 1u << 23),
+    CACHE_OPT_FN("free_space", free_space, cache_set_free_space,
+                 "a size or 0-99%"),
+    CACHE_OPT_FN("eviction", eviction, cache_set_eviction,
+                 "tinylfu or lru"),
+    CACHE_OPT("max_inflight", TFS_OPT_UINT, max_inflight, 1, 1024),
+    CACHE_OPT("max_readahead", TFS_OPT_SIZE, max_readahead, 0, 4ull << 30),
+    CACHE_OPT("meta_ttl", TFS_OPT_SEC_NS, meta_ttl_ns, 0, 1e7),
+    CACHE_OPT("immutable", TFS_OPT_BOOL, immutable, 0, 1),
+    CACHE_OPT("hedge", TFS_OPT_BOOL, hedge, 0, 1),
+    CACHE_OPT("hedge_min_ms", TFS_OPT_MS_NS, hedge_min_ns, 0, 600000),
+    CACHE_OPT("trace", TFS_OPT_STR, trace_path, 0, TFS_OPT_NOMAX),
+};
 
 int tfs_cache_set(struct tfs_cache *c, const char *name, const char *value)
 {
-    uint64_t ms;
-
     if (c->opened)
         return -EBUSY;
-    if (strcmp(name, "block_size") == 0) {
-        c->cfg.set_block_size = true;
-        return cache_set_size(name, value, 64u << 10, 64u << 20,
-                              &c->cfg.block_size);
-    }
-    if (strcmp(name, "mem_cache") == 0)
-        return cache_set_size(name, value, 0, UINT64_MAX, &c->cfg.mem_cache);
-    if (strcmp(name, "cache_size") == 0) {
-        c->cfg.set_cache_size = true;
-        return cache_set_size(name, value, 1u << 20, UINT64_MAX,
-                              &c->cfg.cache_size);
-    }
-    if (strcmp(name, "max_readahead") == 0)
-        return cache_set_size(name, value, 0, 4ull << 30,
-                              &c->cfg.max_readahead);
-    if (strcmp(name, "free_space") == 0)
-        return cache_set_free_space(c, value);
-    if (strcmp(name, "meta_ttl") == 0)
-        return cache_set_seconds(name, value, &c->cfg.meta_ttl_ns);
-    if (strcmp(name, "hedge_min_ms") == 0) {
-        if (tfs_parse_u64(value, &ms) < 0 || ms > 600000)
-            return cache_bad(name, value, "milliseconds");
-        c->cfg.hedge_min_ns = ms * 1000000u;
-        return 0;
-    }
-    return cache_set_misc(c, name, value);
+    return tfs_opt_apply("cache", cache_opts, TFS_ARRAY_LEN(cache_opts),
+                         &c->cfg, name, value);
 }
 
 /* ---- open and close ---- */

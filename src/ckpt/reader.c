@@ -67,54 +67,27 @@ static int rd_settable(const struct tfs_ckpt_reader *r)
     return r->opened ? tfs_err(-EBUSY, "reader already open") : 0;
 }
 
-static int rd_set_str(struct tfs_ckpt_reader *r, char **slot, const char *s)
-{
-    char *copy;
-    int rc = rd_settable(r);
+#define RD_OPT(name, kind, field, min, max)                                \
+    {name, kind, offsetof(struct tfs_ckpt_reader, field), min, max, NULL,  \
+     NULL}
 
-    if (rc < 0)
-        return rc;
-    copy = tfs_strdup(s);
-    if (copy == NULL)
-        return -ENOMEM;
-    tfs_free(*slot);
-    *slot = copy;
-    return 0;
-}
+/* The options of tfs_ckpt_reader_set (ckpt.h). */
+static const struct tfs_opt_spec rd_opts[] = {
+    RD_OPT("staging_dir", TFS_OPT_STR, staging_dir, 1, TFS_OPT_NOMAX),
+    RD_OPT("threads", TFS_OPT_UINT, threads, 1, 256),
+    RD_OPT("options", TFS_OPT_STR, options, 0, TFS_OPT_NOMAX),
+    RD_OPT("use_staging", TFS_OPT_BOOL, use_staging, 0, 1),
+};
 
-int tfs_ckpt_reader_set_staging_dir(struct tfs_ckpt_reader *r,
-                                    const char *path)
-{
-    if (path == NULL || path[0] == '\0')
-        return tfs_err(-EINVAL, "empty staging directory");
-    return rd_set_str(r, &r->staging_dir, path);
-}
-
-int tfs_ckpt_reader_set_threads(struct tfs_ckpt_reader *r, unsigned threads)
+int tfs_ckpt_reader_set(struct tfs_ckpt_reader *r, const char *name,
+                        const char *value)
 {
     int rc = rd_settable(r);
 
     if (rc < 0)
         return rc;
-    if (threads == 0 || threads > 256)
-        return tfs_err(-EINVAL, "reader threads %u not in 1..256", threads);
-    r->threads = threads;
-    return 0;
-}
-
-int tfs_ckpt_reader_set_options(struct tfs_ckpt_reader *r,
-                                const char *options)
-{
-    return rd_set_str(r, &r->options, options != NULL ? options : "");
-}
-
-int tfs_ckpt_reader_set_use_staging(struct tfs_ckpt_reader *r, bool use)
-{
-    int rc = rd_settable(r);
-
-    if (rc == 0)
-        r->use_staging = use;
-    return rc;
+    return tfs_opt_apply("checkpoint reader", rd_opts,
+                         TFS_ARRAY_LEN(rd_opts), r, name, value);
 }
 
 /* ---- low-level reads ---- */
@@ -824,7 +797,7 @@ int tfs_ckpt_reader_read_box(struct tfs_ckpt_reader *r, size_t i, int ndim,
 
 /* ---- the end ---- */
 
-void tfs_ckpt_reader_destroy(struct tfs_ckpt_reader *r)
+void tfs_ckpt_reader_close(struct tfs_ckpt_reader *r)
 {
     if (r == NULL)
         return;

@@ -78,136 +78,17 @@ static int wr_settable(const struct tfs_ckpt_writer *w)
     return w->opened ? tfs_err(-EBUSY, "writer already open") : 0;
 }
 
-/* Replace *slot with a copy of s. */
-static int wr_set_str(struct tfs_ckpt_writer *w, char **slot, const char *s)
+/* extra: a JSON document, kept as parsed and written back compact. */
+static int wr_set_extra(const struct tfs_opt_spec *o, void *base,
+                        const char *value)
 {
-    char *copy;
-    int rc = wr_settable(w);
-
-    if (rc < 0)
-        return rc;
-    copy = tfs_strdup(s);
-    if (copy == NULL)
-        return -ENOMEM;
-    tfs_free(*slot);
-    *slot = copy;
-    return 0;
-}
-
-int tfs_ckpt_writer_set_rank(struct tfs_ckpt_writer *w, unsigned rank,
-                             unsigned world_size)
-{
-    int rc = wr_settable(w);
-
-    if (rc < 0)
-        return rc;
-    if (world_size == 0 || rank >= world_size || world_size > 100000)
-        return tfs_err(-EINVAL, "rank %u of world size %u", rank,
-                       world_size);
-    w->rank = rank;
-    w->world_size = world_size;
-    return 0;
-}
-
-int tfs_ckpt_writer_set_shard_size(struct tfs_ckpt_writer *w, uint64_t bytes)
-{
-    int rc = wr_settable(w);
-
-    if (rc < 0)
-        return rc;
-    if (bytes < (1u << 20))
-        return tfs_err(-EINVAL, "shard size below 1 MiB");
-    w->shard_size = bytes;
-    return 0;
-}
-
-int tfs_ckpt_writer_set_staging_dir(struct tfs_ckpt_writer *w,
-                                    const char *path)
-{
-    if (path == NULL || path[0] == '\0')
-        return tfs_err(-EINVAL, "empty staging directory");
-    return wr_set_str(w, &w->staging_dir, path);
-}
-
-int tfs_ckpt_writer_set_staging_keep(struct tfs_ckpt_writer *w, unsigned n)
-{
-    int rc = wr_settable(w);
-
-    if (rc == 0)
-        w->staging_keep = n;
-    return rc;
-}
-
-int tfs_ckpt_writer_set_keep_last(struct tfs_ckpt_writer *w, unsigned n)
-{
-    int rc = wr_settable(w);
-
-    if (rc == 0)
-        w->keep_last = n;
-    return rc;
-}
-
-int tfs_ckpt_writer_set_upload(struct tfs_ckpt_writer *w, unsigned threads,
-                               uint64_t bytes_per_s)
-{
-    int rc = wr_settable(w);
-
-    if (rc < 0)
-        return rc;
-    if (threads == 0 || threads > 64)
-        return tfs_err(-EINVAL, "upload threads %u not in 1..64", threads);
-    w->upload_threads = threads;
-    w->upload_bw = bytes_per_s;
-    return 0;
-}
-
-int tfs_ckpt_writer_set_timeout_ms(struct tfs_ckpt_writer *w, uint64_t ms)
-{
-    int rc = wr_settable(w);
-
-    if (rc == 0)
-        w->timeout_ms = ms;
-    return rc;
-}
-
-int tfs_ckpt_writer_set_options(struct tfs_ckpt_writer *w,
-                                const char *options)
-{
-    return wr_set_str(w, &w->options, options != NULL ? options : "");
-}
-
-int tfs_ckpt_writer_set_sync(struct tfs_ckpt_writer *w, bool sync)
-{
-    int rc = wr_settable(w);
-
-    if (rc == 0)
-        w->sync = sync;
-    return rc;
-}
-
-int tfs_ckpt_writer_set_run_id(struct tfs_ckpt_writer *w, const char *run_id)
-{
-    return wr_set_str(w, &w->run_id, run_id != NULL ? run_id : "");
-}
-
-int tfs_ckpt_writer_set_overwrite(struct tfs_ckpt_writer *w, bool overwrite)
-{
-    int rc = wr_settable(w);
-
-    if (rc == 0)
-        w->overwrite = overwrite;
-    return rc;
-}
-
-int tfs_ckpt_writer_set_extra(struct tfs_ckpt_writer *w, const char *json)
-{
+    struct tfs_ckpt_writer *w = base;
     struct tfs_buf b;
-    int rc = wr_settable(w);
+    int rc;
 
-    if (rc < 0)
-        return rc;
+    (void)o;
     tfs_buf_init(&b, TFS_CKPT_JSON_MAX / 2);
-    rc = tfs_json_copy(&b, json, strlen(json));
+    rc = tfs_json_copy(&b, value, strlen(value));
     if (rc == TFS_ETOOBIG || rc == TFS_EFORMAT)
         rc = tfs_ckpt_err_in(TFS_EFORMAT, "extra document", NULL);
     if (rc == 0) {
@@ -217,6 +98,40 @@ int tfs_ckpt_writer_set_extra(struct tfs_ckpt_writer *w, const char *json)
     }
     tfs_buf_cleanup(&b);
     return rc;
+}
+
+#define WR_OPT(name, kind, field, min, max)                                \
+    {name, kind, offsetof(struct tfs_ckpt_writer, field), min, max, NULL,  \
+     NULL}
+
+/* The options of tfs_ckpt_writer_set (ckpt.h). */
+static const struct tfs_opt_spec wr_opts[] = {
+    WR_OPT("rank", TFS_OPT_UINT, rank, 0, 99999),
+    WR_OPT("world_size", TFS_OPT_UINT, world_size, 1, 100000),
+    WR_OPT("shard_size", TFS_OPT_SIZE, shard_size, 1u << 20, TFS_OPT_NOMAX),
+    WR_OPT("staging_dir", TFS_OPT_STR, staging_dir, 1, TFS_OPT_NOMAX),
+    WR_OPT("staging_keep", TFS_OPT_UINT, staging_keep, 0, TFS_OPT_NOMAX),
+    WR_OPT("keep_last", TFS_OPT_UINT, keep_last, 0, TFS_OPT_NOMAX),
+    WR_OPT("upload_threads", TFS_OPT_UINT, upload_threads, 1, 64),
+    WR_OPT("upload_bw", TFS_OPT_SIZE, upload_bw, 0, TFS_OPT_NOMAX),
+    WR_OPT("timeout_ms", TFS_OPT_MS, timeout_ms, 0, TFS_OPT_NOMAX),
+    WR_OPT("options", TFS_OPT_STR, options, 0, TFS_OPT_NOMAX),
+    WR_OPT("sync", TFS_OPT_BOOL, sync, 0, 1),
+    WR_OPT("run_id", TFS_OPT_STR, run_id, 0, TFS_OPT_NOMAX),
+    WR_OPT("overwrite", TFS_OPT_BOOL, overwrite, 0, 1),
+    {"extra", TFS_OPT_CUSTOM, offsetof(struct tfs_ckpt_writer, extra), 0, 0,
+     wr_set_extra, "a JSON document"},
+};
+
+int tfs_ckpt_writer_set(struct tfs_ckpt_writer *w, const char *name,
+                        const char *value)
+{
+    int rc = wr_settable(w);
+
+    if (rc < 0)
+        return rc;
+    return tfs_opt_apply("checkpoint writer", wr_opts,
+                         TFS_ARRAY_LEN(wr_opts), w, name, value);
 }
 
 /* ---- open ---- */
@@ -284,6 +199,10 @@ int tfs_ckpt_writer_open(struct tfs_ckpt_writer *w, const char *uri,
 
     if (rc < 0)
         return rc;
+    if (w->rank >= w->world_size)
+        return tfs_err(TFS_EOPTION, "checkpoint writer option rank=%u: "
+                       "expected below world_size %u", w->rank,
+                       w->world_size);
     rc = tfs_ckpt_store_open(uri, w->options, true, &w->st);
     if (rc < 0)
         return rc;
@@ -826,7 +745,7 @@ void tfs_ckpt_writer_progress(struct tfs_ckpt_writer *w, uint64_t *uploaded,
         *total = w->saved ? w->total : 0;
 }
 
-void tfs_ckpt_writer_destroy(struct tfs_ckpt_writer *w)
+void tfs_ckpt_writer_close(struct tfs_ckpt_writer *w)
 {
     if (w == NULL)
         return;

@@ -13,6 +13,7 @@
  * given as TARGET is never touched.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -60,19 +61,23 @@ static int ckpt_save(const struct bench_opts *o, const char *root,
                      struct bench_result *r)
 {
     struct tfs_ckpt_writer *w = NULL;
+    char shard[24];
+    char threads[16];
     uint64_t t0;
     uint64_t t1;
     int rc = tfs_ckpt_writer_create(&w);
 
+    snprintf(shard, sizeof(shard), "%" PRIu64,
+             TFS_MAX(per * CKPT_TENSORS / o->shards, (uint64_t)1 << 20));
+    snprintf(threads, sizeof(threads), "%u", o->threads);
     if (rc == 0)
-        rc = tfs_ckpt_writer_set_shard_size(
-            w, TFS_MAX(per * CKPT_TENSORS / o->shards, (uint64_t)1 << 20));
+        rc = tfs_ckpt_writer_set(w, "shard_size", shard);
     if (rc == 0)
-        rc = tfs_ckpt_writer_set_upload(w, o->threads, 0);
+        rc = tfs_ckpt_writer_set(w, "upload_threads", threads);
     if (rc == 0)
-        rc = tfs_ckpt_writer_set_staging_keep(w, 0);
+        rc = tfs_ckpt_writer_set(w, "staging_keep", "0");
     if (rc == 0)
-        rc = tfs_ckpt_writer_set_overwrite(w, true);
+        rc = tfs_ckpt_writer_set(w, "overwrite", "1");
     if (rc == 0)
         rc = tfs_ckpt_writer_open(w, root, CKPT_STEP);
     for (unsigned i = 0; rc == 0 && i < CKPT_TENSORS; i++) {
@@ -93,7 +98,7 @@ static int ckpt_save(const struct bench_opts *o, const char *root,
         r->ckpt_blocked_s = (double)(t1 - t0) / 1e9;
         r->ckpt_durable_s = (double)(tfs_now_ns() - t0) / 1e9;
     }
-    tfs_ckpt_writer_destroy(w);
+    tfs_ckpt_writer_close(w);
     return rc;
 }
 
@@ -106,12 +111,14 @@ static int ckpt_restore(const struct bench_opts *o, const char *root,
     size_t n_tensors = 0;
     size_t n_files = 0;
     uint64_t t0 = tfs_now_ns();
+    char threads[16];
     int rc = tfs_ckpt_reader_create(&rd);
 
+    snprintf(threads, sizeof(threads), "%u", o->threads);
     if (rc == 0)
-        rc = tfs_ckpt_reader_set_use_staging(rd, false);
+        rc = tfs_ckpt_reader_set(rd, "use_staging", "0");
     if (rc == 0)
-        rc = tfs_ckpt_reader_set_threads(rd, o->threads);
+        rc = tfs_ckpt_reader_set(rd, "threads", threads);
     if (rc == 0)
         rc = tfs_ckpt_reader_open(rd, root, CKPT_STEP);
     if (rc == 0) {
@@ -134,7 +141,7 @@ static int ckpt_restore(const struct bench_opts *o, const char *root,
     if (rc == 0)
         r->ckpt_restore_s = (double)(tfs_now_ns() - t0) / 1e9;
     r->ckpt_files = n_files;
-    tfs_ckpt_reader_destroy(rd);
+    tfs_ckpt_reader_close(rd);
     if (rc == 0 && memcmp(data, back, (size_t)(per * CKPT_TENSORS)) != 0)
         rc = tfs_err(TFS_ECORRUPT, "the restored checkpoint differs from "
                      "the saved one");

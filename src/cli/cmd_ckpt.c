@@ -211,14 +211,14 @@ static int ckpt_open(const char *cmd, const char *arg, bool staging,
     }
     rc = tfs_ckpt_reader_create(out);
     if (rc == 0 && cli_store_options != NULL)
-        rc = tfs_ckpt_reader_set_options(*out, cli_store_options);
+        rc = tfs_ckpt_reader_set(*out, "options", cli_store_options);
     if (rc == 0)
-        rc = tfs_ckpt_reader_set_use_staging(*out, staging);
+        rc = tfs_ckpt_reader_set(*out, "use_staging", staging ? "1" : "0");
     if (rc == 0)
         rc = tfs_ckpt_reader_open(*out, root, step);
     tfs_free(root);
     if (rc < 0) {
-        tfs_ckpt_reader_destroy(*out);
+        tfs_ckpt_reader_close(*out);
         *out = NULL;
         return cli_fail(cmd, arg, rc);
     }
@@ -288,7 +288,7 @@ static int ckpt_show(int argc, char **argv)
     if (ckpt_open("ckpt show", argv[i], true, &r) != CLI_OK)
         return CLI_FAIL;
     show_print(r);
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
     return CLI_OK;
 }
 
@@ -313,7 +313,7 @@ static int ckpt_verify(int argc, char **argv)
         return CLI_FAIL;
     rc = tfs_ckpt_reader_verify(r, &bytes);
     tfs_ckpt_reader_info(r, &step, NULL, NULL, &nt, &nf);
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
     if (rc < 0)
         return cli_fail("ckpt verify", argv[i], rc);
     secs = (double)(tfs_now_ns() - t0) / 1e9;

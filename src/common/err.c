@@ -13,6 +13,14 @@
 
 static _Thread_local char err_detail[512];
 
+/* Every code lies in [TFS_ERR_LAST_ + 1, TFS_ERR_FIRST_]: with the count
+   and the switches below refusing duplicates, the range has no holes. */
+#define X(name, code, msg)                                                 \
+    _Static_assert(code <= TFS_ERR_FIRST_ && code > TFS_ERR_LAST_,         \
+                   #name " lies outside TFS_ERR_FIRST_..TFS_ERR_LAST_");
+TFS_ERR_MAP(X)
+#undef X
+
 const char *tfs_strerror(int rc)
 {
     switch (rc) {

@@ -6,7 +6,7 @@
  *   growable buffers  struct tfs_buf, capped                  buf.c
  *   clocks, sleeps and the per-thread request deadline         clock.c
  *   random numbers, percent-encoding, number parsing          util.c
- *   URIs and option bags                                      opts.c
+ *   URIs, option bags and option tables                       opts.c
  */
 #ifndef TFS_COMMON_UTIL_H
 #define TFS_COMMON_UTIL_H
@@ -217,5 +217,69 @@ void tfs_opts_cleanup(struct tfs_opts *o);
 const char *tfs_opts_take(struct tfs_opts *o, const char *name);
 /* The first option no layer took, or NULL. */
 const char *tfs_opts_unused(const struct tfs_opts *o);
+
+/*
+ * Option tables: how every name/value setter of the public API
+ * (tfs_cache_set, tfs_pack_set, tfs_pack_iter_set, tfs_ckpt_writer_set,
+ * tfs_ckpt_reader_set) and the retry layer's URI options parse, check
+ * and store a value.  One entry per option; kind says how the text is
+ * parsed and what type the field at offset (from the object's base
+ * pointer) has; min and max bound the value as written (inclusive; a
+ * string's length for TFS_OPT_STR), TFS_OPT_NOMAX for none.
+ */
+enum tfs_opt_kind {
+    TFS_OPT_BOOL,       /* bool: 1/0, true/false, yes/no, on/off */
+    TFS_OPT_UINT,       /* unsigned: a whole number */
+    TFS_OPT_U64,        /* uint64_t: a whole number */
+    TFS_OPT_SIZE,       /* uint64_t bytes: "8M", "1.5GiB" (tfs_parse_size) */
+    TFS_OPT_MS,         /* uint64_t ms: whole milliseconds */
+    TFS_OPT_MS_NS,      /* uint64_t ns: whole milliseconds */
+    TFS_OPT_SEC_NS,     /* uint64_t ns: seconds, fractions allowed */
+    TFS_OPT_DOUBLE,     /* double */
+    TFS_OPT_STR,        /* char *, owned: replaced by a copy */
+    TFS_OPT_CUSTOM,     /* only the set callback; expect says what it takes */
+};
+
+#define TFS_OPT_NOMAX 0x1p64            /* max: no bound */
+
+struct tfs_opt_spec;
+
+/*
+ * An option that needs more than its kind (a flag to raise, a spelling
+ * to map, a document to check): called instead of the kind's store.  It
+ * may call tfs_opt_store for the kind's part.  TFS_EOPTION (no detail
+ * needed) for a bad value; other errors pass through with their detail.
+ */
+typedef int tfs_opt_set_fn(const struct tfs_opt_spec *o, void *base,
+                           const char *value);
+
+struct tfs_opt_spec {
+    const char        *name;
+    enum tfs_opt_kind  kind;
+    size_t             offset;          /* of the field, from base */
+    double             min;             /* inclusive, in the unit written */
+    double             max;             /* inclusive; TFS_OPT_NOMAX */
+    tfs_opt_set_fn    *set;             /* NULL: store by kind */
+    const char        *expect;          /* for the detail; NULL: from kind,
+                                           min and max */
+};
+
+/*
+ * Set option name of the object at base to value through table t (n
+ * entries).  A bad value is TFS_EOPTION with a one-line detail naming
+ * what ("cache"), the option, the value and what it must be ("cache
+ * option block_size=1K: expected a size in 64K..64M"); an unknown name
+ * is TFS_EOPTION ("unknown cache option 'x'").  -ENOMEM.  Nothing is
+ * changed on failure.
+ */
+int tfs_opt_apply(const char *what, const struct tfs_opt_spec *t, size_t n,
+                  void *base, const char *name, const char *value);
+/*
+ * Parse value by o's kind, check it against o's range and store it in
+ * base's field: TFS_EOPTION without a detail (tfs_opt_apply writes it),
+ * -ENOMEM.  For set callbacks.
+ */
+int tfs_opt_store(const struct tfs_opt_spec *o, void *base,
+                  const char *value);
 
 #endif /* TFS_COMMON_UTIL_H */

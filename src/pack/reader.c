@@ -47,7 +47,7 @@ struct tfs_pack {
     struct pack_shard    *shards;       /* mf.n_shards, owned */
     bool                  opened;
     bool                  verify;
-    size_t                max_indexes;
+    uint64_t              max_indexes;
     pthread_mutex_t       lock;
     pthread_cond_t        cond;         /* a load finished */
     struct pack_shard    *lru_head;     /* lock: most recently used */
@@ -85,24 +85,20 @@ int tfs_pack_create(struct tfs_pack **out)
     return 0;
 }
 
+/* The options of tfs_pack_set (pack.h). */
+static const struct tfs_opt_spec pack_opts[] = {
+    {"verify", TFS_OPT_BOOL, offsetof(struct tfs_pack, verify), 0, 1, NULL,
+     NULL},
+    {"max_indexes", TFS_OPT_U64, offsetof(struct tfs_pack, max_indexes), 0,
+     1u << 20, NULL, NULL},
+};
+
 int tfs_pack_set(struct tfs_pack *p, const char *name, const char *value)
 {
-    uint64_t v;
-
     if (p->opened)
         return -EBUSY;
-    if (strcmp(name, "verify") == 0)
-        return tfs_parse_bool(value, &p->verify) < 0
-                   ? tfs_err(TFS_EOPTION, "verify: '%s' is not 0 or 1",
-                             value)
-                   : 0;
-    if (strcmp(name, "max_indexes") == 0) {
-        if (tfs_parse_u64(value, &v) < 0 || v > (1u << 20))
-            return tfs_err(TFS_EOPTION, "max_indexes: '%s'", value);
-        p->max_indexes = (size_t)v;
-        return 0;
-    }
-    return tfs_err(TFS_EOPTION, "unknown option '%s'", name);
+    return tfs_opt_apply("pack", pack_opts, TFS_ARRAY_LEN(pack_opts), p, name,
+                         value);
 }
 
 static char *pack_join(const char *prefix, const char *name)
@@ -509,7 +505,7 @@ static void pack_sample_clear(struct tfs_pack_sample *s)
     s->n = 0;
 }
 
-void tfs_pack_sample_destroy(struct tfs_pack_sample *s)
+void tfs_pack_sample_close(struct tfs_pack_sample *s)
 {
     if (s == NULL)
         return;

@@ -90,7 +90,7 @@ int tfs_pack_iter_create(struct tfs_pack *p, struct tfs_pack_iter **out)
     return 0;
 }
 
-void tfs_pack_iter_destroy(struct tfs_pack_iter *it)
+void tfs_pack_iter_close(struct tfs_pack_iter *it)
 {
     if (it == NULL)
         return;
@@ -100,44 +100,28 @@ void tfs_pack_iter_destroy(struct tfs_pack_iter *it)
     tfs_free(it);
 }
 
+#define ITER_OPT(name, kind, field, max)                                   \
+    {name, kind, offsetof(struct tfs_pack_iter, field), 0, max, NULL, NULL}
+
+/* The options of tfs_pack_iter_set (pack.h). */
+static const struct tfs_opt_spec iter_opts[] = {
+    ITER_OPT("seed", TFS_OPT_U64, seed, TFS_OPT_NOMAX),
+    ITER_OPT("shuffle", TFS_OPT_BOOL, shuffle, 1),
+    ITER_OPT("shuffle_buffer", TFS_OPT_U64, buffer, 1u << 26),
+    ITER_OPT("rank", TFS_OPT_U64, rank, 1u << 24),
+    ITER_OPT("world_size", TFS_OPT_U64, world, 1u << 24),
+    ITER_OPT("worker", TFS_OPT_U64, worker, 1u << 16),
+    ITER_OPT("num_workers", TFS_OPT_U64, workers, 1u << 16),
+    ITER_OPT("drop_last", TFS_OPT_BOOL, drop_last, 1),
+    ITER_OPT("prefetch", TFS_OPT_U64, prefetch, 1024),
+    ITER_OPT("prefetch_bytes", TFS_OPT_U64, prefetch_bytes, TFS_OPT_NOMAX),
+};
+
 int tfs_pack_iter_set(struct tfs_pack_iter *it, const char *name,
                       const char *value)
 {
-    static const struct {
-        const char *name;
-        size_t      off;
-        uint64_t    max;
-    } nums[] = {
-        {"seed", offsetof(struct tfs_pack_iter, seed), UINT64_MAX},
-        {"shuffle_buffer", offsetof(struct tfs_pack_iter, buffer), 1u << 26},
-        {"rank", offsetof(struct tfs_pack_iter, rank), 1u << 24},
-        {"world_size", offsetof(struct tfs_pack_iter, world), 1u << 24},
-        {"worker", offsetof(struct tfs_pack_iter, worker), 1u << 16},
-        {"num_workers", offsetof(struct tfs_pack_iter, workers), 1u << 16},
-        {"prefetch", offsetof(struct tfs_pack_iter, prefetch), 1024},
-        {"prefetch_bytes", offsetof(struct tfs_pack_iter, prefetch_bytes),
-         UINT64_MAX},
-    };
-    uint64_t v;
-
-    if (strcmp(name, "shuffle") == 0 || strcmp(name, "drop_last") == 0) {
-        bool *b = name[0] == 's' ? &it->shuffle : &it->drop_last;
-        if (tfs_parse_bool(value, b) < 0)
-            return tfs_err(TFS_EOPTION, "%s: '%s' is not 0 or 1", name,
-                           value);
-        return 0;
-    }
-    for (size_t i = 0; i < TFS_ARRAY_LEN(nums); i++) {
-        if (strcmp(name, nums[i].name) != 0)
-            continue;
-        if (tfs_parse_u64(value, &v) < 0 || v > nums[i].max)
-            return tfs_err(TFS_EOPTION, "%s: '%s' is not a number up to "
-                           "%llu", name, value,
-                           (unsigned long long)nums[i].max);
-        memcpy((char *)it + nums[i].off, &v, sizeof(v));
-        return 0;
-    }
-    return tfs_err(TFS_EOPTION, "unknown option '%s'", name);
+    return tfs_opt_apply("pack iterator", iter_opts,
+                         TFS_ARRAY_LEN(iter_opts), it, name, value);
 }
 
 /* [a, b) of this partition over a stream of n samples. */
@@ -467,22 +451,26 @@ int tfs_pack_iter_next(struct tfs_pack_iter *it, struct tfs_pack_sample *s,
 int tfs_pack_iter_next_info(struct tfs_pack_iter *it,
                             struct tfs_pack_sample *s, char *names,
                             size_t names_size, uint64_t *sizes,
-                            size_t max_fields, struct tfs_pack_desc *d)
+                            size_t max_fields, struct tfs_pack_desc *d,
+                            bool *got)
 {
     size_t len = 0;
     size_t n = 0;
-    bool got = false;
-    int rc = tfs_pack_iter_next(it, s, &got);
+    bool have = false;
+    int rc = tfs_pack_iter_next(it, s, &have);
 
-    if (rc < 0 || !got)
+    *got = false;
+    if (rc < 0 || !have)
+        return rc;
+    rc = tfs_pack_sample_info(s, names, names_size, &len, sizes, max_fields,
+                              &n);
+    if (rc < 0 && rc != -ENOSPC)
         return rc;
     d->index = tfs_pack_sample_index(s);
     d->shard = tfs_pack_sample_shard(s);
-    rc = tfs_pack_sample_info(s, names, names_size, &len, sizes, max_fields,
-                              &n);
     d->names_len = len;
     d->n_fields = n;
-    if (rc == -ENOSPC)
-        return 2;
-    return rc < 0 ? rc : 1;
+    d->described = rc == 0;
+    *got = true;
+    return 0;
 }

@@ -57,25 +57,28 @@ struct retry_op {
 
 /* ---- settings ---- */
 
-static const struct retry_option {
-    const char *name;
-    size_t      off;                    /* of a uint64_t in retry_priv */
-    uint64_t    dflt;
-    uint64_t    max;
-    bool        size;                   /* "256K" suffixes allowed */
-} retry_options[] = {
-    {"retries", offsetof(struct retry_priv, retries), 4, UINT32_MAX, false},
-    {"retry_base_ms", offsetof(struct retry_priv, base_ms), 50,
-     RETRY_MAX_MS, false},
-    {"retry_max_ms", offsetof(struct retry_priv, max_ms), 5000,
-     RETRY_MAX_MS, false},
-    {"timeout_ms", offsetof(struct retry_priv, timeout_ms), 30000,
-     RETRY_MAX_MS, false},
-    {"deadline_ms", offsetof(struct retry_priv, deadline_ms), 120000,
-     RETRY_MAX_MS, false},
-    {"min_rate", offsetof(struct retry_priv, min_rate), 256u << 10,
-     UINT64_MAX, true},
+#define RETRY_OPT(name, kind, field, max)                                  \
+    {name, kind, offsetof(struct retry_priv, field), 0, max, NULL, NULL}
+
+/* The URI options of the layer (docs/wrappers.md); defaults below. */
+static const struct tfs_opt_spec retry_opts[] = {
+    RETRY_OPT("retries", TFS_OPT_U64, retries, UINT32_MAX),
+    RETRY_OPT("retry_base_ms", TFS_OPT_MS, base_ms, RETRY_MAX_MS),
+    RETRY_OPT("retry_max_ms", TFS_OPT_MS, max_ms, RETRY_MAX_MS),
+    RETRY_OPT("timeout_ms", TFS_OPT_MS, timeout_ms, RETRY_MAX_MS),
+    RETRY_OPT("deadline_ms", TFS_OPT_MS, deadline_ms, RETRY_MAX_MS),
+    RETRY_OPT("min_rate", TFS_OPT_SIZE, min_rate, TFS_OPT_NOMAX),
 };
+
+static void retry_defaults(struct retry_priv *p)
+{
+    p->retries = 4;
+    p->base_ms = 50;
+    p->max_ms = 5000;
+    p->timeout_ms = 30000;
+    p->deadline_ms = 120000;
+    p->min_rate = 256u << 10;
+}
 
 /* The earlier of two deadlines, where 0 means none. */
 static uint64_t retry_earlier(uint64_t a, uint64_t b)
@@ -406,20 +409,17 @@ static int retry_open(struct tfs_store *st, const char *location)
     struct retry_priv *p = tfs_store_priv(st);
 
     (void)location;
-    for (size_t i = 0; i < TFS_ARRAY_LEN(retry_options); i++) {
-        const struct retry_option *o = &retry_options[i];
-        uint64_t *v = (uint64_t *)(void *)((char *)p + o->off);
-        int rc;
+    retry_defaults(p);
+    for (size_t i = 0; i < TFS_ARRAY_LEN(retry_opts); i++) {
+        const char *name = retry_opts[i].name;
+        const char *v = NULL;
+        int rc = tfs_store_opt_str(st, name, &v);
 
-        *v = o->dflt;
-        rc = o->size ? tfs_store_opt_size(st, o->name, v)
-                     : tfs_store_opt_u64(st, o->name, v);
+        if (rc == 0 && v != NULL)
+            rc = tfs_opt_apply("retry", retry_opts, TFS_ARRAY_LEN(retry_opts),
+                               p, name, v);
         if (rc < 0)
             return rc;
-        if (*v > o->max)
-            return tfs_err(TFS_EOPTION, "option %s=%llu: at most %llu",
-                           o->name, (unsigned long long)*v,
-                           (unsigned long long)o->max);
     }
     return 0;
 }

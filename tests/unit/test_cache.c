@@ -724,6 +724,107 @@ TEST(meta_ttl_and_negative_entries)
     remove_dirs();
 }
 
+/*
+ * tfs_cache_set: every option and spelling lands where the cache reads
+ * it; a value out of range is refused naming the option, the value and
+ * the range, and changes nothing; nothing is settable once open.
+ */
+TEST(options_table)
+{
+    static const char *const bad[][3] = {
+        {"block_size", "32K", "cache option block_size=32K: expected a size "
+         "in 64K..64M"},
+        {"block_size", "128M", "cache option block_size=128M: expected a "
+         "size in 64K..64M"},
+        {"cache_size", "1K", "cache option cache_size=1K: expected a size of "
+         "at least 1M"},
+        {"max_blocks", "1000", "cache option max_blocks=1000: expected a "
+         "whole number in 1024..8388608"},
+        {"max_inflight", "0", "cache option max_inflight=0: expected a whole "
+         "number in 1..1024"},
+        {"max_readahead", "5G", "cache option max_readahead=5G: expected a "
+         "size in 0..4G"},
+        {"meta_ttl", "-1", "cache option meta_ttl=-1: expected seconds in "
+         "0..1e+07"},
+        {"hedge_min_ms", "600001", "cache option hedge_min_ms=600001: "
+         "expected milliseconds in 0..600000"},
+        {"free_space", "100%", "cache option free_space=100%: expected a "
+         "size or 0-99%"},
+        {"eviction", "fifo", "cache option eviction=fifo: expected tinylfu "
+         "or lru"},
+        {"cache_mode", "0777", "cache option cache_mode=0777: expected "
+         "private or group"},
+        {"hedge", "2", "cache option hedge=2: expected 0 or 1"},
+        {"no_such", "1", "unknown cache option 'no_such'"},
+    };
+    struct tfs_cache_cfg before;
+    struct tfs_cache *c = NULL;
+    struct tfs_store *st;
+
+    CHECK_OK(tfs_cache_create(&c));
+    CHECK_EQ(c->cfg.block_size, 4u << 20);          /* the defaults */
+    CHECK_EQ(c->cfg.meta_ttl_ns, 5000000000u);
+    CHECK_EQ(c->cfg.hedge_min_ns, 20000000u);
+    CHECK(c->cfg.free_space_pct == 5.0 && c->cfg.hedge);
+    CHECK(!c->cfg.set_block_size && !c->cfg.set_cache_size);
+    for (size_t i = 0; i < TFS_ARRAY_LEN(bad); i++) {
+        before = c->cfg;
+        CHECK_RC(tfs_cache_set(c, bad[i][0], bad[i][1]), TFS_EOPTION);
+        CHECK_STR(tfs_errdetail(), bad[i][2]);
+        CHECK(memcmp(&before, &c->cfg, sizeof(before)) == 0);
+    }
+    CHECK_OK(tfs_cache_set(c, "block_size", "1M"));
+    CHECK_EQ(tfs_cache_block_size(c), 1u << 20);
+    CHECK(c->cfg.set_block_size && !c->cfg.set_cache_size);
+    CHECK_OK(tfs_cache_set(c, "cache_size", "2G"));
+    CHECK(c->cfg.cache_size == 2ull << 30 && c->cfg.set_cache_size);
+    CHECK_OK(tfs_cache_set(c, "mem_cache", "0"));
+    CHECK_EQ(tfs_cache_mem_limit(c), 0);
+    CHECK_OK(tfs_cache_set(c, "max_blocks", "8388608"));
+    CHECK_EQ(c->cfg.max_blocks, 8388608);
+    CHECK_OK(tfs_cache_set(c, "max_inflight", "1024"));
+    CHECK_EQ(c->cfg.max_inflight, 1024);
+    CHECK_OK(tfs_cache_set(c, "max_readahead", "4G"));
+    CHECK(c->cfg.max_readahead == 4ull << 30);
+    CHECK_OK(tfs_cache_set(c, "free_space", "12.5%"));
+    CHECK(c->cfg.free_space == 0 && c->cfg.free_space_pct == 12.5);
+    CHECK_OK(tfs_cache_set(c, "free_space", "1G"));
+    CHECK(c->cfg.free_space == 1ull << 30 && c->cfg.free_space_pct == 0);
+    CHECK_OK(tfs_cache_set(c, "meta_ttl", "0.5"));
+    CHECK_EQ(c->cfg.meta_ttl_ns, 500000000u);
+    CHECK_OK(tfs_cache_set(c, "hedge_min_ms", "7"));
+    CHECK_EQ(c->cfg.hedge_min_ns, 7000000u);
+    CHECK_OK(tfs_cache_set(c, "eviction", "lru"));
+    CHECK_EQ(c->cfg.eviction, TFS_EVICT_LRU);
+    CHECK_OK(tfs_cache_set(c, "eviction", "tinylfu"));
+    CHECK_EQ(c->cfg.eviction, TFS_EVICT_TINYLFU);
+    CHECK_OK(tfs_cache_set(c, "cache_mode", "0770"));
+    CHECK_EQ(c->cfg.cache_mode, TFS_CACHE_MODE_GROUP);
+    CHECK_OK(tfs_cache_set(c, "cache_mode", "private"));
+    CHECK_EQ(c->cfg.cache_mode, TFS_CACHE_MODE_PRIVATE);
+    CHECK_OK(tfs_cache_set(c, "cache_mode", "group"));
+    CHECK_OK(tfs_cache_set(c, "cache_mode", "0700"));
+    CHECK_EQ(c->cfg.cache_mode, TFS_CACHE_MODE_PRIVATE);
+    CHECK_OK(tfs_cache_set(c, "immutable", "true"));
+    CHECK(c->cfg.immutable);
+    CHECK_OK(tfs_cache_set(c, "hedge", "no"));
+    CHECK(!c->cfg.hedge);
+    CHECK_OK(tfs_cache_set(c, "trace", "/nonexistent/t"));
+    CHECK_OK(tfs_cache_set(c, "trace", "/nonexistent/t2"));   /* replaced */
+    CHECK_STR(c->cfg.trace_path, "/nonexistent/t2");
+    CHECK_OK(tfs_cache_set(c, "cache_dir", "/nonexistent/d"));
+    CHECK_STR(c->cfg.cache_dir, "/nonexistent/d");
+    tfs_cache_close(c);             /* created, set, never opened */
+
+    setup_dirs();
+    st = open_remote(NULL);
+    c = open_cache(st, NULL);
+    CHECK_RC(tfs_cache_set(c, "block_size", "1M"), -EBUSY);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    remove_dirs();
+}
+
 TEST(prefetch_hint)
 {
     const char *kv[] = {"block_size", "64K", "hedge", "0", NULL};
@@ -1643,7 +1744,7 @@ TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
       T(disk_readahead),
       T(changed_object_never_mixes), T(single_flight), T(capacity_bound),
       T(scan_resistance), T(immutable_snapshot),
-      T(meta_ttl_and_negative_entries), T(prefetch_hint),
+      T(meta_ttl_and_negative_entries), T(options_table), T(prefetch_hint),
       T(sequential_readahead), T(hedged_reads), T(multi_process_sharing),
       T(queued_reads_promoted_not_hedged), T(cache_dir_settings_adopted),
       T(cache_dir_settings_checked), T(index_open_race),

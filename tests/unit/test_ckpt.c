@@ -60,6 +60,15 @@ static void data_init(void)
         flags[i] &= 1;
 }
 
+/* tfs_ckpt_writer_set with a number. */
+static int wset_num(struct tfs_ckpt_writer *w, const char *name, uint64_t v)
+{
+    char buf[24];
+
+    snprintf(buf, sizeof(buf), "%" PRIu64, v);
+    return tfs_ckpt_writer_set(w, name, buf);
+}
+
 static struct tfs_ckpt_writer *writer(unsigned rank, unsigned ws,
                                       unsigned keep)
 {
@@ -68,11 +77,12 @@ static struct tfs_ckpt_writer *writer(unsigned rank, unsigned ws,
 
     path(staging, sizeof(staging), "staging");
     CHECK_OK(tfs_ckpt_writer_create(&w));
-    CHECK_OK(tfs_ckpt_writer_set_rank(w, rank, ws));
-    CHECK_OK(tfs_ckpt_writer_set_shard_size(w, 1 << 20));
-    CHECK_OK(tfs_ckpt_writer_set_staging_dir(w, staging));
-    CHECK_OK(tfs_ckpt_writer_set_keep_last(w, keep));
-    CHECK_OK(tfs_ckpt_writer_set_timeout_ms(w, 20000));
+    CHECK_OK(wset_num(w, "rank", rank));
+    CHECK_OK(wset_num(w, "world_size", ws));
+    CHECK_OK(tfs_ckpt_writer_set(w, "shard_size", "1M"));
+    CHECK_OK(tfs_ckpt_writer_set(w, "staging_dir", staging));
+    CHECK_OK(wset_num(w, "keep_last", keep));
+    CHECK_OK(tfs_ckpt_writer_set(w, "timeout_ms", "20000"));
     return w;
 }
 
@@ -109,7 +119,7 @@ static int save(const char *uri, uint64_t step, unsigned keep)
         rc = tfs_ckpt_writer_save(w);
     if (rc == 0)
         rc = tfs_ckpt_writer_wait(w, -1);
-    tfs_ckpt_writer_destroy(w);
+    tfs_ckpt_writer_close(w);
     return rc;
 }
 
@@ -121,8 +131,8 @@ static struct tfs_ckpt_reader *reader(const char *uri, int64_t step,
 
     path(dir, sizeof(dir), "staging");
     CHECK_OK(tfs_ckpt_reader_create(&r));
-    CHECK_OK(tfs_ckpt_reader_set_staging_dir(r, dir));
-    CHECK_OK(tfs_ckpt_reader_set_use_staging(r, staging));
+    CHECK_OK(tfs_ckpt_reader_set(r, "staging_dir", dir));
+    CHECK_OK(tfs_ckpt_reader_set(r, "use_staging", staging ? "1" : "0"));
     CHECK_OK(tfs_ckpt_reader_open(r, uri, step));
     return r;
 }
@@ -204,14 +214,14 @@ TEST(roundtrip)
     CHECK_RC(tfs_ckpt_reader_read_box(r, i, 2, off, sz, box, sizeof(box)),
              -EINVAL);
     CHECK_RC(tfs_ckpt_reader_find(r, "nope", &i), -ENOENT);
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
     /* The same through the store only. */
     r = reader(uri, 1, false);
     check_all(r);
     CHECK_OK(tfs_ckpt_reader_file(r, 0, NULL, NULL, NULL, &local));
     CHECK(!local);
     CHECK_OK(tfs_ckpt_reader_verify(r, NULL));
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
     CHECK_OK(tfs_ckpt_list(uri, NULL, 0, steps, 4, &n));
     CHECK(n == 1 && steps[0] == 1);
     CHECK_OK(tfs_ckpt_latest(uri, NULL, &step));
@@ -257,13 +267,15 @@ static void *rank_main(void *p)
     usleep(start_delay_ms[a->rank] * 1000u);
     rc = tfs_ckpt_writer_create(&w);
     if (rc == 0)
-        rc = tfs_ckpt_writer_set_rank(w, a->rank, a->ws);
+        rc = wset_num(w, "rank", a->rank);
     if (rc == 0)
-        rc = tfs_ckpt_writer_set_staging_dir(w, staging);
+        rc = wset_num(w, "world_size", a->ws);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_set(w, "staging_dir", staging);
     if (rc == 0 && a->run_id)
-        rc = tfs_ckpt_writer_set_run_id(w, a->run_id);
+        rc = tfs_ckpt_writer_set(w, "run_id", a->run_id);
     if (rc == 0)
-        rc = tfs_ckpt_writer_set_timeout_ms(w, a->timeout_ms);
+        rc = wset_num(w, "timeout_ms", a->timeout_ms);
     if (rc == 0)
         rc = tfs_ckpt_writer_open(w, a->uri, 10);
     if (rc == 0)
@@ -279,7 +291,7 @@ static void *rank_main(void *p)
     if (rc == 0)
         rc = tfs_ckpt_writer_wait(w, -1);
     snprintf(a->detail, sizeof(a->detail), "%s", tfs_errdetail());
-    tfs_ckpt_writer_destroy(w);
+    tfs_ckpt_writer_close(w);
     a->rc = rc;
     return NULL;
 }
@@ -337,7 +349,7 @@ TEST(ranks)
         free(p);
     }
     CHECK_OK(tfs_ckpt_reader_verify(r, NULL));
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
 }
 
 TEST(commit_protocol)
@@ -383,7 +395,7 @@ TEST(commit_protocol)
     /* Saving a committed step again needs overwrite. */
     CHECK_RC(save(uri, 10, 0), -EEXIST);
     struct tfs_ckpt_writer *w = writer(0, 1, 0);
-    CHECK_OK(tfs_ckpt_writer_set_overwrite(w, true));
+    CHECK_OK(tfs_ckpt_writer_set(w, "overwrite", "1"));
     CHECK_OK(tfs_ckpt_writer_open(w, uri, 10));
     CHECK_OK(add_all(w));
     CHECK_RC(tfs_ckpt_writer_add(w, "scalar", "I64", 0, NULL, &scalar, 8),
@@ -397,10 +409,89 @@ TEST(commit_protocol)
     CHECK_RC(tfs_ckpt_writer_save(w), -EBUSY);
     CHECK_OK(tfs_ckpt_writer_wait(w, -1));
     CHECK(tfs_ckpt_writer_is_done(w));
-    tfs_ckpt_writer_destroy(w);
+    tfs_ckpt_writer_close(w);
     struct tfs_ckpt_reader *r = reader(uri, 10, true);
     check_all(r);
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
+}
+
+/*
+ * tfs_ckpt_writer_set / tfs_ckpt_reader_set: values out of range are
+ * refused naming the option, the value and the range; rank against
+ * world_size is checked at open, whatever order they were set in; close
+ * frees a writer or reader never opened; nothing is settable once open.
+ */
+TEST(options)
+{
+    static const char *const wbad[][3] = {
+        {"rank", "100000", "checkpoint writer option rank=100000: expected "
+         "a whole number in 0..99999"},
+        {"world_size", "0", "checkpoint writer option world_size=0: "
+         "expected a whole number in 1..100000"},
+        {"shard_size", "512K", "checkpoint writer option shard_size=512K: "
+         "expected a size of at least 1M"},
+        {"upload_threads", "65", "checkpoint writer option "
+         "upload_threads=65: expected a whole number in 1..64"},
+        {"upload_bw", "fast", "checkpoint writer option upload_bw=fast: "
+         "expected a size such as 8M"},
+        {"timeout_ms", "1.5", "checkpoint writer option timeout_ms=1.5: "
+         "expected milliseconds"},
+        {"staging_keep", "-1", "checkpoint writer option staging_keep=-1: "
+         "expected a whole number in 0..4294967295"},
+        {"staging_dir", "", "checkpoint writer option staging_dir=: "
+         "expected a non-empty string"},
+        {"sync", "maybe", "checkpoint writer option sync=maybe: expected 0 "
+         "or 1"},
+        {"set_rank", "1", "unknown checkpoint writer option 'set_rank'"},
+    };
+    static const char *const rbad[][3] = {
+        {"threads", "0", "checkpoint reader option threads=0: expected a "
+         "whole number in 1..256"},
+        {"threads", "257", "checkpoint reader option threads=257: expected "
+         "a whole number in 1..256"},
+        {"use_staging", "2", "checkpoint reader option use_staging=2: "
+         "expected 0 or 1"},
+        {"staging_dir", "", "checkpoint reader option staging_dir=: "
+         "expected a non-empty string"},
+    };
+    struct tfs_ckpt_writer *w;
+    struct tfs_ckpt_reader *r;
+    char uri[128];
+
+    path(uri, sizeof(uri), "opts");
+    CHECK_OK(tfs_ckpt_writer_create(&w));
+    for (size_t i = 0; i < TFS_ARRAY_LEN(wbad); i++) {
+        CHECK_RC(tfs_ckpt_writer_set(w, wbad[i][0], wbad[i][1]),
+                 TFS_EOPTION);
+        CHECK_STR(tfs_errdetail(), wbad[i][2]);
+    }
+    CHECK_RC(tfs_ckpt_writer_set(w, "extra", "{\"a\": "), TFS_EFORMAT);
+    CHECK(strstr(tfs_errdetail(), "extra document") != NULL);
+    CHECK_OK(tfs_ckpt_writer_set(w, "shard_size", "1M"));
+    CHECK_OK(tfs_ckpt_writer_set(w, "upload_bw", "100M"));
+    CHECK_OK(tfs_ckpt_writer_set(w, "rank", "3"));      /* before ... */
+    CHECK_RC(tfs_ckpt_writer_open(w, uri, 1), TFS_EOPTION);
+    CHECK_STR(tfs_errdetail(), "checkpoint writer option rank=3: expected "
+              "below world_size 1");
+    CHECK_OK(tfs_ckpt_writer_set(w, "world_size", "4"));  /* ... world */
+    tfs_ckpt_writer_close(w);           /* created, set, never opened */
+
+    w = writer(0, 1, 0);
+    CHECK_OK(tfs_ckpt_writer_open(w, uri, 1));
+    CHECK_RC(tfs_ckpt_writer_set(w, "sync", "1"), -EBUSY);
+    tfs_ckpt_writer_close(w);
+
+    CHECK_OK(tfs_ckpt_reader_create(&r));
+    for (size_t i = 0; i < TFS_ARRAY_LEN(rbad); i++) {
+        CHECK_RC(tfs_ckpt_reader_set(r, rbad[i][0], rbad[i][1]),
+                 TFS_EOPTION);
+        CHECK_STR(tfs_errdetail(), rbad[i][2]);
+    }
+    CHECK_OK(tfs_ckpt_reader_set(r, "threads", "256"));
+    CHECK_OK(tfs_ckpt_reader_set(r, "options", ""));
+    tfs_ckpt_reader_close(r);           /* never opened */
+    tfs_ckpt_writer_close(NULL);
+    tfs_ckpt_reader_close(NULL);
 }
 
 TEST(retention)
@@ -489,7 +580,7 @@ TEST(checksums)
     flip(rel, 5000);
     r = reader(uri, 1, true);
     check_all(r);
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
     /* A damaged store copy: an error naming tensor and file, no data. */
     flip("sum/step-000001/model-rank00000-00001.safetensors", 5000);
     r = reader(uri, 1, false);
@@ -500,21 +591,21 @@ TEST(checksums)
     CHECK(strstr(tfs_errdetail(),
                  "step-000001/model-rank00000-00001.safetensors") != NULL);
     CHECK_RC(tfs_ckpt_reader_verify(r, NULL), TFS_ECORRUPT);
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
     /* A missing shard, and a truncated one. */
     char p[256];
     path(p, sizeof(p), "sum/step-000001/model-rank00000-00002.safetensors");
     CHECK(truncate(p, 100) == 0);
     struct tfs_ckpt_reader *r2;
     CHECK_OK(tfs_ckpt_reader_create(&r2));
-    CHECK_OK(tfs_ckpt_reader_set_use_staging(r2, false));
+    CHECK_OK(tfs_ckpt_reader_set(r2, "use_staging", "0"));
     CHECK_RC(tfs_ckpt_reader_open(r2, uri, 1), TFS_EFORMAT);
     CHECK(strstr(tfs_errdetail(), "truncated") != NULL);
     CHECK(unlink(p) == 0);
     CHECK_RC(tfs_ckpt_reader_open(r2, uri, 1), -ENOENT);
     CHECK(strstr(tfs_errdetail(), "missing (named by the index)") != NULL);
     CHECK_RC(tfs_ckpt_reader_open(r2, uri, 2), -ENOENT);
-    tfs_ckpt_reader_destroy(r2);
+    tfs_ckpt_reader_close(r2);
 }
 
 /* Whether path (under the test directory, a shell glob) exists. */
@@ -561,7 +652,7 @@ TEST(recycle)
     CHECK_OK(tfs_ckpt_reader_file(r, 0, NULL, NULL, NULL, &local));
     CHECK(local);
     check_all(r);
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
     /* Step 1 is still whole, from the store. */
     r = reader(uri, 1, true);
     CHECK_OK(tfs_ckpt_reader_file(r, 0, NULL, NULL, NULL, &local));
@@ -569,7 +660,7 @@ TEST(recycle)
     p = read_all(r, "w.big", &len);
     CHECK(len == sizeof(old) && memcmp(p, old, len) == 0);
     free(p);
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
     memcpy(big, old, sizeof(big));
 }
 
@@ -587,9 +678,9 @@ static void save_odd(const char *uri, const char *dir, uint64_t step,
     char name[32];
 
     CHECK_OK(tfs_ckpt_writer_create(&w));
-    CHECK_OK(tfs_ckpt_writer_set_shard_size(w, 1 << 20));
-    CHECK_OK(tfs_ckpt_writer_set_staging_dir(w, dir));
-    CHECK_OK(tfs_ckpt_writer_set_timeout_ms(w, 20000));
+    CHECK_OK(tfs_ckpt_writer_set(w, "shard_size", "1048576"));
+    CHECK_OK(tfs_ckpt_writer_set(w, "staging_dir", dir));
+    CHECK_OK(tfs_ckpt_writer_set(w, "timeout_ms", "20000"));
     CHECK_OK(tfs_ckpt_writer_open(w, uri, step));
     CHECK_OK(tfs_ckpt_writer_add(w, "odd", "U8", 1, shape, odd, odd_len));
     for (int i = 0; i < 3; i++) {
@@ -602,7 +693,7 @@ static void save_odd(const char *uri, const char *dir, uint64_t step,
     CHECK_EQ(w->n_files, 2);
     for (size_t i = 0; i < 2; i++)
         direct[i] = w->files[i].direct;
-    tfs_ckpt_writer_destroy(w);
+    tfs_ckpt_writer_close(w);
 }
 
 static void check_odd(const char *uri, const char *dir, uint64_t step,
@@ -614,8 +705,8 @@ static void check_odd(const char *uri, const char *dir, uint64_t step,
     void *p;
 
     CHECK_OK(tfs_ckpt_reader_create(&r));
-    CHECK_OK(tfs_ckpt_reader_set_staging_dir(r, dir));
-    CHECK_OK(tfs_ckpt_reader_set_use_staging(r, staging));
+    CHECK_OK(tfs_ckpt_reader_set(r, "staging_dir", dir));
+    CHECK_OK(tfs_ckpt_reader_set(r, "use_staging", staging ? "1" : "0"));
     CHECK_OK(tfs_ckpt_reader_open(r, uri, (int64_t)step));
     CHECK_OK(tfs_ckpt_reader_file(r, 0, NULL, NULL, NULL, &local));
     CHECK(local == staging);
@@ -626,7 +717,7 @@ static void check_odd(const char *uri, const char *dir, uint64_t step,
     p = read_all(r, "layers.2.small", &n);
     CHECK(n == sizeof(small[2]) && memcmp(p, small[2], n) == 0);
     free(p);
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
 }
 
 /*
@@ -738,7 +829,7 @@ TEST(streaming)
             free(bufs[i]);
         }
         CHECK_RC(tfs_ckpt_reader_wait(r, 999, 0), -EINVAL);
-        tfs_ckpt_reader_destroy(r);
+        tfs_ckpt_reader_close(r);
     }
     /* Destroy with reads still queued. */
     r = reader(uri, 3, false);
@@ -752,7 +843,7 @@ TEST(streaming)
                                         &ids[i]));
     }
     CHECK_OK(tfs_ckpt_reader_start(r));
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
     for (size_t i = 0; i < 4; i++)
         free(bufs[i]);
 }
@@ -773,7 +864,7 @@ static int mem_round(const char *uri, uint64_t step)
     int rc = tfs_ckpt_writer_create(&w);
 
     if (rc == 0)
-        rc = tfs_ckpt_writer_set_extra(w, "{\"a\": [1, 2]}");
+        rc = tfs_ckpt_writer_set(w, "extra", "{\"a\": [1, 2]}");
     if (rc == 0)
         rc = tfs_ckpt_writer_open(w, uri, step);
     if (rc == 0)
@@ -785,7 +876,7 @@ static int mem_round(const char *uri, uint64_t step)
         rc = tfs_ckpt_writer_save(w);
     if (rc == 0)
         rc = tfs_ckpt_writer_wait(w, -1);
-    tfs_ckpt_writer_destroy(w);
+    tfs_ckpt_writer_close(w);
     if (rc == 0)
         rc = tfs_ckpt_reader_create(&r);
     if (rc == 0)
@@ -802,7 +893,7 @@ static int mem_round(const char *uri, uint64_t step)
         rc = tfs_ckpt_reader_wait(r, id, -1);
     if (rc == 0)
         rc = tfs_ckpt_reader_verify(r, NULL);
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
     return rc;
 }
 
@@ -864,7 +955,7 @@ static void check_own1(const char *uri, unsigned seed)
     CHECK(len == 20 && memcmp(p, own, 20) == 0);
     free(p);
     CHECK_OK(tfs_ckpt_reader_verify(r, NULL));
-    tfs_ckpt_reader_destroy(r);
+    tfs_ckpt_reader_close(r);
 }
 
 /*
@@ -988,7 +1079,7 @@ static void teardown(void)
         fprintf(stderr, "cannot remove %s\n", top);
 }
 
-TESTS(T(roundtrip), T(ranks), T(commit_protocol), T(retention),
+TESTS(T(roundtrip), T(ranks), T(commit_protocol), T(options), T(retention),
       T(checksums), T(recycle), T(direct_staging), T(streaming),
       T(allocation_failures), T(latest_overlapping_commits),
       T(stale_marker_retry));

@@ -179,6 +179,7 @@ static void open_reader(const char *verify)
     CHECK_OK(tfs_pack_set(rp, "verify", verify));
     CHECK_OK(tfs_pack_set(rp, "max_indexes", "2"));
     CHECK_OK(tfs_pack_open(rp, rcache, ""));
+    CHECK_RC(tfs_pack_set(rp, "verify", verify), -EBUSY);
 }
 
 static void close_reader(void)
@@ -260,7 +261,7 @@ TEST(roundtrip)
     CHECK_RC(tfs_pack_sample_info(s, names, 2, &n, sizes, 1, &n), -ENOSPC);
     CHECK_RC(tfs_pack_sample_read(s, 9, names, 8), -ERANGE);
     CHECK_RC(tfs_pack_sample_read(s, 0, names, 0), -ENOSPC);
-    tfs_pack_sample_destroy(s);
+    tfs_pack_sample_close(s);
     close_reader();
     teardown();
 }
@@ -278,7 +279,7 @@ TEST(roundtrip_shuffled)
         CHECK_OK(tfs_pack_get(rp, i, s));
         check_sample(s);
     }
-    tfs_pack_sample_destroy(s);
+    tfs_pack_sample_close(s);
     close_reader();
     teardown();
 }
@@ -310,8 +311,8 @@ static size_t run_iter(const char *const *opts, uint64_t epoch,
     }
     CHECK_EQ(n + pos, len);
     CHECK_EQ(tfs_pack_iter_position(it), len);
-    tfs_pack_sample_destroy(s);
-    tfs_pack_iter_destroy(it);
+    tfs_pack_sample_close(s);
+    tfs_pack_iter_close(it);
     return n;
 }
 
@@ -352,7 +353,7 @@ TEST(order_deterministic)
 /*
  * tfs_pack_iter_next_info: the same order as tfs_pack_iter_next, and the
  * description tfs_pack_sample_info and the getters give; buffers too
- * small give 2 with the sizes needed, the sample still filled.
+ * small give described 0 with the sizes needed, the sample still filled.
  */
 TEST(next_info)
 {
@@ -362,6 +363,7 @@ TEST(next_info)
     struct tfs_pack_iter *it = NULL;
     struct tfs_pack_sample *s = NULL;
     struct tfs_pack_desc d;
+    bool got = true;
     char names[2048];
     char names2[2048];
     uint64_t sizes[8];
@@ -378,14 +380,16 @@ TEST(next_info)
     for (const char *const *o = shuf; o[0] != NULL; o += 2)
         CHECK_OK(tfs_pack_iter_set(it, o[0], o[1]));
     CHECK_RC(tfs_pack_iter_next_info(it, s, names, sizeof(names), sizes, 8,
-                                     &d), -EINVAL);   /* not started */
+                                     &d, &got), -EINVAL);   /* not started */
+    CHECK(!got);
     CHECK_OK(tfs_pack_iter_start(it, 2, 0));
     while ((rc = tfs_pack_iter_next_info(it, s, names, sizeof(names), sizes,
-                                         8, &d)) == 1) {
+                                         8, &d, &got)) == 0 && got) {
         size_t len2 = 0;
         size_t n2 = 0;
 
         CHECK(n < N_SAMPLES);
+        CHECK_EQ(d.described, 1);
         CHECK_EQ(d.index, order[n]);
         CHECK_EQ(d.index, tfs_pack_sample_index(s));
         CHECK_EQ(d.shard, tfs_pack_sample_shard(s));
@@ -399,14 +403,18 @@ TEST(next_info)
         n++;
     }
     CHECK_EQ(rc, 0);
+    CHECK(!got);
     CHECK_EQ(n, N_SAMPLES);
     CHECK_OK(tfs_pack_iter_start(it, 2, 0));
-    CHECK_EQ(tfs_pack_iter_next_info(it, s, names, 2, sizes, 8, &d), 2);
+    got = false;
+    CHECK_OK(tfs_pack_iter_next_info(it, s, names, 2, sizes, 8, &d, &got));
+    CHECK(got);
+    CHECK_EQ(d.described, 0);
     CHECK(d.names_len > 2);
     CHECK_EQ(d.index, order[0]);
     check_sample(s);                    /* filled all the same */
-    tfs_pack_sample_destroy(s);
-    tfs_pack_iter_destroy(it);
+    tfs_pack_sample_close(s);
+    tfs_pack_iter_close(it);
     close_reader();
     teardown();
 }
@@ -504,8 +512,22 @@ TEST(resume)
     CHECK_OK(tfs_pack_iter_set(it, "rank", "2"));
     CHECK_RC(tfs_pack_iter_start(it, 0, 0), -EINVAL);
     CHECK_RC(tfs_pack_iter_set(it, "bogus", "1"), TFS_EOPTION);
+    CHECK_STR(tfs_errdetail(), "unknown pack iterator option 'bogus'");
     CHECK_RC(tfs_pack_iter_set(it, "seed", "x"), TFS_EOPTION);
-    tfs_pack_iter_destroy(it);
+    CHECK_STR(tfs_errdetail(), "pack iterator option seed=x: expected a "
+              "whole number");
+    CHECK_RC(tfs_pack_iter_set(it, "prefetch", "1025"), TFS_EOPTION);
+    CHECK_STR(tfs_errdetail(), "pack iterator option prefetch=1025: "
+              "expected a whole number in 0..1024");
+    CHECK_RC(tfs_pack_iter_set(it, "shuffle_buffer", "67108865"),
+             TFS_EOPTION);
+    CHECK(strstr(tfs_errdetail(), "shuffle_buffer=67108865") != NULL);
+    CHECK_RC(tfs_pack_iter_set(it, "drop_last", "2"), TFS_EOPTION);
+    CHECK_STR(tfs_errdetail(), "pack iterator option drop_last=2: expected "
+              "0 or 1");
+    CHECK_OK(tfs_pack_iter_set(it, "shuffle_buffer", "67108864"));
+    CHECK_OK(tfs_pack_iter_set(it, "drop_last", "yes"));
+    tfs_pack_iter_close(it);
     close_reader();
     teardown();
 }
@@ -554,12 +576,12 @@ TEST(prefetch_hints)
             CHECK_EQ(cached("shard-000009.tar", 1, 100), 0);
             CHECK_EQ(cached("shard-000009.idx", 1, 100), 0);
         }
-        tfs_pack_sample_destroy(s);
+        tfs_pack_sample_close(s);
         CHECK_OK(tfs_pack_sample_create(&s));
-        tfs_pack_iter_destroy(it);
+        tfs_pack_iter_close(it);
         close_reader();
     }
-    tfs_pack_sample_destroy(s);
+    tfs_pack_sample_close(s);
     /* A byte cap: one sample ahead, so the second shard waits. */
     open_reader("1");
     CHECK_OK(tfs_pack_iter_create(rp, &it));
@@ -568,7 +590,7 @@ TEST(prefetch_hints)
     CHECK_OK(tfs_pack_iter_start(it, 0, 0));
     CHECK(cached("shard-000000.tar", 1, 5000) > 0);
     CHECK_EQ(cached("shard-000001.tar", 1, 100), 0);
-    tfs_pack_iter_destroy(it);
+    tfs_pack_iter_close(it);
     close_reader();
     teardown();
 }
@@ -637,7 +659,7 @@ static int read_all(int *rc_out, char *detail, size_t dlen)
             snprintf(detail, dlen, "%s", tfs_errdetail());
         }
     }
-    tfs_pack_sample_destroy(s);
+    tfs_pack_sample_close(s);
     return failed;
 }
 
@@ -739,9 +761,9 @@ TEST(truncated_shard)
         }
         CHECK_EQ(bad, x->n_samples);
         CHECK_EQ(ok + bad, N_SAMPLES);
-        tfs_pack_iter_destroy(it);
+        tfs_pack_iter_close(it);
     }
-    tfs_pack_sample_destroy(s);
+    tfs_pack_sample_close(s);
     tfs_free(x);
     free(buf);
     close_reader();
@@ -856,6 +878,11 @@ TEST(pack_refuses)
     CHECK_OK(tfs_cache_open(rcache, rst));
     CHECK_OK(tfs_pack_create(&p));
     CHECK_RC(tfs_pack_set(p, "verify", "maybe"), TFS_EOPTION);
+    CHECK_STR(tfs_errdetail(), "pack option verify=maybe: expected 0 or 1");
+    CHECK_RC(tfs_pack_set(p, "max_indexes", "1048577"), TFS_EOPTION);
+    CHECK_STR(tfs_errdetail(), "pack option max_indexes=1048577: expected a "
+              "whole number in 0..1048576");
+    CHECK_OK(tfs_pack_set(p, "max_indexes", "1048576"));
     CHECK_RC(tfs_pack_open(p, rcache, "sub"), -ENOENT);
     CHECK(strstr(tfs_errdetail(), "manifest.json") != NULL);
     tfs_pack_close(p);
@@ -896,7 +923,7 @@ TEST(pack_large_member)
         found++;
     }
     CHECK_EQ(found, 1);
-    tfs_pack_sample_destroy(s);
+    tfs_pack_sample_close(s);
     close_reader();
     free(buf);
     free(back);
@@ -938,8 +965,8 @@ static int mem_round(void)
              f++)
             rc = tfs_pack_sample_read(s, f, buf, sizeof(buf));
     }
-    tfs_pack_iter_destroy(it);
-    tfs_pack_sample_destroy(s);
+    tfs_pack_iter_close(it);
+    tfs_pack_sample_close(s);
     close_reader();
     return rc;
 }

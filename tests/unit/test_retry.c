@@ -496,6 +496,14 @@ TEST(options)
     CHECK_OK(read_some(st, "obj"));
     tfs_retry_get_stats(st, &rs);
     CHECK_EQ(rs.calls, 1);
+    /* The defaults: deadline_ms 120000, min_rate 256K (8M: 32 s more). */
+    CHECK_EQ(tfs_retry_deadline_ms(st, 0), 120000);
+    CHECK_EQ(tfs_retry_deadline_ms(st, 8u << 20), 152000);
+    tfs_store_close(st);
+    snprintf(uri, sizeof(uri), "retry+file://%s?deadline_ms=1000&"
+             "min_rate=1M", dir);
+    CHECK_OK(tfs_store_open(&st, uri, NULL));
+    CHECK_EQ(tfs_retry_deadline_ms(st, 8u << 20), 9000);
     tfs_store_close(st);
     st = open_at("file", "");
     rs.calls = 9;
@@ -512,9 +520,12 @@ TEST(options)
     CHECK(strstr(tfs_errdetail(), "retires") != NULL);
     snprintf(uri, sizeof(uri), "retry+file://%s?timeout_ms=99999999999", dir);
     CHECK_RC(tfs_store_open(&st, uri, NULL), TFS_EOPTION);
-    CHECK(strstr(tfs_errdetail(), "timeout_ms") != NULL);
+    CHECK_STR(tfs_errdetail(), "retry option timeout_ms=99999999999: "
+              "expected milliseconds in 0..1000000000");
     snprintf(uri, sizeof(uri), "retry+file://%s?min_rate=fast", dir);
     CHECK_RC(tfs_store_open(&st, uri, NULL), TFS_EOPTION);
+    CHECK_STR(tfs_errdetail(), "retry option min_rate=fast: expected a "
+              "size such as 8M");
     snprintf(uri, sizeof(uri), "retry+file://%s?deadline_ms=0&timeout_ms=0"
              "&retries=0&retry_base_ms=0&retry_max_ms=0", dir);
     CHECK_OK(tfs_store_open(&st, uri, NULL));

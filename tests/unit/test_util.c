@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Common helpers: number and size parsing, percent-encoding, byte and hex
- * fields, mountinfo escapes, URIs, option bags, capped buffers, the error
- * space, the allocation hooks and the positional read and write loops.
+ * fields, mountinfo escapes, URIs, option bags and tables, capped buffers,
+ * the error space (every code named), the allocation hooks and the
+ * positional read and write loops.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -211,6 +212,175 @@ TEST(errors)
     CHECK(!tfs_err_is_retryable(TFS_ECHANGED));
 }
 
+/* Every TFS_E* code has a message and a name; one past the last has not. */
+TEST(error_range)
+{
+    int n = 0;
+
+    for (int rc = TFS_ERR_FIRST_; rc > TFS_ERR_LAST_; rc--) {
+        if (strcmp(tfs_strerror(rc), "invalid status") == 0 ||
+            strncmp(tfs_errname(rc), "TFS_E", 5) != 0 || tfs_errno(rc) <= 0)
+            TEST_FAIL_("code %d: \"%s\" %s", rc, tfs_strerror(rc),
+                       tfs_errname(rc));
+        n++;
+    }
+    CHECK_EQ(n, TFS_ERR_COUNT_);
+    CHECK_EQ(TFS_ERR_LAST_ + 1, TFS_EFORMAT);   /* the last in err.h */
+    CHECK_STR(tfs_strerror(TFS_ERR_LAST_), "invalid status");
+    CHECK_STR(tfs_errname(TFS_ERR_LAST_), "EINVALID");
+    CHECK_STR(tfs_strerror(TFS_ERR_FIRST_ + 1), "invalid status");
+}
+
+struct opt_obj {
+    bool     b;
+    unsigned u;
+    uint64_t n;
+    uint64_t size;
+    uint64_t ms;
+    uint64_t ms_ns;
+    uint64_t sec_ns;
+    double   d;
+    char    *str;
+    char    *path;
+    int      color;
+    bool     chosen;
+};
+
+/* A custom option: a spelling mapped to a number. */
+static int opt_set_color(const struct tfs_opt_spec *o, void *base,
+                         const char *value)
+{
+    struct opt_obj *x = base;
+
+    (void)o;
+    if (strcmp(value, "red") == 0)
+        x->color = 1;
+    else if (strcmp(value, "blue") == 0)
+        x->color = 2;
+    else
+        return TFS_EOPTION;
+    return 0;
+}
+
+/* A kind's store wrapped: a flag raised only on success. */
+static int opt_set_chosen(const struct tfs_opt_spec *o, void *base,
+                          const char *value)
+{
+    int rc = tfs_opt_store(o, base, value);
+
+    if (rc == 0)
+        ((struct opt_obj *)base)->chosen = true;
+    return rc;
+}
+
+#define OPT_(name, kind, field, min, max)                                  \
+    {name, kind, offsetof(struct opt_obj, field), min, max, NULL, NULL}
+
+static const struct tfs_opt_spec opt_table[] = {
+    OPT_("b", TFS_OPT_BOOL, b, 0, 1),
+    OPT_("u", TFS_OPT_UINT, u, 1, 1024),
+    OPT_("u_any", TFS_OPT_UINT, u, 0, TFS_OPT_NOMAX),
+    OPT_("n", TFS_OPT_U64, n, 0, TFS_OPT_NOMAX),
+    {"size", TFS_OPT_SIZE, offsetof(struct opt_obj, size), 64u << 10,
+     64u << 20, opt_set_chosen, NULL},
+    OPT_("size_min", TFS_OPT_SIZE, size, 1u << 20, TFS_OPT_NOMAX),
+    OPT_("size_any", TFS_OPT_SIZE, size, 0, TFS_OPT_NOMAX),
+    OPT_("ms", TFS_OPT_MS, ms, 0, 600000),
+    OPT_("ms_ns", TFS_OPT_MS_NS, ms_ns, 0, 600000),
+    OPT_("sec_ns", TFS_OPT_SEC_NS, sec_ns, 0, 1e7),
+    OPT_("d", TFS_OPT_DOUBLE, d, 0, 1),
+    OPT_("str", TFS_OPT_STR, str, 0, TFS_OPT_NOMAX),
+    OPT_("path", TFS_OPT_STR, path, 1, TFS_OPT_NOMAX),
+    {"color", TFS_OPT_CUSTOM, 0, 0, 0, opt_set_color, "red or blue"},
+};
+
+static int opt_set(struct opt_obj *x, const char *name, const char *value)
+{
+    return tfs_opt_apply("test", opt_table, TFS_ARRAY_LEN(opt_table), x,
+                         name, value);
+}
+
+/* Refused with TFS_EOPTION and exactly this detail; x unchanged. */
+#define CHECK_OPT_BAD(x, name, value, detail)                              \
+    do {                                                                   \
+        struct opt_obj before_ = *(x);                                     \
+        CHECK_RC(opt_set(x, name, value), TFS_EOPTION);                    \
+        CHECK_STR(tfs_errdetail(), detail);                                \
+        CHECK(memcmp(&before_, (x), sizeof(before_)) == 0);                \
+    } while (0)
+
+TEST(option_tables)
+{
+    struct opt_obj x = {0};
+
+    CHECK_OK(opt_set(&x, "b", "yes"));
+    CHECK(x.b);
+    CHECK_OK(opt_set(&x, "b", "off"));
+    CHECK(!x.b);
+    CHECK_OK(opt_set(&x, "b", ""));             /* a bare name: true */
+    CHECK(x.b);
+    CHECK_OPT_BAD(&x, "b", "maybe", "test option b=maybe: expected 0 or 1");
+    CHECK_OK(opt_set(&x, "u", "1024"));
+    CHECK_EQ(x.u, 1024);
+    CHECK_OPT_BAD(&x, "u", "0",
+                  "test option u=0: expected a whole number in 1..1024");
+    CHECK_OPT_BAD(&x, "u", "1025",
+                  "test option u=1025: expected a whole number in 1..1024");
+    CHECK_OPT_BAD(&x, "u", "12x",
+                  "test option u=12x: expected a whole number in 1..1024");
+    CHECK_OK(opt_set(&x, "u_any", "4294967295"));
+    CHECK_EQ(x.u, 4294967295u);
+    CHECK_OPT_BAD(&x, "u_any", "4294967296",       /* unsigned's bound */
+                  "test option u_any=4294967296: expected a whole number "
+                  "in 0..4294967295");
+    CHECK_OK(opt_set(&x, "n", "18446744073709551615"));
+    CHECK(x.n == UINT64_MAX);
+    CHECK_OPT_BAD(&x, "n", "-1", "test option n=-1: expected a whole number");
+    CHECK_OK(opt_set(&x, "size", "1.5M"));
+    CHECK_EQ(x.size, 3u << 19);
+    CHECK(x.chosen);
+    x.chosen = false;
+    CHECK_OPT_BAD(&x, "size", "1K",
+                  "test option size=1K: expected a size in 64K..64M");
+    CHECK_OPT_BAD(&x, "size", "65M",
+                  "test option size=65M: expected a size in 64K..64M");
+    CHECK(!x.chosen);
+    CHECK_OK(opt_set(&x, "size", "65536"));
+    CHECK_OPT_BAD(&x, "size_min", "1023K",
+                  "test option size_min=1023K: expected a size of at least "
+                  "1M");
+    CHECK_OPT_BAD(&x, "size_any", "8Q",
+                  "test option size_any=8Q: expected a size such as 8M");
+    CHECK_OK(opt_set(&x, "ms", "600000"));
+    CHECK_EQ(x.ms, 600000);
+    CHECK_OPT_BAD(&x, "ms", "1.5",
+                  "test option ms=1.5: expected milliseconds in 0..600000");
+    CHECK_OK(opt_set(&x, "ms_ns", "20"));
+    CHECK_EQ(x.ms_ns, 20000000u);
+    CHECK_OK(opt_set(&x, "sec_ns", "0.25"));
+    CHECK_EQ(x.sec_ns, 250000000u);
+    CHECK_OPT_BAD(&x, "sec_ns", "-1",
+                  "test option sec_ns=-1: expected seconds in 0..1e+07");
+    CHECK_OK(opt_set(&x, "d", "0.5"));
+    CHECK(x.d == 0.5);
+    CHECK_OPT_BAD(&x, "d", "1.5", "test option d=1.5: expected a number in "
+                  "0..1");
+    CHECK_OK(opt_set(&x, "str", ""));
+    CHECK_STR(x.str, "");
+    CHECK_OK(opt_set(&x, "str", "two words"));
+    CHECK_STR(x.str, "two words");
+    CHECK_OPT_BAD(&x, "path", "",
+                  "test option path=: expected a non-empty string");
+    CHECK(x.path == NULL);
+    CHECK_OK(opt_set(&x, "color", "blue"));
+    CHECK_EQ(x.color, 2);
+    CHECK_OPT_BAD(&x, "color", "green",
+                  "test option color=green: expected red or blue");
+    CHECK_OPT_BAD(&x, "nope", "1", "unknown test option 'nope'");
+    CHECK_OPT_BAD(&x, "u", NULL, "test option u: no value");
+    tfs_free(x.str);
+}
+
 TEST(deadline)
 {
     uint64_t prev = tfs_deadline_set(0);
@@ -307,6 +477,7 @@ TEST(positional_io)
 }
 
 TESTS(T(sizes), T(numbers), T(pct), T(bytes), T(mountinfo_unescape),
-      T(uris), T(option_bags), T(capped_buffer), T(errors), T(deadline),
+      T(uris), T(option_bags), T(option_tables), T(capped_buffer), T(errors),
+      T(error_range), T(deadline),
       T(allocation_failures), T(positional_io));
 TEST_MAIN()
