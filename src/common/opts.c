@@ -267,6 +267,8 @@ static int opt_real(const struct tfs_opt_spec *o, const char *value,
         return TFS_EOPTION;
     if (o->kind == TFS_OPT_SEC_NS && (v < 0 || v >= 0x1p64 / 1e9))
         return TFS_EOPTION;
+    if (o->kind == TFS_OPT_SEC_MS && (v < 0 || v >= 0x1p64 / 1e3))
+        return TFS_EOPTION;
     *out = v;
     return 0;
 }
@@ -302,11 +304,14 @@ int tfs_opt_store(const struct tfs_opt_spec *o, void *base,
         return opt_store_str(o, field, value);
     case TFS_OPT_DOUBLE:
     case TFS_OPT_SEC_NS:
+    case TFS_OPT_SEC_MS:
         rc = opt_real(o, value, &d);
         if (rc == 0 && o->kind == TFS_OPT_DOUBLE)
             *(double *)field = d;
-        else if (rc == 0)
+        else if (rc == 0 && o->kind == TFS_OPT_SEC_NS)
             *(uint64_t *)field = (uint64_t)(d * 1e9);
+        else if (rc == 0)
+            *(uint64_t *)field = (uint64_t)(d * 1e3 + 0.5);
         return rc;
     case TFS_OPT_CUSTOM:
         return TFS_EOPTION;
@@ -347,7 +352,8 @@ static bool opt_fmt_range(const struct tfs_opt_spec *o, char *lo, char *hi,
     uint64_t a;
     uint64_t b;
 
-    if (o->kind == TFS_OPT_DOUBLE || o->kind == TFS_OPT_SEC_NS) {
+    if (o->kind == TFS_OPT_DOUBLE || o->kind == TFS_OPT_SEC_NS ||
+        o->kind == TFS_OPT_SEC_MS) {
         snprintf(lo, len, "%g", o->min);
         snprintf(hi, len, "%g", o->max);
         return o->max < TFS_OPT_NOMAX;
@@ -366,6 +372,7 @@ static void opt_describe(const struct tfs_opt_spec *o, char *buf,
         [TFS_OPT_UINT] = "a whole number", [TFS_OPT_U64] = "a whole number",
         [TFS_OPT_SIZE] = "a size",         [TFS_OPT_MS] = "milliseconds",
         [TFS_OPT_MS_NS] = "milliseconds",  [TFS_OPT_SEC_NS] = "seconds",
+        [TFS_OPT_SEC_MS] = "seconds",
         [TFS_OPT_DOUBLE] = "a number",
     };
     char lo[32];

@@ -220,8 +220,9 @@ const char *tfs_opts_unused(const struct tfs_opts *o);
 
 /*
  * Option tables: how every name/value setter of the public API
- * (tfs_cache_set, tfs_pack_set, tfs_pack_iter_set, tfs_ckpt_writer_set,
- * tfs_ckpt_reader_set) and the retry layer's URI options parse, check
+ * (tfs_cache_set, tfs_fs_set, tfs_pack_set, tfs_pack_iter_set,
+ * tfs_ckpt_writer_set, tfs_ckpt_reader_set) and the retry layer's URI
+ * options parse, check
  * and store a value.  One entry per option; kind says how the text is
  * parsed and what type the field at offset (from the object's base
  * pointer) has; min and max bound the value as written (inclusive; a
@@ -235,6 +236,7 @@ enum tfs_opt_kind {
     TFS_OPT_MS,         /* uint64_t ms: whole milliseconds */
     TFS_OPT_MS_NS,      /* uint64_t ns: whole milliseconds */
     TFS_OPT_SEC_NS,     /* uint64_t ns: seconds, fractions allowed */
+    TFS_OPT_SEC_MS,     /* uint64_t ms: seconds, fractions allowed */
     TFS_OPT_DOUBLE,     /* double */
     TFS_OPT_STR,        /* char *, owned: replaced by a copy */
     TFS_OPT_CUSTOM,     /* only the set callback; expect says what it takes */

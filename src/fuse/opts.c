@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "fuse/fuse_int.h"
@@ -47,99 +48,61 @@ int tfs_fs_create(struct tfs_fs **out)
     return 0;
 }
 
-/* A duration in seconds (fractions allowed) as milliseconds. */
-static int fs_parse_ms(const char *name, const char *value, uint64_t *ms)
+/* A string option where "" means none: NULL, not an empty copy. */
+static int fs_set_or_none(const struct tfs_opt_spec *o, void *base,
+                          const char *value)
 {
-    double d;
+    char **field = (char **)(void *)((char *)base + o->offset);
 
-    if (tfs_parse_double(value, &d) < 0 || d < 0 || d > 1e7)
-        return tfs_err(TFS_EOPTION, "%s: '%s' is not a number of seconds",
-                       name, value);
-    *ms = (uint64_t)(d * 1000.0 + 0.5);
+    if (value[0] != '\0')
+        return tfs_opt_store(o, base, value);
+    tfs_free(*field);
+    *field = NULL;
     return 0;
 }
 
-/* The write-back options (fs.h); 1 when name is none of them. */
-static int fs_set_wb(struct tfs_fs *fs, const char *name, const char *value)
+/* fuse_opts: each value is appended, ","-joined. */
+static int fs_set_fuse_opts(const struct tfs_opt_spec *o, void *base,
+                            const char *value)
 {
-    uint64_t v;
+    struct tfs_fs *fs = base;
+    int rc = fs->fuse_opts.len ? tfs_buf_puts(&fs->fuse_opts, ",") : 0;
 
-    if (strcmp(name, "read_only") == 0)
-        return tfs_parse_bool(value, &fs->read_only) < 0
-                   ? tfs_err(TFS_EOPTION, "read_only: '%s' is not 0 or 1",
-                             value) : 0;
-    if (strcmp(name, "staging_dir") == 0) {
-        tfs_free((char *)fs->wcfg.staging_dir);
-        fs->wcfg.staging_dir = value[0] ? tfs_strdup(value) : NULL;
-        return value[0] && fs->wcfg.staging_dir == NULL ? -ENOMEM : 0;
-    }
-    if (strcmp(name, "staging_max") == 0 || strcmp(name, "upload_bw") == 0) {
-        if (tfs_parse_size(value, &v) < 0)
-            return tfs_err(TFS_EOPTION, "%s: '%s' is not a size", name,
-                           value);
-        *(name[0] == 's' ? &fs->wcfg.staging_max : &fs->wcfg.upload_bw) = v;
-        return 0;
-    }
-    if (strcmp(name, "upload_jobs") == 0) {
-        if (tfs_parse_u64(value, &v) < 0 || v < 1 || v > 256)
-            return tfs_err(TFS_EOPTION, "upload_jobs: '%s' is not in "
-                           "1..256", value);
-        fs->wcfg.upload_jobs = (unsigned)v;
-        return 0;
-    }
-    if (strcmp(name, "upload_delay") == 0)
-        return fs_parse_ms(name, value, &fs->wcfg.upload_delay_ms);
-    if (strcmp(name, "staging_wait") == 0)
-        return fs_parse_ms(name, value, &fs->wcfg.staging_wait_ms);
-    if (strcmp(name, "upload_retry_max") == 0)
-        return fs_parse_ms(name, value, &fs->wcfg.retry_max_ms);
-    return 1;
+    (void)o;
+    return rc < 0 ? rc : tfs_buf_puts(&fs->fuse_opts, value);
 }
+
+#define FS_OPT(name, kind, field, min, max)                                \
+    {name, kind, offsetof(struct tfs_fs, field), min, max, NULL, NULL}
+
+/* The mount's own options (fs.h), over struct tfs_fs; every other name
+ * is the cache's. */
+static const struct tfs_opt_spec fs_opts[] = {
+    FS_OPT("read_only", TFS_OPT_BOOL, read_only, 0, 1),
+    {"staging_dir", TFS_OPT_STR, offsetof(struct tfs_fs, wcfg.staging_dir),
+     0, TFS_OPT_NOMAX, fs_set_or_none, NULL},
+    FS_OPT("staging_max", TFS_OPT_SIZE, wcfg.staging_max, 0, TFS_OPT_NOMAX),
+    FS_OPT("upload_bw", TFS_OPT_SIZE, wcfg.upload_bw, 0, TFS_OPT_NOMAX),
+    FS_OPT("upload_jobs", TFS_OPT_UINT, wcfg.upload_jobs, 1, 256),
+    FS_OPT("upload_delay", TFS_OPT_SEC_MS, wcfg.upload_delay_ms, 0, 1e7),
+    FS_OPT("staging_wait", TFS_OPT_SEC_MS, wcfg.staging_wait_ms, 0, 1e7),
+    FS_OPT("upload_retry_max", TFS_OPT_SEC_MS, wcfg.retry_max_ms, 0, 1e7),
+    {"metrics", TFS_OPT_STR, offsetof(struct tfs_fs, metrics), 0,
+     TFS_OPT_NOMAX, fs_set_or_none, NULL},
+    {"fuse_opts", TFS_OPT_CUSTOM, 0, 0, 0, fs_set_fuse_opts,
+     "mount options"},
+    FS_OPT("debug", TFS_OPT_BOOL, debug, 0, 1),
+    FS_OPT("max_threads", TFS_OPT_UINT, max_threads, 1, 4096),
+    FS_OPT("async_reads", TFS_OPT_UINT, async.max, 1, 65536),
+    FS_OPT("kernel_readahead", TFS_OPT_SIZE, kernel_ra, 0, 1u << 30),
+};
 
 int tfs_fs_set(struct tfs_fs *fs, const char *name, const char *value)
 {
-    uint64_t v;
-    int rc;
-
     if (fs->opened)
         return -EBUSY;
-    rc = fs_set_wb(fs, name, value);
-    if (rc <= 0)
-        return rc;
-    if (strcmp(name, "metrics") == 0) {
-        tfs_free(fs->metrics);
-        fs->metrics = value[0] ? tfs_strdup(value) : NULL;
-        return value[0] && fs->metrics == NULL ? -ENOMEM : 0;
-    }
-    if (strcmp(name, "fuse_opts") == 0) {
-        rc = fs->fuse_opts.len ? tfs_buf_puts(&fs->fuse_opts, ",") : 0;
-        return rc < 0 ? rc : tfs_buf_puts(&fs->fuse_opts, value);
-    }
-    if (strcmp(name, "debug") == 0) {
-        if (tfs_parse_bool(value, &fs->debug) < 0)
-            return tfs_err(TFS_EOPTION, "debug: '%s' is not 0 or 1", value);
-        return 0;
-    }
-    if (strcmp(name, "max_threads") == 0) {
-        if (tfs_parse_u64(value, &v) < 0 || v < 1 || v > 4096)
-            return tfs_err(TFS_EOPTION, "max_threads: '%s' is not in "
-                           "1..4096", value);
-        fs->max_threads = (unsigned)v;
-        return 0;
-    }
-    if (strcmp(name, "async_reads") == 0) {
-        if (tfs_parse_u64(value, &v) < 0 || v < 1 || v > 65536)
-            return tfs_err(TFS_EOPTION, "async_reads: '%s' is not in "
-                           "1..65536", value);
-        fs->async.max = (unsigned)v;
-        return 0;
-    }
-    if (strcmp(name, "kernel_readahead") == 0) {
-        if (tfs_parse_size(value, &v) < 0 || v > (1ull << 30))
-            return tfs_err(TFS_EOPTION, "kernel_readahead: '%s' is not a "
-                           "size up to 1G", value);
-        fs->kernel_ra = v;
-        return 0;
-    }
+    for (size_t i = 0; i < TFS_ARRAY_LEN(fs_opts); i++)
+        if (strcmp(name, fs_opts[i].name) == 0)
+            return tfs_opt_apply("mount", &fs_opts[i], 1, fs, name, value);
     return tfs_cache_set(fs->cache, name, value);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fuse/fuse_int.h"
+#include "tierfs/fs.h"
 #include "test.h"
 
 static struct tfs_stat st_of(uint64_t size, const char *version)
@@ -159,6 +160,42 @@ TEST(alloc_failures)
     }
 }
 
+/* tfs_fs_set: the mount's option table, and every other name to the
+ * cache's. */
+TEST(fs_options)
+{
+    struct tfs_fs *fs = NULL;
+
+    CHECK_OK(tfs_fs_create(&fs));
+    CHECK_OK(tfs_fs_set(fs, "upload_jobs", "8"));
+    CHECK_EQ(fs->wcfg.upload_jobs, 8);
+    CHECK_RC(tfs_fs_set(fs, "upload_jobs", "0"), TFS_EOPTION);
+    CHECK_STR(tfs_errdetail(), "mount option upload_jobs=0: expected a "
+              "whole number in 1..256");
+    CHECK_EQ(fs->wcfg.upload_jobs, 8);          /* unchanged */
+    CHECK_OK(tfs_fs_set(fs, "upload_delay", "0.25"));
+    CHECK_EQ(fs->wcfg.upload_delay_ms, 250);
+    CHECK_RC(tfs_fs_set(fs, "staging_wait", "-1"), TFS_EOPTION);
+    CHECK_OK(tfs_fs_set(fs, "kernel_readahead", "1G"));
+    CHECK_EQ(fs->kernel_ra, 1u << 30);
+    CHECK_RC(tfs_fs_set(fs, "kernel_readahead", "2G"), TFS_EOPTION);
+    CHECK_OK(tfs_fs_set(fs, "staging_dir", "/tmp/x"));
+    CHECK_STR(fs->wcfg.staging_dir, "/tmp/x");
+    CHECK_OK(tfs_fs_set(fs, "staging_dir", ""));
+    CHECK(fs->wcfg.staging_dir == NULL);
+    CHECK_OK(tfs_fs_set(fs, "fuse_opts", "allow_other"));
+    CHECK_OK(tfs_fs_set(fs, "fuse_opts", "default_permissions"));
+    CHECK_STR(tfs_buf_str(&fs->fuse_opts), "allow_other,default_permissions");
+    CHECK_RC(tfs_fs_set(fs, "read_only", "maybe"), TFS_EOPTION);
+    /* not the mount's: the cache's table answers */
+    CHECK_OK(tfs_fs_set(fs, "block_size", "1M"));
+    CHECK_RC(tfs_fs_set(fs, "block_size", "1K"), TFS_EOPTION);
+    CHECK(strstr(tfs_errdetail(), "cache option block_size=1K") != NULL);
+    CHECK_RC(tfs_fs_set(fs, "no_such", "1"), TFS_EOPTION);
+    CHECK(strstr(tfs_errdetail(), "'no_such'") != NULL);
+    tfs_fs_close(fs);
+}
+
 TESTS(T(lookup_forget), T(new_version_new_inode), T(grow), T(key_ino),
-      T(alloc_failures));
+      T(alloc_failures), T(fs_options));
 TEST_MAIN()
