@@ -176,7 +176,7 @@ static int mount_opt(struct mount_args *a, int c)
     case MOUNT_OPT_LOG:
         tfs_free(a->log_path);
         a->log_path = mount_abs(optarg);
-        return 0;
+        return a->log_path != NULL ? 0 : CLI_FAIL;
     case 'o':
         return mount_add(a, "fuse_opts", optarg);
     case 'f':

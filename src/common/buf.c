@@ -4,7 +4,8 @@
  * the network can never grow without bound (curl's "toobig").  The first
  * failed append is remembered (SQLite's sqlite3_str accError): every later
  * append is a no-op returning it, so a caller that builds a record from
- * many appends checks tfs_buf_error() once, where the record is finished.
+ * many appends checks tfs_buf_error() once, where the record is finished,
+ * and tfs_buf_steal() hands out no partial text (NULL).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -126,8 +127,12 @@ char *tfs_buf_steal(struct tfs_buf *b)
 {
     char *p = b->p;
 
-    if (p == NULL)
+    if (b->err != 0) {                  /* never hand out a partial text */
+        tfs_free(p);
+        p = NULL;
+    } else if (p == NULL) {
         p = tfs_strdup("");
+    }
     b->p = NULL;
     b->len = 0;
     b->cap = 0;

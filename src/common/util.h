@@ -71,7 +71,9 @@ int tfs_buf_printf(struct tfs_buf *b, const char *fmt, ...) TFS_PRINTF(2, 3);
 int tfs_buf_error(const struct tfs_buf *b);
 /* The contents ("" when empty); valid until the next change. */
 const char *tfs_buf_str(const struct tfs_buf *b);
-/* Hand the contents to the caller (free with tfs_free); b is reset. */
+/* Hand the contents to the caller (free with tfs_free); b is reset.  NULL
+   when an append failed (read tfs_buf_error first for which error) or
+   when an empty buffer's "" cannot be allocated. */
 char *tfs_buf_steal(struct tfs_buf *b);
 
 /* ---- clocks and deadlines (clock.c) ---- */

@@ -159,6 +159,50 @@ TEST(cache_writes_a_trace)
     CHECK(system(file) == 0);
 }
 
+/* The writer's allocations failing in turn: -ENOMEM and nothing held
+ * (ASan); once they succeed, every record reaches the file whole. */
+TEST(writer_alloc_failures)
+{
+    struct tfs_trace *t = NULL;
+    struct counts c = {0};
+    void *buf;
+    size_t len;
+    long k;
+    int rc = -ENOMEM;
+
+    tmp_trace();
+    CHECK_OK(test_alloc_hook());
+    for (k = 0; k < 16 && rc != 0; k++) {
+        test_alloc_budget(k);
+        rc = tfs_trace_open(&t, path);
+        test_alloc_budget(-1);
+        if (rc != 0)
+            CHECK_RC(rc, -ENOMEM);
+    }
+    CHECK_OK(tfs_replace_allocator(malloc, realloc, calloc, free));
+    CHECK_OK(rc);
+    CHECK(k > 1);                       /* at least one failure seen */
+    for (uint32_t f = 0; f < 3000; f++) {   /* past one 256 KiB buffer */
+        char key[32];
+        uint32_t id;
+
+        snprintf(key, sizeof(key), "d/file-%u", f);
+        id = tfs_trace_file_open(t, key, 1000);
+        tfs_trace_read(t, id, 0, 100, 5, 1);
+        tfs_trace_file_close(t, id);
+    }
+    tfs_trace_close(t);
+    buf = slurp(path, &len);
+    CHECK(buf != NULL);
+    CHECK_OK(tfs_trace_parse(buf, len, false, count_ev, &c));
+    CHECK_EQ(c.opens, 3000);
+    CHECK_EQ(c.reads, 3000);
+    CHECK_EQ(c.closes, 3000);
+    CHECK_STR(c.first_key, "d/file-0");
+    free(buf);
+    unlink(path);
+}
+
 TESTS(T(round_trip_and_damage), T(cache_writes_a_trace),
-      T(trace_file_is_private));
+      T(trace_file_is_private), T(writer_alloc_failures));
 TEST_MAIN()

@@ -181,11 +181,14 @@ TEST(capped_buffer)
     /* the failure sticks: what would still fit is refused too */
     CHECK_RC(tfs_buf_puts(&b, "a"), TFS_ETOOBIG);
     CHECK_RC(tfs_buf_error(&b), TFS_ETOOBIG);
-    s = tfs_buf_steal(&b);
-    CHECK_STR(s, "123456789");
+    CHECK_STR(tfs_buf_str(&b), "123456789");
+    /* a partial text is never handed out; b starts again */
+    CHECK(tfs_buf_steal(&b) == NULL);
     CHECK_EQ(b.len, 0);
     CHECK_OK(tfs_buf_error(&b));
     CHECK_OK(tfs_buf_puts(&b, "a"));
+    s = tfs_buf_steal(&b);
+    CHECK_STR(s, "a");
     tfs_free(s);
     tfs_buf_cleanup(&b);
 
