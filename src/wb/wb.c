@@ -187,9 +187,9 @@ static struct rp_state *rp_of(struct tfs_wb *wb)
     return (struct rp_state *)wb->replay;
 }
 
-static struct rp_ent *rp_ent_of(struct tfs_hnode *n)
+static struct rp_ent *rp_ent_of(struct tfs_hstr *h)
 {
-    return n ? tfs_container_of(n, struct rp_ent, h.node) : NULL;
+    return h ? tfs_container_of(h, struct rp_ent, h) : NULL;
 }
 
 static int rp_apply(struct tfs_wb *wb, const struct wb_jent *j)
@@ -202,7 +202,7 @@ static int rp_apply(struct tfs_wb *wb, const struct wb_jent *j)
         rs->identity = tfs_strdup(j->key);
         return rs->identity ? 0 : -ENOMEM;
     }
-    r = rp_ent_of((struct tfs_hnode *)tfs_hmap_find_str(&rs->map, j->key));
+    r = rp_ent_of(tfs_hmap_find_str(&rs->map, j->key));
     if (r == NULL) {
         r = tfs_calloc(1, sizeof(*r));
         r->h.key = r ? tfs_strdup(j->key) : NULL;
@@ -291,7 +291,7 @@ static int rp_build(struct tfs_wb *wb)
     int rc = 0;
 
     tfs_hmap_iter_init(&it, &rs->map);
-    while (rc == 0 && (r = rp_ent_of(tfs_hmap_iter_next(&it))) != NULL) {
+    while (rc == 0 && (r = rp_ent_of(tfs_hstr_of(tfs_hmap_iter_next(&it)))) != NULL) {
         const struct wb_jent *j = &r->j;
         struct wb_ent *e = NULL;
 
@@ -324,7 +324,7 @@ static void rp_cleanup(struct tfs_wb *wb)
     if (rs == NULL)
         return;
     tfs_hmap_iter_init(&it, &rs->map);
-    while ((r = rp_ent_of(tfs_hmap_iter_next(&it))) != NULL) {
+    while ((r = rp_ent_of(tfs_hstr_of(tfs_hmap_iter_next(&it)))) != NULL) {
         tfs_free(r->h.key);
         tfs_free(r->src);
         tfs_free(r);
