@@ -11,8 +11,9 @@
  * the lookup loop meta.c had (copied here), and a tfs_hmap grown from
  * meta's 4096 buckets at load 1.  It then looks up 100,000 keys in one
  * shuffled order (cycling when N is smaller) in the old table, then in
- * the new, five times in turn, and prints the best ns per lookup of each, their ratio and the longest single insert (the last
- * doubling), one line per N.  Both hash with XXH3; the exit status is 1
+ * the new, five times in turn, and prints the best ns per lookup of
+ * each, their ratio and the longest single insert (the last doubling),
+ * one line per N.  Both hash with XXH3; the exit status is 1
  * if either missed a key.
  */
 #include <stdint.h>

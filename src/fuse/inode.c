@@ -4,11 +4,11 @@
  * count as the reference count (libfuse passthrough_ll).
  *
  * One mutex guards two hash maps (common/hmap.h) over the same inodes,
- * one keyed by node id (every request) and one by key (lookup finds the inode a
- * name already has, so the kernel keeps one inode and its page cache per
- * object).  Node ids count up from FS_FIRST_INO and are never reused, so
- * the generation is always 0.  The lock is never held across cache I/O
- * or a FUSE reply: callers copy what they need out.
+ * one keyed by node id (every request) and one by key (lookup finds the
+ * inode a name already has, so the kernel keeps one inode and its page
+ * cache per object).  Node ids count up from FS_FIRST_INO and are never
+ * reused, so the generation is always 0.  The lock is never held across
+ * cache I/O or a FUSE reply: callers copy what they need out.
  *
  * A file inode stands for one version of its object: its stat is fixed
  * when it is created, so its data never changes and the kernel may keep

@@ -291,7 +291,8 @@ static int rp_build(struct tfs_wb *wb)
     int rc = 0;
 
     tfs_hmap_iter_init(&it, &rs->map);
-    while (rc == 0 && (r = rp_ent_of(tfs_hstr_of(tfs_hmap_iter_next(&it)))) != NULL) {
+    while (rc == 0 &&
+           (r = rp_ent_of(tfs_hstr_of(tfs_hmap_iter_next(&it)))) != NULL) {
         const struct wb_jent *j = &r->j;
         struct wb_ent *e = NULL;
 
