@@ -27,6 +27,7 @@
 
 #include "tierfs/cache.h"
 #include "tierfs/trace.h"
+#include "common/hmap.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
 
@@ -116,8 +117,8 @@ enum tfs_block_src {
 
 struct tfs_block {
     uint8_t            id[TFS_BLOCK_ID_LEN]; /* immutable */
-    uint64_t           hash;            /* immutable */
-    struct tfs_block  *hnext;           /* protected by c->ram_lock */
+    struct tfs_hnode   hnode;           /* in c->table while in_table;
+                                           protected by c->ram_lock */
     struct tfs_block  *lru_prev;        /* protected by c->ram_lock */
     struct tfs_block  *lru_next;        /* protected by c->ram_lock */
     unsigned           refs;            /* pins; c->ram_lock */
@@ -215,8 +216,7 @@ struct tfs_cache {
 
     pthread_mutex_t      ram_lock;
     pthread_condattr_t   cond_attr;     /* CLOCK_MONOTONIC, for blocks */
-    struct tfs_block   **table;         /* ram_lock; n_buckets chains */
-    size_t               n_buckets;
+    struct tfs_hmap      table;         /* tfs_block by id; ram_lock */
     struct tfs_block     lru;           /* ram_lock; sentinel, READY and
                                            unpinned-or-pinned blocks */
     uint64_t             ram_bytes;     /* ram_lock: bytes of READY

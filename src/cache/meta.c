@@ -27,10 +27,11 @@
 
 #include "cache/cache_int.h"
 #include "common/bytes.h"
+#include "common/hmap.h"
 #include "tierfs/log.h"
 
-#define META_BUCKETS 4096u
-#define META_MAX_STATS 1000000u
+#define META_MIN_BUCKETS 4096u         /* each map's first bucket array */
+#define META_MAX_STATS 1000000u         /* then the stat map is emptied */
 #define SNAP_MAGIC "TFSSNAP1"
 /*
  * How long a lookup whose entry expired waits for the store before it
@@ -47,18 +48,15 @@ enum meta_kind {
 };
 
 struct meta_ent {
-    struct meta_ent *next;              /* hash chain */
-    uint64_t         hash;
-    char            *key;               /* owned */
+    struct tfs_hstr  h;                 /* in m->stats; h.key owned */
     int              kind;              /* meta_kind */
     struct tfs_stat  st;                /* META_FILE only */
     uint64_t         expires_ns;
 };
 
 struct tfs_dir {
-    struct tfs_dir   *next;             /* hash chain; meta lock */
-    uint64_t          hash;
-    char             *path;             /* owned */
+    struct tfs_hstr   h;                /* in m->dirs; h.key: its path,
+                                           owned; meta lock */
     atomic_uint       refs;
     uint64_t          expires_ns;
     struct tfs_dirent *ents;            /* owned, sorted by name */
@@ -86,9 +84,8 @@ struct snap_ent {
 
 struct tfs_meta {
     pthread_mutex_t   lock;
-    struct meta_ent  *stats[META_BUCKETS];  /* protected by lock */
-    size_t            n_stats;              /* protected by lock */
-    struct tfs_dir   *dirs[META_BUCKETS];   /* protected by lock */
+    struct tfs_hmap   stats;            /* meta_ent by key; lock */
+    struct tfs_hmap   dirs;             /* tfs_dir by path; lock */
     struct meta_reval *revals;          /* in flight; protected by lock */
     unsigned          n_reval_threads;  /* protected by lock */
     pthread_cond_t    reval_cond;       /* a reval done; CLOCK_MONOTONIC */
@@ -102,29 +99,29 @@ struct tfs_meta {
     unsigned          mode;             /* cfg.cache_mode */
 };
 
-static uint64_t meta_hash(const char *s)
-{
-    return XXH3_64bits(s, strlen(s));
-}
-
 /* ---- the stat table ---- */
+
+static struct meta_ent *meta_ent_of(struct tfs_hstr *h)
+{
+    return h ? tfs_container_of(h, struct meta_ent, h) : NULL;
+}
 
 static void meta_ent_free(struct meta_ent *e)
 {
-    tfs_free(e->key);
+    tfs_free(e->h.key);
     tfs_free(e);
 }
 
 static void meta_clear_stats(struct tfs_meta *m)
 {
-    for (size_t i = 0; i < META_BUCKETS; i++) {
-        while (m->stats[i] != NULL) {
-            struct meta_ent *e = m->stats[i];
-            m->stats[i] = e->next;
-            meta_ent_free(e);
-        }
+    struct tfs_hmap_iter it;
+    struct meta_ent *e;
+
+    tfs_hmap_iter_init(&it, &m->stats);
+    while ((e = meta_ent_of(tfs_hstr_of(tfs_hmap_iter_next(&it)))) != NULL) {
+        tfs_hmap_remove(&m->stats, &e->h.node);
+        meta_ent_free(e);
     }
-    m->n_stats = 0;
 }
 
 /*
@@ -134,47 +131,35 @@ static void meta_clear_stats(struct tfs_meta *m)
 static bool meta_get(struct tfs_meta *m, const char *key, int *kind,
                      struct tfs_stat *st, bool stale_ok)
 {
-    uint64_t h = meta_hash(key);
-    struct meta_ent *e = m->stats[h % META_BUCKETS];
-    uint64_t now = tfs_now_ns();
+    struct meta_ent *e = meta_ent_of(tfs_hmap_find_str(&m->stats, key));
 
-    for (; e != NULL; e = e->next) {
-        if (e->hash != h || strcmp(e->key, key) != 0)
-            continue;
-        if (e->expires_ns < now && !stale_ok)
-            return false;
-        *kind = e->kind;
-        if (e->kind == META_FILE && st != NULL)
-            *st = e->st;
-        return true;
-    }
-    return false;
+    if (e == NULL || (e->expires_ns < tfs_now_ns() && !stale_ok))
+        return false;
+    *kind = e->kind;
+    if (e->kind == META_FILE && st != NULL)
+        *st = e->st;
+    return true;
 }
 
 /* Record what key is, under m->lock; out of memory just skips it. */
 static void meta_put(struct tfs_meta *m, const char *key, int kind,
                      const struct tfs_stat *st, uint64_t ttl_ns)
 {
-    uint64_t h = meta_hash(key);
-    struct meta_ent **pp = &m->stats[h % META_BUCKETS];
-    struct meta_ent *e;
+    uint64_t h = tfs_hash_str(key);
+    struct meta_ent *e = meta_ent_of(tfs_hstr_of(tfs_hmap_find(&m->stats, h,
+                                                              key)));
 
-    for (e = *pp; e != NULL; e = e->next) {
-        if (e->hash == h && strcmp(e->key, key) == 0)
-            break;
-    }
     if (e == NULL) {
-        if (m->n_stats >= META_MAX_STATS)
+        if (tfs_hmap_count(&m->stats) >= META_MAX_STATS)
             meta_clear_stats(m);
         e = tfs_calloc(1, sizeof(*e));
-        if (e == NULL || (e->key = tfs_strdup(key)) == NULL) {
+        if (e == NULL || (e->h.key = tfs_strdup(key)) == NULL ||
+            tfs_hmap_insert(&m->stats, &e->h.node, h) < 0) {
+            if (e != NULL)
+                tfs_free(e->h.key);
             tfs_free(e);
             return;
         }
-        e->hash = h;
-        e->next = *pp;
-        *pp = e;
-        m->n_stats++;
     }
     e->kind = kind;
     if (st != NULL)
@@ -184,9 +169,14 @@ static void meta_put(struct tfs_meta *m, const char *key, int kind,
 
 /* ---- directories ---- */
 
+static struct tfs_dir *dir_of(struct tfs_hstr *h)
+{
+    return h ? tfs_container_of(h, struct tfs_dir, h) : NULL;
+}
+
 static void dir_free(struct tfs_dir *d)
 {
-    tfs_free(d->path);
+    tfs_free(d->h.key);
     tfs_free(d->ents);
     tfs_free(d->names);
     tfs_free(d);
@@ -280,7 +270,7 @@ static int dir_build_finish(struct dir_build *b, const char *path,
     struct tfs_dir *d = tfs_calloc(1, sizeof(*d));
     size_t w = 0;
 
-    if (d == NULL || (d->path = tfs_strdup(path)) == NULL) {
+    if (d == NULL || (d->h.key = tfs_strdup(path)) == NULL) {
         tfs_free(d);
         return -ENOMEM;
     }
@@ -298,7 +288,6 @@ static int dir_build_finish(struct dir_build *b, const char *path,
     d->n = w;
     b->ents = NULL;
     atomic_init(&d->refs, 1);
-    d->hash = meta_hash(path);
     *out = d;
     return 0;
 }
@@ -628,14 +617,10 @@ static int list_page(void *arg, const struct tfs_list_page *pg)
 static struct tfs_dir *meta_dir_cached(struct tfs_meta *m, const char *dir,
                                        bool stale_ok)
 {
-    uint64_t h = meta_hash(dir);
     struct tfs_dir *d;
 
     pthread_mutex_lock(&m->lock);
-    for (d = m->dirs[h % META_BUCKETS]; d != NULL; d = d->next) {
-        if (d->hash == h && strcmp(d->path, dir) == 0)
-            break;
-    }
+    d = dir_of(tfs_hmap_find_str(&m->dirs, dir));
     if (d != NULL && (stale_ok || d->expires_ns >= tfs_now_ns()))
         atomic_fetch_add(&d->refs, 1);
     else
@@ -644,23 +629,21 @@ static struct tfs_dir *meta_dir_cached(struct tfs_meta *m, const char *dir,
     return d;
 }
 
-/* Put d in the table (replacing an older listing); the table's ref. */
+static struct tfs_dir *meta_take_dir(struct tfs_meta *m, const char *dir);
+
+/*
+ * Put d in the table (replacing an older listing) with a reference of
+ * the table's; out of memory leaves it out (the next opendir lists
+ * again).
+ */
 static void meta_dir_insert(struct tfs_meta *m, struct tfs_dir *d)
 {
-    struct tfs_dir **pp = &m->dirs[d->hash % META_BUCKETS];
-    struct tfs_dir *old = NULL;
+    struct tfs_dir *old;
 
     pthread_mutex_lock(&m->lock);
-    for (; *pp != NULL; pp = &(*pp)->next) {
-        if ((*pp)->hash == d->hash && strcmp((*pp)->path, d->path) == 0) {
-            old = *pp;
-            *pp = old->next;
-            break;
-        }
-    }
-    atomic_fetch_add(&d->refs, 1);
-    d->next = m->dirs[d->hash % META_BUCKETS];
-    m->dirs[d->hash % META_BUCKETS] = d;
+    old = meta_take_dir(m, d->h.key);
+    if (tfs_hmap_insert_str(&m->dirs, &d->h) == 0)
+        atomic_fetch_add(&d->refs, 1);
     pthread_mutex_unlock(&m->lock);
     tfs_dir_put(old);
 }
@@ -980,14 +963,15 @@ void tfs_cache_forget_meta(struct tfs_cache *c)
 {
     struct tfs_meta *m = c->meta;
 
+    struct tfs_hmap_iter it;
+    struct tfs_dir *d;
+
     pthread_mutex_lock(&m->lock);
     meta_clear_stats(m);
-    for (size_t i = 0; i < META_BUCKETS; i++) {
-        while (m->dirs[i] != NULL) {
-            struct tfs_dir *d = m->dirs[i];
-            m->dirs[i] = d->next;
-            tfs_dir_put(d);
-        }
+    tfs_hmap_iter_init(&it, &m->dirs);
+    while ((d = dir_of(tfs_hstr_of(tfs_hmap_iter_next(&it)))) != NULL) {
+        tfs_hmap_remove(&m->dirs, &d->h.node);
+        tfs_dir_put(d);
     }
     pthread_mutex_unlock(&m->lock);
 }
@@ -995,34 +979,22 @@ void tfs_cache_forget_meta(struct tfs_cache *c)
 /* Drop the stat entry of key, under m->lock. */
 static void meta_drop_stat(struct tfs_meta *m, const char *key)
 {
-    uint64_t h = meta_hash(key);
-    struct meta_ent **pp = &m->stats[h % META_BUCKETS];
+    struct meta_ent *e = meta_ent_of(tfs_hmap_find_str(&m->stats, key));
 
-    for (; *pp != NULL; pp = &(*pp)->next) {
-        struct meta_ent *e = *pp;
-        if (e->hash == h && strcmp(e->key, key) == 0) {
-            *pp = e->next;
-            meta_ent_free(e);
-            m->n_stats--;
-            return;
-        }
+    if (e != NULL) {
+        tfs_hmap_remove(&m->stats, &e->h.node);
+        meta_ent_free(e);
     }
 }
 
 /* Take the listing of dir out of the table, under m->lock. */
 static struct tfs_dir *meta_take_dir(struct tfs_meta *m, const char *dir)
 {
-    uint64_t h = meta_hash(dir);
-    struct tfs_dir **pp = &m->dirs[h % META_BUCKETS];
+    struct tfs_dir *d = dir_of(tfs_hmap_find_str(&m->dirs, dir));
 
-    for (; *pp != NULL; pp = &(*pp)->next) {
-        struct tfs_dir *d = *pp;
-        if (d->hash == h && strcmp(d->path, dir) == 0) {
-            *pp = d->next;
-            return d;
-        }
-    }
-    return NULL;
+    if (d != NULL)
+        tfs_hmap_remove(&m->dirs, &d->h.node);
+    return d;
 }
 
 /*
@@ -1054,7 +1026,7 @@ static struct tfs_dir *meta_dir_patched(const struct tfs_dir *d,
     }
     if (rc == 0 && !remove && (!found || !is_dir))
         rc = dir_build_add(&b, name, strlen(name), is_dir, st);
-    if (rc == 0 && dir_build_finish(&b, d->path, &nd) == 0)
+    if (rc == 0 && dir_build_finish(&b, d->h.key, &nd) == 0)
         nd->expires_ns = d->expires_ns;
     dir_build_cleanup(&b);
     return nd;
@@ -1076,10 +1048,8 @@ static struct tfs_dir *meta_dir_apply(struct tfs_meta *m, const char *dir,
     if (old == NULL)
         return NULL;
     nd = meta_dir_patched(old, name, is_dir, st, remove);
-    if (nd != NULL) {
-        nd->next = m->dirs[nd->hash % META_BUCKETS];
-        m->dirs[nd->hash % META_BUCKETS] = nd;
-    }
+    if (nd != NULL && tfs_hmap_insert_str(&m->dirs, &nd->h) < 0)
+        tfs_dir_put(nd);                /* dropped, as when unpatched */
     return old;
 }
 
@@ -1143,6 +1113,12 @@ int tfs_meta_open(struct tfs_cache *c)
 
     if (m == NULL)
         return -ENOMEM;
+    if (tfs_hmap_init(&m->stats, META_MIN_BUCKETS, tfs_hstr_eq) < 0 ||
+        tfs_hmap_init(&m->dirs, META_MIN_BUCKETS, tfs_hstr_eq) < 0) {
+        tfs_hmap_cleanup(&m->stats);
+        tfs_free(m);
+        return -ENOMEM;
+    }
     pthread_mutex_init(&m->lock, NULL);
     pthread_mutex_init(&m->snap_lock, NULL);
     {
@@ -1193,6 +1169,8 @@ void tfs_meta_close(struct tfs_cache *c)
         pthread_cond_wait(&m->reval_cond, &m->lock);
     pthread_mutex_unlock(&m->lock);
     tfs_cache_forget_meta(c);
+    tfs_hmap_cleanup(&m->stats);
+    tfs_hmap_cleanup(&m->dirs);
     tfs_free(m->snap);
     tfs_free(m->snap_names);
     tfs_free(m->snap_path);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The RAM tier: a hash table of blocks by id, each pinned while in use,
- * with an LRU list of READY blocks bounded by mem_cache bytes.
+ * The RAM tier: a hash table of blocks by id (common/hmap.h), each
+ * pinned while in use, with an LRU list of READY blocks bounded by
+ * mem_cache bytes.
  *
  * The table doubles as the single-flight table: the first thread to miss
  * on a block inserts it LOADING and loads it; every other thread finds
@@ -33,7 +34,7 @@
 
 #include "cache/cache_int.h"
 
-#define RAM_BUCKETS (1u << 16)
+#define RAM_MIN_BUCKETS (1u << 16)     /* then it doubles at load 1 */
 
 /* ---- the buffer pool ---- */
 
@@ -108,11 +109,37 @@ static void pool_cleanup(struct tfs_bufpool *pl)
 
 /* ---- the table ---- */
 
+static struct tfs_block *ram_block_of(struct tfs_hnode *n)
+{
+    return n ? tfs_container_of(n, struct tfs_block, hnode) : NULL;
+}
+
+/* Whether block node n has the id key (TFS_BLOCK_ID_LEN bytes). */
+static bool ram_id_eq(const struct tfs_hnode *n, const void *key)
+{
+    const struct tfs_block *b = tfs_container_of(n, struct tfs_block,
+                                                 hnode);
+
+    return memcmp(b->id, key, TFS_BLOCK_ID_LEN) == 0;
+}
+
+/*
+ * Ids are hashes already (cache.c): the table hashes on bytes 8-15.  It
+ * grows with the blocks it holds rather than being sized from mem_cache:
+ * blocks are as small as the objects they hold, so mem_cache does not
+ * bound their number.
+ */
+static uint64_t ram_hash(const uint8_t *id)
+{
+    uint64_t h;
+
+    memcpy(&h, id + 8, sizeof(h));
+    return h;
+}
+
 int tfs_ram_init(struct tfs_cache *c)
 {
-    c->n_buckets = RAM_BUCKETS;
-    c->table = tfs_calloc(c->n_buckets, sizeof(*c->table));
-    if (c->table == NULL)
+    if (tfs_hmap_init(&c->table, RAM_MIN_BUCKETS, ram_id_eq) < 0)
         return -ENOMEM;
     pthread_mutex_init(&c->ram_lock, NULL);
     pthread_mutex_init(&c->pool.lock, NULL);
@@ -139,18 +166,15 @@ static void ram_free_block(struct tfs_cache *c, struct tfs_block *b)
 
 void tfs_ram_cleanup(struct tfs_cache *c)
 {
-    if (c->table == NULL)
+    struct tfs_hmap_iter it;
+    struct tfs_block *b;
+
+    if (c->table.b == NULL)
         return;
-    for (size_t i = 0; i < c->n_buckets; i++) {
-        struct tfs_block *b = c->table[i];
-        while (b != NULL) {
-            struct tfs_block *next = b->hnext;
-            ram_free_block(c, b);
-            b = next;
-        }
-    }
-    tfs_free(c->table);
-    c->table = NULL;
+    tfs_hmap_iter_init(&it, &c->table);
+    while ((b = ram_block_of(tfs_hmap_iter_next(&it))) != NULL)
+        ram_free_block(c, b);
+    tfs_hmap_cleanup(&c->table);
     pool_cleanup(&c->pool);
     pthread_condattr_destroy(&c->cond_attr);
     pthread_mutex_destroy(&c->ram_lock);
@@ -158,30 +182,14 @@ void tfs_ram_cleanup(struct tfs_cache *c)
 
 /* ---- table and list helpers; caller holds ram_lock ---- */
 
-static struct tfs_block **ram_slot(struct tfs_cache *c, uint64_t hash)
+static struct tfs_block *ram_lookup(struct tfs_cache *c, const uint8_t *id)
 {
-    return &c->table[hash & (c->n_buckets - 1)];
-}
-
-static struct tfs_block *ram_lookup(struct tfs_cache *c, const uint8_t *id,
-                                    uint64_t hash)
-{
-    struct tfs_block *b = *ram_slot(c, hash);
-
-    while (b != NULL && (b->hash != hash ||
-                         memcmp(b->id, id, TFS_BLOCK_ID_LEN) != 0))
-        b = b->hnext;
-    return b;
+    return ram_block_of(tfs_hmap_find(&c->table, ram_hash(id), id));
 }
 
 static void ram_unhash(struct tfs_cache *c, struct tfs_block *b)
 {
-    struct tfs_block **pp = ram_slot(c, b->hash);
-
-    while (*pp != b)
-        pp = &(*pp)->hnext;
-    *pp = b->hnext;
-    b->hnext = NULL;
+    tfs_hmap_remove(&c->table, &b->hnode);
     b->in_table = false;
 }
 
@@ -228,14 +236,6 @@ static void ram_unspend(struct tfs_cache *c, struct tfs_block *b)
     }
 }
 
-static uint64_t ram_hash(const uint8_t *id)
-{
-    uint64_t h;
-
-    memcpy(&h, id + 8, sizeof(h));
-    return h;
-}
-
 /* ---- pins ---- */
 
 struct tfs_block *tfs_ram_find(struct tfs_cache *c, const uint8_t *id)
@@ -243,7 +243,7 @@ struct tfs_block *tfs_ram_find(struct tfs_cache *c, const uint8_t *id)
     struct tfs_block *b;
 
     pthread_mutex_lock(&c->ram_lock);
-    b = ram_lookup(c, id, ram_hash(id));
+    b = ram_lookup(c, id);
     if (b != NULL) {
         b->refs++;
         lru_touch(c, b);
@@ -252,19 +252,25 @@ struct tfs_block *tfs_ram_find(struct tfs_cache *c, const uint8_t *id)
     return b;
 }
 
-/* Insert fresh (allocated by the caller) unless id is there already. */
+/*
+ * Insert fresh (allocated by the caller) unless id is there already; NULL
+ * when the table could not grow to take it (-ENOMEM).
+ */
 static struct tfs_block *ram_insert(struct tfs_cache *c,
                                     struct tfs_block *fresh, bool *created)
 {
     struct tfs_block *b;
 
     pthread_mutex_lock(&c->ram_lock);
-    b = ram_lookup(c, fresh->id, fresh->hash);
+    b = ram_lookup(c, fresh->id);
     *created = b == NULL;
     if (b == NULL) {
         b = fresh;
-        b->hnext = *ram_slot(c, b->hash);
-        *ram_slot(c, b->hash) = b;
+        if (tfs_hmap_insert(&c->table, &b->hnode, ram_hash(b->id)) < 0) {
+            *created = false;
+            pthread_mutex_unlock(&c->ram_lock);
+            return NULL;
+        }
         b->in_table = true;
     } else if (b->state == TFS_BLK_READY) {
         lru_touch(c, b);
@@ -291,13 +297,14 @@ int tfs_ram_get(struct tfs_cache *c, const uint8_t *id, size_t len,
         return -ENOMEM;
     pthread_cond_init(&fresh->cond, &c->cond_attr);
     memcpy(fresh->id, id, TFS_BLOCK_ID_LEN);
-    fresh->hash = ram_hash(id);
     fresh->len = len;
     fresh->state = TFS_BLK_LOADING;
     fresh->load_start_ns = tfs_now_ns();
     b = ram_insert(c, fresh, created);
     if (b != fresh)
         ram_free_block(c, fresh);
+    if (b == NULL)
+        return -ENOMEM;
     *out = b;
     return 0;
 }
@@ -399,14 +406,14 @@ void tfs_ram_trim(struct tfs_cache *c)
             TFS_COUNT(&c->ctr, evicted_bytes_ram, b->len);
             if (b->prefetched)
                 TFS_COUNT(&c->ctr, prefetch_bytes_wasted, b->len);
-            b->hnext = dead;
+            b->lru_next = dead;         /* off the LRU: the dead list */
             dead = b;
         }
         b = prev;
     }
     pthread_mutex_unlock(&c->ram_lock);
     while (dead != NULL) {
-        b = dead->hnext;
+        b = dead->lru_next;
         ram_free_block(c, dead);
         dead = b;
     }

@@ -18,6 +18,7 @@
  *     source; and advice (pack small files, cache size for 80% hits,
  *     readahead).
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -32,6 +33,7 @@
 #include "tierfs/trace.h"
 #include "cache/tinylfu.h"
 #include "cli/profile.h"
+#include "common/hmap.h"
 #include "common/util.h"
 
 #define PROF_MRC_POINTS 24
@@ -80,48 +82,60 @@ struct prof {
     int                 rc;
 };
 
-/* ---- a small open-addressing map: u64 -> u64 ---- */
+/* ---- a map u64 -> u64 for at most n keys (common/hmap.h) ---- */
 
-struct u64map {
-    uint64_t *keys;                     /* 0 marks empty (keys are | 1) */
-    uint64_t *vals;
-    size_t    cap;                      /* power of two */
-    size_t    n;
+struct u64ent {
+    struct tfs_hnode node;              /* in the map, by key */
+    uint64_t         val;
 };
 
+struct u64map {
+    struct tfs_hmap  map;               /* u64 keys; >= max buckets */
+    struct u64ent   *ents;              /* max of them, owned */
+    size_t           n;                 /* ents used: keys */
+    size_t           max;
+    size_t           cap;               /* power of two >= 2 max, 1024
+                                           at least: sim_count's aging
+                                           period is 8 cap accesses */
+};
+
+/* Room for n keys, allocated now: an insert never grows the map. */
 static int u64map_init(struct u64map *m, size_t n)
 {
     m->cap = 1024;
     while (m->cap < n * 2)
         m->cap <<= 1;
     m->n = 0;
-    m->keys = tfs_calloc(m->cap, sizeof(uint64_t));
-    m->vals = tfs_calloc(m->cap, sizeof(uint64_t));
-    return m->keys && m->vals ? 0 : -ENOMEM;
+    m->max = n;
+    m->ents = tfs_calloc(n, sizeof(*m->ents));
+    if (tfs_hmap_init(&m->map, n, NULL) < 0 || m->ents == NULL)
+        return -ENOMEM;
+    return 0;
 }
 
 static void u64map_cleanup(struct u64map *m)
 {
-    tfs_free(m->keys);
-    tfs_free(m->vals);
+    tfs_free(m->ents);
+    tfs_hmap_cleanup(&m->map);
 }
 
-/* The slot of key (inserting it with val 0 when absent). */
+/* The value of key (inserting it with val 0 when absent). */
 static uint64_t *u64map_slot(struct u64map *m, uint64_t key, bool *fresh)
 {
-    size_t i;
+    struct tfs_hnode *n = tfs_hmap_find_u64(&m->map, key);
+    struct u64ent *e;
+    int rc;
 
-    key |= 1;
-    for (i = key & (m->cap - 1); m->keys[i] != 0; i = (i + 1) & (m->cap - 1))
-        if (m->keys[i] == key) {
-            *fresh = false;
-            return &m->vals[i];
-        }
-    m->keys[i] = key;
-    m->vals[i] = 0;
-    m->n++;
-    *fresh = true;
-    return &m->vals[i];
+    *fresh = n == NULL;
+    if (n != NULL)
+        return &tfs_container_of(n, struct u64ent, node)->val;
+    assert(m->n < m->max);
+    e = &m->ents[m->n++];
+    e->val = 0;
+    rc = tfs_hmap_insert_u64(&m->map, &e->node, key);
+    assert(rc == 0);                    /* buckets >= max: no doubling */
+    (void)rc;
+    return &e->val;
 }
 
 /* ---- collecting ---- */

@@ -41,6 +41,7 @@
 
 #include <fuse_lowlevel.h>
 
+#include "common/hmap.h"
 #include "common/util.h"
 #include "tierfs/cache.h"
 #include "tierfs/fs.h"
@@ -55,8 +56,11 @@
 
 struct fs_inode {
     uint64_t         ino;               /* node id; immutable */
-    char            *key;               /* "", "a/b/" or "a/b/c"; owned;
-                                           t->lock (renames change it) */
+    struct tfs_hnode by_ino;            /* in t->by_ino; t->lock */
+    struct tfs_hstr  by_key;            /* in t->by_key while keyed;
+                                           by_key.key: "", "a/b/" or
+                                           "a/b/c", owned; t->lock
+                                           (renames change it) */
     bool             is_dir;            /* immutable */
     bool             keyed;             /* in the key map; t->lock */
     struct tfs_stat  st;                /* files: the version this inode
@@ -65,16 +69,13 @@ struct fs_inode {
                                            set once, never cleared */
     uint64_t         st_ino;            /* reported st_ino; immutable */
     uint64_t         nlookup;           /* protected by t->lock */
-    struct fs_inode *next_ino;          /* hash chain; t->lock */
-    struct fs_inode *next_key;          /* hash chain; t->lock */
 };
 
 struct fs_itable {
     pthread_mutex_t   lock;
-    struct fs_inode **by_ino;           /* buckets; protected by lock */
-    struct fs_inode **by_key;           /* buckets; protected by lock */
-    size_t            nbuckets;         /* power of two; lock */
-    size_t            count;            /* inodes; lock */
+    struct tfs_hmap   by_ino;           /* every inode but ctl, by node
+                                           id (u64 keys); lock */
+    struct tfs_hmap   by_key;           /* the keyed ones, by key; lock */
     uint64_t          next_ino;         /* lock */
     struct fs_inode  *root;             /* never freed */
     struct fs_inode  *ctl;              /* never freed, not in the maps */

@@ -3,12 +3,12 @@
  * The inode table of the mount: node id <-> key, with the kernel's lookup
  * count as the reference count (libfuse passthrough_ll).
  *
- * One mutex guards two chained hash maps over the same inodes, one keyed
- * by node id (every request) and one by key (lookup finds the inode a
- * name already has, so the kernel keeps one inode and its page cache per
- * object).  Node ids count up from FS_FIRST_INO and are never reused, so
- * the generation is always 0.  The lock is never held across cache I/O
- * or a FUSE reply: callers copy what they need out.
+ * One mutex guards two hash maps (common/hmap.h) over the same inodes,
+ * one keyed by node id (every request) and one by key (lookup finds the
+ * inode a name already has, so the kernel keeps one inode and its page
+ * cache per object).  Node ids count up from FS_FIRST_INO and are never
+ * reused, so the generation is always 0.  The lock is never held across
+ * cache I/O or a FUSE reply: callers copy what they need out.
  *
  * A file inode stands for one version of its object: its stat is fixed
  * when it is created, so its data never changes and the kernel may keep
@@ -42,16 +42,6 @@
 
 #define ITABLE_MIN_BUCKETS 1024
 
-static size_t itable_key_hash(const char *key)
-{
-    return (size_t)XXH3_64bits(key, strlen(key));
-}
-
-static size_t itable_ino_hash(uint64_t ino)
-{
-    return (size_t)(ino * 0x9e3779b97f4a7c15ull >> 17);
-}
-
 uint64_t fs_key_ino(const char *key, const char *version)
 {
     uint64_t h;
@@ -80,8 +70,8 @@ static struct fs_inode *itable_new_inode(const char *key, bool is_dir,
 
     if (in == NULL)
         return NULL;
-    in->key = tfs_strdup(key);
-    if (in->key == NULL) {
+    in->by_key.key = tfs_strdup(key);
+    if (in->by_key.key == NULL) {
         tfs_free(in);
         return NULL;
     }
@@ -104,30 +94,32 @@ static void itable_free_inode(struct fs_inode *in)
     if (in == NULL)
         return;
     wb_node_put(atomic_load(&in->wf));
-    tfs_free(in->key);
+    tfs_free(in->by_key.key);
     tfs_free(in);
 }
 
-/* Link in into the key map.  t->lock held. */
-static void itable_key(struct fs_itable *t, struct fs_inode *in)
+/* Link in into the key map; -ENOMEM leaves it unkeyed.  t->lock held. */
+static int itable_key(struct fs_itable *t, struct fs_inode *in)
 {
-    size_t bk = itable_key_hash(in->key) & (t->nbuckets - 1);
+    int rc = tfs_hmap_insert_str(&t->by_key, &in->by_key);
 
-    in->next_key = t->by_key[bk];
-    t->by_key[bk] = in;
-    in->keyed = true;
+    in->keyed = rc == 0;
+    return rc;
 }
 
-/* Link in into both maps.  Called with t->lock held. */
-static void itable_link(struct fs_itable *t, struct fs_inode *in)
+/*
+ * Link in into both maps (the key map when in->keyed); -ENOMEM leaves it
+ * in neither.  Called with t->lock held.
+ */
+static int itable_link(struct fs_itable *t, struct fs_inode *in)
 {
-    size_t bi = itable_ino_hash(in->ino) & (t->nbuckets - 1);
+    int rc = tfs_hmap_insert_u64(&t->by_ino, &in->by_ino, in->ino);
 
-    in->next_ino = t->by_ino[bi];
-    t->by_ino[bi] = in;
-    if (in->keyed)
-        itable_key(t, in);
-    t->count++;
+    if (rc == 0 && in->keyed && itable_key(t, in) < 0) {
+        tfs_hmap_remove(&t->by_ino, &in->by_ino);
+        rc = -ENOMEM;
+    }
+    return rc;
 }
 
 /*
@@ -137,74 +129,36 @@ static void itable_link(struct fs_itable *t, struct fs_inode *in)
  */
 static void itable_unkey(struct fs_itable *t, struct fs_inode *in)
 {
-    struct fs_inode **pp;
-
-    pp = &t->by_key[itable_key_hash(in->key) & (t->nbuckets - 1)];
-    while (*pp != in)
-        pp = &(*pp)->next_key;
-    *pp = in->next_key;
+    tfs_hmap_remove(&t->by_key, &in->by_key.node);
     in->keyed = false;
 }
 
 /* Unlink in from both maps.  Called with t->lock held. */
 static void itable_unlink(struct fs_itable *t, struct fs_inode *in)
 {
-    size_t mask = t->nbuckets - 1;
-    struct fs_inode **pp = &t->by_ino[itable_ino_hash(in->ino) & mask];
-
-    while (*pp != in)
-        pp = &(*pp)->next_ino;
-    *pp = in->next_ino;
+    tfs_hmap_remove(&t->by_ino, &in->by_ino);
     if (in->keyed)
         itable_unkey(t, in);
-    t->count--;
 }
 
-/*
- * Double the buckets when the load passes 1.  On allocation failure the
- * table keeps its size: longer chains, still correct.  t->lock held.
- */
-static void itable_grow(struct fs_itable *t)
+static struct fs_inode *itable_of(struct tfs_hnode *n)
 {
-    size_t n = t->nbuckets * 2;
-    struct fs_inode **by_ino = tfs_calloc(n, sizeof(*by_ino));
-    struct fs_inode **by_key = tfs_calloc(n, sizeof(*by_key));
-    struct fs_inode **old = t->by_ino;
-    size_t old_n = t->nbuckets;
-
-    if (by_ino == NULL || by_key == NULL) {
-        tfs_free(by_ino);
-        tfs_free(by_key);
-        return;
-    }
-    tfs_free(t->by_key);
-    t->by_ino = by_ino;
-    t->by_key = by_key;
-    t->nbuckets = n;
-    t->count = 0;
-    for (size_t i = 0; i < old_n; i++) {
-        struct fs_inode *in = old[i];
-        while (in != NULL) {
-            struct fs_inode *next = in->next_ino;
-            itable_link(t, in);
-            in = next;
-        }
-    }
-    tfs_free(old);
+    return n ? tfs_container_of(n, struct fs_inode, by_ino) : NULL;
 }
 
 int fs_itable_init(struct fs_itable *t)
 {
+    int rc;
+
     memset(t, 0, sizeof(*t));
     pthread_mutex_init(&t->lock, NULL);
-    t->nbuckets = ITABLE_MIN_BUCKETS;
-    t->by_ino = tfs_calloc(t->nbuckets, sizeof(*t->by_ino));
-    t->by_key = tfs_calloc(t->nbuckets, sizeof(*t->by_key));
+    rc = tfs_hmap_init(&t->by_ino, ITABLE_MIN_BUCKETS, NULL);
+    if (rc == 0)
+        rc = tfs_hmap_init(&t->by_key, ITABLE_MIN_BUCKETS, tfs_hstr_eq);
     t->root = itable_new_inode("", true, NULL, NULL);
     t->ctl = itable_new_inode(FS_CTL_NAME, false, &(struct tfs_stat){0},
                               NULL);
-    if (t->by_ino == NULL || t->by_key == NULL || t->root == NULL ||
-        t->ctl == NULL) {
+    if (rc < 0 || t->root == NULL || t->ctl == NULL) {
         fs_itable_cleanup(t);
         return -ENOMEM;
     }
@@ -215,27 +169,25 @@ int fs_itable_init(struct fs_itable *t)
     t->uid = getuid();
     t->gid = getgid();
     t->dir_mtime_ns = tfs_wall_ns();
-    itable_link(t, t->root);
-    return 0;
+    rc = itable_link(t, t->root);       /* empty maps: cannot fail */
+    if (rc < 0)
+        fs_itable_cleanup(t);
+    return rc;
 }
 
 void fs_itable_cleanup(struct fs_itable *t)
 {
-    if (t->by_ino != NULL) {
-        for (size_t i = 0; i < t->nbuckets; i++) {
-            struct fs_inode *in = t->by_ino[i];
-            while (in != NULL) {
-                struct fs_inode *next = in->next_ino;
-                itable_free_inode(in);
-                in = next;
-            }
-        }
-    }
-    if (t->count == 0)
+    struct tfs_hmap_iter it;
+    struct fs_inode *in;
+
+    if (tfs_hmap_count(&t->by_ino) == 0)
         itable_free_inode(t->root);     /* init failed before linking */
+    tfs_hmap_iter_init(&it, &t->by_ino);
+    while ((in = itable_of(tfs_hmap_iter_next(&it))) != NULL)
+        itable_free_inode(in);
     itable_free_inode(t->ctl);
-    tfs_free(t->by_ino);
-    tfs_free(t->by_key);
+    tfs_hmap_cleanup(&t->by_ino);
+    tfs_hmap_cleanup(&t->by_key);
     pthread_mutex_destroy(&t->lock);
     memset(t, 0, sizeof(*t));
 }
@@ -245,7 +197,7 @@ size_t fs_itable_count(struct fs_itable *t)
     size_t n;
 
     pthread_mutex_lock(&t->lock);
-    n = t->count;
+    n = tfs_hmap_count(&t->by_ino);
     pthread_mutex_unlock(&t->lock);
     return n;
 }
@@ -253,22 +205,15 @@ size_t fs_itable_count(struct fs_itable *t)
 /* The inode with node id ino, or NULL.  t->lock held. */
 static struct fs_inode *itable_find_ino(struct fs_itable *t, uint64_t ino)
 {
-    struct fs_inode *in = t->by_ino[itable_ino_hash(ino) & (t->nbuckets - 1)];
-
-    while (in != NULL && in->ino != ino)
-        in = in->next_ino;
-    return in;
+    return itable_of(tfs_hmap_find_u64(&t->by_ino, ino));
 }
 
 /* The inode of key, or NULL.  t->lock held. */
 static struct fs_inode *itable_find_key(struct fs_itable *t, const char *key)
 {
-    size_t b = itable_key_hash(key) & (t->nbuckets - 1);
-    struct fs_inode *in = t->by_key[b];
+    struct tfs_hstr *h = tfs_hmap_find_str(&t->by_key, key);
 
-    while (in != NULL && strcmp(in->key, key) != 0)
-        in = in->next_key;
-    return in;
+    return h ? tfs_container_of(h, struct fs_inode, by_key) : NULL;
 }
 
 struct fs_inode *fs_inode_get(struct fs_itable *t, uint64_t ino)
@@ -326,6 +271,7 @@ int fs_inode_lookup(struct fs_itable *t, const char *key, bool is_dir,
 {
     struct fs_inode *fresh = NULL;
     struct fs_inode *in;
+    int rc = 0;
 
     pthread_mutex_lock(&t->lock);
     in = itable_find_match(t, key, is_dir, st, node);
@@ -339,16 +285,19 @@ int fs_inode_lookup(struct fs_itable *t, const char *key, bool is_dir,
         in = itable_find_match(t, key, is_dir, st, node);
     }
     if (in == NULL) {
-        in = fresh;
-        fresh = NULL;
-        in->ino = t->next_ino++;
-        if (t->count >= t->nbuckets)
-            itable_grow(t);
-        itable_link(t, in);
+        fresh->ino = t->next_ino++;
+        rc = itable_link(t, fresh);
+        if (rc == 0) {
+            in = fresh;
+            fresh = NULL;
+        }
     }
-    in->nlookup++;
+    if (in != NULL)
+        in->nlookup++;
     pthread_mutex_unlock(&t->lock);
     itable_free_inode(fresh);
+    if (rc < 0)
+        return rc;
     *out = in;
     return 0;
 }
@@ -380,7 +329,7 @@ void fs_inode_key(struct fs_itable *t, const struct fs_inode *in,
                   char *buf)
 {
     pthread_mutex_lock(&t->lock);
-    snprintf(buf, FS_KEY_MAX + 2, "%s", in->key);
+    snprintf(buf, FS_KEY_MAX + 2, "%s", in->by_key.key);
     pthread_mutex_unlock(&t->lock);
 }
 
@@ -423,22 +372,22 @@ static void itable_rekey(struct fs_itable *t, struct fs_inode *in,
 
     if (key == NULL)
         return;
-    tfs_free(in->key);
-    in->key = key;
-    itable_key(t, in);
+    tfs_free(in->by_key.key);
+    in->by_key.key = key;
+    (void)itable_key(t, in);            /* -ENOMEM: stays unkeyed */
 }
 
 /* Unkey every inode whose key starts with prefix.  t->lock held. */
 static void itable_unkey_prefix(struct fs_itable *t, const char *prefix)
 {
     size_t len = strlen(prefix);
+    struct tfs_hmap_iter it;
+    struct fs_inode *in;
 
-    for (size_t b = 0; b < t->nbuckets; b++) {
-        for (struct fs_inode *in = t->by_ino[b]; in != NULL;
-             in = in->next_ino) {
-            if (in->keyed && strncmp(in->key, prefix, len) == 0)
-                itable_unkey(t, in);
-        }
+    tfs_hmap_iter_init(&it, &t->by_ino);
+    while ((in = itable_of(tfs_hmap_iter_next(&it))) != NULL) {
+        if (in->keyed && strncmp(in->by_key.key, prefix, len) == 0)
+            itable_unkey(t, in);
     }
 }
 
@@ -449,22 +398,23 @@ static void itable_rename_dir(struct fs_itable *t, const char *from,
     char fp[FS_KEY_MAX + 2];
     char tp[FS_KEY_MAX + 2];
     char key[2 * FS_KEY_MAX + 4];
+    struct tfs_hmap_iter it;
+    struct fs_inode *in;
     size_t flen;
 
     snprintf(fp, sizeof(fp), "%s/", from);
     snprintf(tp, sizeof(tp), "%s/", to);
     flen = strlen(fp);
     itable_unkey_prefix(t, tp);
-    for (size_t b = 0; b < t->nbuckets; b++) {
-        for (struct fs_inode *in = t->by_ino[b]; in != NULL;
-             in = in->next_ino) {
-            if (!in->keyed || strncmp(in->key, fp, flen) != 0)
-                continue;
-            snprintf(key, sizeof(key), "%s%s", tp, in->key + flen);
-            itable_unkey(t, in);
-            if (strlen(key) <= FS_KEY_MAX + 1)
-                itable_rekey(t, in, key);
-        }
+    /* Walks by_ino: the key map changes under the walk. */
+    tfs_hmap_iter_init(&it, &t->by_ino);
+    while ((in = itable_of(tfs_hmap_iter_next(&it))) != NULL) {
+        if (!in->keyed || strncmp(in->by_key.key, fp, flen) != 0)
+            continue;
+        snprintf(key, sizeof(key), "%s%s", tp, in->by_key.key + flen);
+        itable_unkey(t, in);
+        if (strlen(key) <= FS_KEY_MAX + 1)
+            itable_rekey(t, in, key);
     }
 }
 

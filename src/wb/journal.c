@@ -315,6 +315,8 @@ static int j_put_record(struct tfs_buf *img, struct tfs_buf *ops)
 /* The whole journal as it would be written now: head + live entries. */
 static int j_image(struct tfs_wb *wb, struct tfs_buf *img)
 {
+    struct tfs_hmap_iter it;
+    const struct wb_ent *e;
     struct tfs_buf ops;
     int rc;
 
@@ -323,15 +325,13 @@ static int j_image(struct tfs_wb *wb, struct tfs_buf *img)
     wb_jop_key(&ops, WB_J_HEAD, tfs_store_identity(wb->st));
     put_le(&ops, (uint64_t)tfs_wall_ns(), 8);
     rc = j_put_record(img, &ops);
-    for (size_t b = 0; b < wb->ents.nb && rc == 0; b++) {
-        for (struct wb_hnode *h = wb->ents.b[b]; h != NULL; h = h->next) {
-            const struct wb_ent *e = (const struct wb_ent *)h;
-            if (e->kind == WB_NONE ||
-                (e->kind == WB_NODE && !e->node->has_sealed &&
-                 !e->node->maybe_in_store))
-                continue;
-            wb_jop_ent(wb, &ops, e);
-        }
+    tfs_hmap_iter_init(&it, &wb->ents);
+    while (rc == 0 && (e = wb_ent_of(tfs_hmap_iter_next(&it))) != NULL) {
+        if (e->kind == WB_NONE ||
+            (e->kind == WB_NODE && !e->node->has_sealed &&
+             !e->node->maybe_in_store))
+            continue;
+        wb_jop_ent(wb, &ops, e);
         if (ops.len >= (1u << 20))
             rc = j_put_record(img, &ops);
     }

@@ -443,18 +443,18 @@ static int ns_overlay_keys(struct tfs_wb *wb, const char *dkey,
     size_t dlen = strlen(dkey);
     struct tfs_list_page pg = {0};
     struct tfs_list_entry le = {0};
+    struct tfs_hmap_iter it;
+    struct wb_ent *e;
     int rc = 0;
 
     pg.entries = &le;
     pg.n_entries = 1;
-    for (size_t b = 0; b < wb->ents.nb && rc == 0; b++) {
-        for (struct wb_hnode *h = wb->ents.b[b]; h != NULL && rc == 0;
-             h = h->next) {
-            if (strncmp(h->key, dkey, dlen) != 0 || h->key[dlen] == '\0')
-                continue;
-            le.key = h->key;
-            rc = ns_objs_page(o, &pg);
-        }
+    tfs_hmap_iter_init(&it, &wb->ents);
+    while (rc == 0 && (e = wb_ent_of(tfs_hmap_iter_next(&it))) != NULL) {
+        if (strncmp(e->h.key, dkey, dlen) != 0 || e->h.key[dlen] == '\0')
+            continue;
+        le.key = e->h.key;
+        rc = ns_objs_page(o, &pg);
     }
     return rc;
 }

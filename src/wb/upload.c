@@ -495,15 +495,15 @@ static void up_redirect(struct tfs_wb *wb, struct wb_op *op,
 {
     struct wb_ent *s = wb_ent_find(wb, op->src);
     struct wb_ent *found[8];
+    struct tfs_hmap_iter it;
+    struct wb_ent *e;
     size_t n = 0;
 
-    for (size_t b = 0; s != NULL && s->pins > 0 && b < wb->ents.nb; b++) {
-        for (struct wb_hnode *h = wb->ents.b[b]; h != NULL && n < 8;
-             h = h->next) {
-            struct wb_ent *m = (struct wb_ent *)h;
-            if (m->kind == WB_MOVED && strcmp(m->src, op->src) == 0)
-                found[n++] = m;
-        }
+    tfs_hmap_iter_init(&it, &wb->ents);
+    while (s != NULL && s->pins > 0 && n < 8 &&
+           (e = wb_ent_of(tfs_hmap_iter_next(&it))) != NULL) {
+        if (e->kind == WB_MOVED && strcmp(e->src, op->src) == 0)
+            found[n++] = e;
     }
     for (size_t i = 0; i < n; i++) {    /* may free s: not used below */
         struct wb_ent *m = found[i];
@@ -748,19 +748,20 @@ static void up_count(struct tfs_wb *wb, const char *prefix, uint64_t seq,
 /* Files under prefix open with writes not yet sealed.  wb->lock held. */
 static uint64_t up_dirty(struct tfs_wb *wb, const char *prefix)
 {
+    struct tfs_hmap_iter it;
+    struct wb_ent *e;
     uint64_t n = 0;
 
-    for (size_t b = 0; b < wb->ents.nb; b++) {
-        for (struct wb_hnode *h = wb->ents.b[b]; h != NULL; h = h->next) {
-            struct wb_ent *e = (struct wb_ent *)h;
-            bool dirty;
-            if (e->kind != WB_NODE || !up_under(h->key, prefix))
-                continue;
-            pthread_mutex_lock(&e->node->lock);
-            dirty = e->node->dirty;
-            pthread_mutex_unlock(&e->node->lock);
-            n += dirty;
-        }
+    tfs_hmap_iter_init(&it, &wb->ents);
+    while ((e = wb_ent_of(tfs_hmap_iter_next(&it))) != NULL) {
+        bool dirty;
+
+        if (e->kind != WB_NODE || !up_under(e->h.key, prefix))
+            continue;
+        pthread_mutex_lock(&e->node->lock);
+        dirty = e->node->dirty;
+        pthread_mutex_unlock(&e->node->lock);
+        n += dirty;
     }
     return n;
 }

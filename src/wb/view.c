@@ -2,7 +2,6 @@
 /*
  * The overlay and the view it makes of the store.  In order:
  *
- *   map          a chained hash map keyed by string (entries, counters)
  *   entries      one per key with local state: a staged file, a pending
  *                move or deletion, directory flags; pins of move sources
  *   counters     per directory: entries under it (live, all, whiteouts),
@@ -21,86 +20,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "tierfs/log.h"
 #include "wb/wb_int.h"
 
-#define WB_MAP_MIN 256
-
-/* ---- map ---- */
-
-uint64_t wb_hash(const char *key)
-{
-    return XXH3_64bits(key, strlen(key));
-}
-
-int wb_map_init(struct wb_map *m)
-{
-    m->nb = WB_MAP_MIN;
-    m->n = 0;
-    m->b = tfs_calloc(m->nb, sizeof(*m->b));
-    return m->b ? 0 : -ENOMEM;
-}
-
-void wb_map_cleanup(struct wb_map *m)
-{
-    tfs_free(m->b);
-    memset(m, 0, sizeof(*m));
-}
-
-struct wb_hnode *wb_map_find(const struct wb_map *m, const char *key)
-{
-    uint64_t h = wb_hash(key);
-    struct wb_hnode *p = m->b[h & (m->nb - 1)];
-
-    while (p != NULL && (p->hash != h || strcmp(p->key, key) != 0))
-        p = p->next;
-    return p;
-}
-
-/* Double the buckets; on allocation failure keep longer chains. */
-static void wb_map_grow(struct wb_map *m)
-{
-    size_t nb = m->nb * 2;
-    struct wb_hnode **b = tfs_calloc(nb, sizeof(*b));
-
-    if (b == NULL)
-        return;
-    for (size_t i = 0; i < m->nb; i++) {
-        while (m->b[i] != NULL) {
-            struct wb_hnode *p = m->b[i];
-            m->b[i] = p->next;
-            p->next = b[p->hash & (nb - 1)];
-            b[p->hash & (nb - 1)] = p;
-        }
-    }
-    tfs_free(m->b);
-    m->b = b;
-    m->nb = nb;
-}
-
-void wb_map_insert(struct wb_map *m, struct wb_hnode *h)
-{
-    if (m->n >= m->nb)
-        wb_map_grow(m);
-    h->hash = wb_hash(h->key);
-    h->next = m->b[h->hash & (m->nb - 1)];
-    m->b[h->hash & (m->nb - 1)] = h;
-    m->n++;
-}
-
-void wb_map_remove(struct wb_map *m, struct wb_hnode *h)
-{
-    struct wb_hnode **pp = &m->b[h->hash & (m->nb - 1)];
-
-    while (*pp != h)
-        pp = &(*pp)->next;
-    *pp = h->next;
-    m->n--;
-}
-
 /* ---- prefix counters ---- */
+
+static struct wb_pfx *pfx_of(struct tfs_hstr *h)
+{
+    return h ? tfs_container_of(h, struct wb_pfx, h) : NULL;
+}
 
 static bool ent_is_live(const struct wb_ent *e)
 {
@@ -116,6 +45,22 @@ static void pfx_emptied(struct tfs_wb *wb, const char *dir)
 
     if (d != NULL && d->kind == WB_DIRENT && !d->queued)
         wb_ent_requeue(wb, d);
+}
+
+/* New zero counters for directory dir, in wb->pfx; NULL: -ENOMEM. */
+static struct wb_pfx *pfx_new(struct tfs_wb *wb, const char *dir)
+{
+    struct wb_pfx *p = tfs_calloc(1, sizeof(*p));
+
+    if (p == NULL)
+        return NULL;
+    p->h.key = tfs_strdup(dir);
+    if (p->h.key == NULL || tfs_hmap_insert_str(&wb->pfx, &p->h) < 0) {
+        tfs_free(p->h.key);
+        tfs_free(p);
+        return NULL;
+    }
+    return p;
 }
 
 /* Add (delta 1) or remove (-1) e in the counters of every ancestor. */
@@ -135,25 +80,18 @@ static void pfx_count(struct tfs_wb *wb, struct wb_ent *e, int delta)
             continue;
         memcpy(buf, key, plen);
         buf[plen] = '\0';
-        p = (struct wb_pfx *)wb_map_find(&wb->pfx, buf);
-        if (p == NULL && delta > 0) {
-            p = tfs_calloc(1, sizeof(*p));
-            p->h.key = p ? tfs_strdup(buf) : NULL;
-            if (p == NULL || p->h.key == NULL) {
-                tfs_free(p);
-                continue;               /* counts stay low: best effort */
-            }
-            wb_map_insert(&wb->pfx, &p->h);
-        }
+        p = pfx_of(tfs_hmap_find_str(&wb->pfx, buf));
+        if (p == NULL && delta > 0)
+            p = pfx_new(wb, buf);
         if (p == NULL)
-            continue;
+            continue;                   /* counts stay low: best effort */
         p->live += (uint64_t)(int64_t)(ent_is_live(e) ? delta : 0);
         p->all += (uint64_t)(int64_t)delta;
         p->wo += (uint64_t)(int64_t)(e->kind == WB_WHITEOUT ? delta : 0);
         if (p->all == 0 || p->wo == 0)
             pfx_emptied(wb, buf);
         if (p->all == 0) {
-            wb_map_remove(&wb->pfx, &p->h);
+            tfs_hmap_remove(&wb->pfx, &p->h.node);
             tfs_free(p->h.key);
             tfs_free(p);
         }
@@ -163,14 +101,16 @@ static void pfx_count(struct tfs_wb *wb, struct wb_ent *e, int delta)
 
 const struct wb_pfx *wb_pfx_find(struct tfs_wb *wb, const char *dir)
 {
-    return (const struct wb_pfx *)wb_map_find(&wb->pfx, dir);
+    return pfx_of(tfs_hmap_find_str(&wb->pfx, dir));
 }
 
 /* ---- entries ---- */
 
 struct wb_ent *wb_ent_find(struct tfs_wb *wb, const char *key)
 {
-    return (struct wb_ent *)wb_map_find(&wb->ents, key);
+    struct tfs_hstr *h = tfs_hmap_find_str(&wb->ents, key);
+
+    return h ? wb_ent_of(&h->node) : NULL;
 }
 
 struct wb_ent *wb_ent_get(struct tfs_wb *wb, const char *key)
@@ -183,11 +123,11 @@ struct wb_ent *wb_ent_get(struct tfs_wb *wb, const char *key)
     if (e == NULL)
         return NULL;
     e->h.key = tfs_strdup(key);
-    if (e->h.key == NULL) {
+    if (e->h.key == NULL || tfs_hmap_insert_str(&wb->ents, &e->h) < 0) {
+        tfs_free(e->h.key);
         tfs_free(e);
         return NULL;
     }
-    wb_map_insert(&wb->ents, &e->h);
     return e;
 }
 
@@ -254,7 +194,7 @@ void wb_ent_release(struct tfs_wb *wb, struct wb_ent *e)
     if (e == NULL || e->kind != WB_NONE || e->pins > 0 || e->busy ||
         e->queued)
         return;
-    wb_map_remove(&wb->ents, &e->h);
+    tfs_hmap_remove(&wb->ents, &e->h.node);
     tfs_free(e->h.key);
     tfs_free(e->last_detail);
     tfs_free(e);
@@ -598,28 +538,27 @@ static int list_overlay(struct tfs_wb *wb, const char *dir,
                         struct wb_list *l)
 {
     size_t dlen = strlen(dir);
+    struct tfs_hmap_iter it;
+    struct wb_ent *e;
     int rc = 0;
 
-    for (size_t b = 0; b < wb->ents.nb && rc == 0; b++) {
-        for (struct wb_hnode *h = wb->ents.b[b]; h != NULL && rc == 0;
-             h = h->next) {
-            struct wb_ent *e = (struct wb_ent *)h;
-            const char *rest = h->key + dlen;
-            const char *slash;
+    tfs_hmap_iter_init(&it, &wb->ents);
+    while (rc == 0 && (e = wb_ent_of(tfs_hmap_iter_next(&it))) != NULL) {
+        const char *rest = e->h.key + dlen;
+        const char *slash;
 
-            if (strncmp(h->key, dir, dlen) != 0 || rest[0] == '\0' ||
-                !ent_is_live(e))
-                continue;
-            slash = strchr(rest, '/');
-            if (slash != NULL)
-                rc = list_add(l, rest, (size_t)(slash - rest), true, NULL,
-                              NULL);
-            else if (e->kind == WB_NODE)
-                rc = list_add(l, rest, strlen(rest), false, NULL,
-                              wb_node_get(e->node));
-            else
-                rc = list_add(l, rest, strlen(rest), false, &e->st, NULL);
-        }
+        if (strncmp(e->h.key, dir, dlen) != 0 || rest[0] == '\0' ||
+            !ent_is_live(e))
+            continue;
+        slash = strchr(rest, '/');
+        if (slash != NULL)
+            rc = list_add(l, rest, (size_t)(slash - rest), true, NULL,
+                          NULL);
+        else if (e->kind == WB_NODE)
+            rc = list_add(l, rest, strlen(rest), false, NULL,
+                          wb_node_get(e->node));
+        else
+            rc = list_add(l, rest, strlen(rest), false, &e->st, NULL);
     }
     return rc;
 }

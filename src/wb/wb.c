@@ -79,19 +79,24 @@ static int wb_staging_open(struct tfs_wb *wb)
 
 /* The last journal op of one key, gathered during replay. */
 struct rp_ent {
-    struct wb_hnode h;                  /* first */
+    struct tfs_hstr h;                  /* in the map; h.key owned */
     struct wb_jent  j;                  /* key and src point below */
     char           *src;                /* owned */
 };
 
 struct rp_state {
-    struct wb_map map;
+    struct tfs_hmap map;                /* struct rp_ent by key */
     char         *identity;             /* of the HEAD op, owned */
 };
 
 static struct rp_state *rp_of(struct tfs_wb *wb)
 {
     return (struct rp_state *)wb->replay;
+}
+
+static struct rp_ent *rp_ent_of(struct tfs_hstr *h)
+{
+    return h ? tfs_container_of(h, struct rp_ent, h) : NULL;
 }
 
 static int rp_apply(struct tfs_wb *wb, const struct wb_jent *j)
@@ -104,15 +109,17 @@ static int rp_apply(struct tfs_wb *wb, const struct wb_jent *j)
         rs->identity = tfs_strdup(j->key);
         return rs->identity ? 0 : -ENOMEM;
     }
-    r = (struct rp_ent *)wb_map_find(&rs->map, j->key);
+    r = rp_ent_of(tfs_hmap_find_str(&rs->map, j->key));
     if (r == NULL) {
         r = tfs_calloc(1, sizeof(*r));
         r->h.key = r ? tfs_strdup(j->key) : NULL;
-        if (r == NULL || r->h.key == NULL) {
+        if (r == NULL || r->h.key == NULL ||
+            tfs_hmap_insert_str(&rs->map, &r->h) < 0) {
+            if (r != NULL)
+                tfs_free(r->h.key);
             tfs_free(r);
             return -ENOMEM;
         }
-        wb_map_insert(&rs->map, &r->h);
     }
     tfs_free(r->src);
     r->src = j->src[0] ? tfs_strdup(j->src) : NULL;
@@ -186,31 +193,32 @@ static int rp_file(struct tfs_wb *wb, const struct wb_jent *j)
 static int rp_build(struct tfs_wb *wb)
 {
     struct rp_state *rs = rp_of(wb);
+    struct tfs_hmap_iter it;
+    struct rp_ent *r;
     int rc = 0;
 
-    for (size_t b = 0; b < rs->map.nb && rc == 0; b++) {
-        for (struct wb_hnode *h = rs->map.b[b]; h != NULL && rc == 0;
-             h = h->next) {
-            const struct wb_jent *j = &((struct rp_ent *)h)->j;
-            struct wb_ent *e = NULL;
+    tfs_hmap_iter_init(&it, &rs->map);
+    while (rc == 0 &&
+           (r = rp_ent_of(tfs_hstr_of(tfs_hmap_iter_next(&it)))) != NULL) {
+        const struct wb_jent *j = &r->j;
+        struct wb_ent *e = NULL;
 
-            if (j->op == WB_J_FILE) {
-                rc = rp_file(wb, j);
-                continue;
-            }
-            if (j->op == WB_J_CLEAR)
-                continue;
-            if (j->op == WB_J_MOVED && wb_ent_get(wb, j->src) == NULL)
-                return -ENOMEM;
-            e = wb_ent_get(wb, j->key);
-            if (e == NULL)
-                return -ENOMEM;
-            wb_ent_set(wb, e, j->op == WB_J_MOVED ? WB_MOVED
-                       : j->op == WB_J_DIR ? WB_DIRENT : WB_WHITEOUT,
-                       NULL, j->src, &j->st, j->flags);
-            e->ready_ns = 0;            /* resume at once */
-            wb_ent_release(wb, e);
+        if (j->op == WB_J_FILE) {
+            rc = rp_file(wb, j);
+            continue;
         }
+        if (j->op == WB_J_CLEAR)
+            continue;
+        if (j->op == WB_J_MOVED && wb_ent_get(wb, j->src) == NULL)
+            return -ENOMEM;
+        e = wb_ent_get(wb, j->key);
+        if (e == NULL)
+            return -ENOMEM;
+        wb_ent_set(wb, e, j->op == WB_J_MOVED ? WB_MOVED
+                   : j->op == WB_J_DIR ? WB_DIRENT : WB_WHITEOUT,
+                   NULL, j->src, &j->st, j->flags);
+        e->ready_ns = 0;                /* resume at once */
+        wb_ent_release(wb, e);
     }
     return rc;
 }
@@ -218,19 +226,18 @@ static int rp_build(struct tfs_wb *wb)
 static void rp_cleanup(struct tfs_wb *wb)
 {
     struct rp_state *rs = rp_of(wb);
+    struct tfs_hmap_iter it;
+    struct rp_ent *r;
 
     if (rs == NULL)
         return;
-    for (size_t b = 0; rs->map.b != NULL && b < rs->map.nb; b++) {
-        while (rs->map.b[b] != NULL) {
-            struct rp_ent *r = (struct rp_ent *)rs->map.b[b];
-            rs->map.b[b] = r->h.next;
-            tfs_free(r->h.key);
-            tfs_free(r->src);
-            tfs_free(r);
-        }
+    tfs_hmap_iter_init(&it, &rs->map);
+    while ((r = rp_ent_of(tfs_hstr_of(tfs_hmap_iter_next(&it)))) != NULL) {
+        tfs_free(r->h.key);
+        tfs_free(r->src);
+        tfs_free(r);
     }
-    wb_map_cleanup(&rs->map);
+    tfs_hmap_cleanup(&rs->map);
     tfs_free(rs->identity);
     tfs_free(rs);
     wb->replay = NULL;
@@ -247,17 +254,17 @@ static int id_cmp(const void *a, const void *b)
 /* The data ids the overlay references, sorted (tfs_free the array). */
 static uint64_t *wb_live_ids(struct tfs_wb *wb, size_t *n)
 {
-    uint64_t *ids = tfs_calloc(wb->ents.n + 1, sizeof(*ids));
+    uint64_t *ids = tfs_calloc(tfs_hmap_count(&wb->ents) + 1, sizeof(*ids));
+    struct tfs_hmap_iter it;
+    const struct wb_ent *e;
 
     *n = 0;
     if (ids == NULL)
         return NULL;
-    for (size_t b = 0; b < wb->ents.nb; b++) {
-        for (struct wb_hnode *h = wb->ents.b[b]; h != NULL; h = h->next) {
-            const struct wb_ent *e = (const struct wb_ent *)h;
-            if (e->kind == WB_NODE)
-                ids[(*n)++] = e->node->sealed_id;
-        }
+    tfs_hmap_iter_init(&it, &wb->ents);
+    while ((e = wb_ent_of(tfs_hmap_iter_next(&it))) != NULL) {
+        if (e->kind == WB_NODE)
+            ids[(*n)++] = e->node->sealed_id;
     }
     qsort(ids, *n, sizeof(*ids), id_cmp);
     return ids;
@@ -386,7 +393,7 @@ static int wb_recover(struct tfs_wb *wb)
     const char *ident = tfs_store_identity(wb->st);
     int rc;
 
-    if (rs == NULL || wb_map_init(&rs->map) < 0) {
+    if (rs == NULL || tfs_hmap_init(&rs->map, WB_MAP_MIN, tfs_hstr_eq) < 0) {
         tfs_free(rs);
         return -ENOMEM;
     }
@@ -395,7 +402,7 @@ static int wb_recover(struct tfs_wb *wb)
     if (rc == 0 && wb->j.rp_empty)
         rc = wb_check_orphans(wb);
     if (rc == 0 && rs->identity != NULL && strcmp(rs->identity, ident) &&
-        rs->map.n > 0)
+        tfs_hmap_count(&rs->map) > 0)
         rc = tfs_err(TFS_EOPTION, "the staging dir %s holds changes for "
                      "%s, not %s: mount that store over it, or give this "
                      "mount another --staging-dir", wb->cfg.staging_dir,
@@ -411,9 +418,10 @@ static int wb_recover(struct tfs_wb *wb)
     if (rc == 0) {
         pthread_mutex_lock(&wb->lock);
         rc = wb_journal_compact(wb);
-        if (wb->ents.n > 0)
+        if (tfs_hmap_count(&wb->ents) > 0)
             TFS_LOGL(TFS_LOG_NOTICE, "staging: %zu pending changes from "
-                     "the last mount resume now (%s)", wb->ents.n,
+                     "the last mount resume now (%s)",
+                     tfs_hmap_count(&wb->ents),
                      wb->cfg.staging_dir);
         pthread_mutex_unlock(&wb->lock);
     }
@@ -446,8 +454,8 @@ int wb_open(struct tfs_wb **out, const struct wb_cfg *cfg,
     wb_cond_init(&wb->space);
     wb_cond_init(&wb->kick);
     rc = wb->cfg.staging_dir ? 0 : -ENOMEM;
-    if (rc == 0 && (wb_map_init(&wb->ents) < 0 ||
-                    wb_map_init(&wb->pfx) < 0))
+    if (rc == 0 && (tfs_hmap_init(&wb->ents, WB_MAP_MIN, tfs_hstr_eq) < 0 ||
+                    tfs_hmap_init(&wb->pfx, WB_MAP_MIN, tfs_hstr_eq) < 0))
         rc = -ENOMEM;
     if (rc == 0)
         rc = wb_staging_open(wb);
@@ -480,13 +488,41 @@ void wb_stop(struct tfs_wb *wb)
  */
 static void wb_remove_staging(struct tfs_wb *wb)
 {
-    if (wb->ents.n > 0 || wb->j.dir_fd < 0 || wb->data_fd < 0)
+    if (tfs_hmap_count(&wb->ents) > 0 || wb->j.dir_fd < 0 || wb->data_fd < 0)
         return;
     if (unlinkat(wb->j.dir_fd, "data", AT_REMOVEDIR) < 0)
         return;
     unlinkat(wb->j.dir_fd, "journal", 0);
     unlinkat(wb->j.dir_fd, "lock", 0);
     rmdir(wb->cfg.staging_dir);
+}
+
+/* Free every entry and counter, and the two maps. */
+static void wb_free_maps(struct tfs_wb *wb)
+{
+    struct tfs_hmap_iter it;
+    struct tfs_hnode *n;
+    struct wb_ent *e;
+
+    tfs_hmap_iter_init(&it, &wb->ents);
+    while ((e = wb_ent_of(tfs_hmap_iter_next(&it))) != NULL) {
+        if (e->kind == WB_NODE) {
+            e->node->ent = NULL;
+            wb_node_put(e->node);
+        }
+        tfs_free(e->src);
+        tfs_free(e->h.key);
+        tfs_free(e->last_detail);
+        tfs_free(e);
+    }
+    tfs_hmap_iter_init(&it, &wb->pfx);
+    while ((n = tfs_hmap_iter_next(&it)) != NULL) {
+        struct wb_pfx *p = tfs_container_of(n, struct wb_pfx, h.node);
+        tfs_free(p->h.key);
+        tfs_free(p);
+    }
+    tfs_hmap_cleanup(&wb->ents);
+    tfs_hmap_cleanup(&wb->pfx);
 }
 
 void wb_close(struct tfs_wb *wb)
@@ -496,30 +532,7 @@ void wb_close(struct tfs_wb *wb)
     wb_stop(wb);
     if (wb->opened)
         wb_remove_staging(wb);
-    for (size_t b = 0; wb->ents.b != NULL && b < wb->ents.nb; b++) {
-        while (wb->ents.b[b] != NULL) {
-            struct wb_ent *e = (struct wb_ent *)wb->ents.b[b];
-            wb->ents.b[b] = e->h.next;
-            if (e->kind == WB_NODE) {
-                e->node->ent = NULL;
-                wb_node_put(e->node);
-            }
-            tfs_free(e->src);
-            tfs_free(e->h.key);
-            tfs_free(e->last_detail);
-            tfs_free(e);
-        }
-    }
-    for (size_t b = 0; wb->pfx.b != NULL && b < wb->pfx.nb; b++) {
-        while (wb->pfx.b[b] != NULL) {
-            struct wb_pfx *p = (struct wb_pfx *)wb->pfx.b[b];
-            wb->pfx.b[b] = p->h.next;
-            tfs_free(p->h.key);
-            tfs_free(p);
-        }
-    }
-    wb_map_cleanup(&wb->ents);
-    wb_map_cleanup(&wb->pfx);
+    wb_free_maps(wb);
     wb_journal_close(wb);
     if (wb->data_fd >= 0)
         close(wb->data_fd);
@@ -562,10 +575,12 @@ struct wb_snap {
 static void wb_snapshot(struct tfs_wb *wb, struct wb_snap *s)
 {
     uint64_t now = tfs_now_ns();
+    struct tfs_hmap_iter it;
+    struct wb_ent *e;
 
     memset(s, 0, sizeof(*s));
     pthread_mutex_lock(&wb->lock);
-    for (struct wb_ent *e = wb->qhead; e != NULL; e = e->qnext) {
+    for (e = wb->qhead; e != NULL; e = e->qnext) {
         if (e->kind == WB_NODE) {
             s->pending_files++;
             s->pending_bytes += e->node->sealed_size;
@@ -573,16 +588,14 @@ static void wb_snapshot(struct tfs_wb *wb, struct wb_snap *s)
             s->pending_ops++;
         }
     }
-    for (size_t b = 0; b < wb->ents.nb; b++) {
-        for (struct wb_hnode *h = wb->ents.b[b]; h != NULL; h = h->next) {
-            struct wb_ent *e = (struct wb_ent *)h;
-            if (e->kind != WB_NODE)
-                continue;
-            s->staged_files++;
-            pthread_mutex_lock(&e->node->lock);
-            s->dirty_files += e->node->dirty;
-            pthread_mutex_unlock(&e->node->lock);
-        }
+    tfs_hmap_iter_init(&it, &wb->ents);
+    while ((e = wb_ent_of(tfs_hmap_iter_next(&it))) != NULL) {
+        if (e->kind != WB_NODE)
+            continue;
+        s->staged_files++;
+        pthread_mutex_lock(&e->node->lock);
+        s->dirty_files += e->node->dirty;
+        pthread_mutex_unlock(&e->node->lock);
     }
     s->inflight = wb->inflight;
     s->rate = wb->rate;

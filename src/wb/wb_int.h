@@ -24,31 +24,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/hmap.h"
 #include "common/pool.h"
 #include "common/util.h"
 #include "wb/wb.h"
-
-/* ---- a chained hash map keyed by string (view.c) ---- */
-
-struct wb_hnode {
-    struct wb_hnode *next;              /* chain */
-    uint64_t         hash;
-    char            *key;               /* owned by the containing object */
-};
-
-struct wb_map {
-    struct wb_hnode **b;                /* buckets, power of two */
-    size_t            nb;
-    size_t            n;
-};
-
-int wb_map_init(struct wb_map *m);
-void wb_map_cleanup(struct wb_map *m);
-struct wb_hnode *wb_map_find(const struct wb_map *m, const char *key);
-/* Insert h (h->key set); grows when loaded.  Never fails. */
-void wb_map_insert(struct wb_map *m, struct wb_hnode *h);
-void wb_map_remove(struct wb_map *m, struct wb_hnode *h);
-uint64_t wb_hash(const char *key);
 
 /* ---- overlay entries (view.c) ---- */
 
@@ -65,7 +44,8 @@ enum wb_kind {
 #define WB_D_HIDDEN 0x2u                /* hide the store's directory */
 
 struct wb_ent {
-    struct wb_hnode  h;                 /* first; h.key: "a/b" or "a/b/" */
+    struct tfs_hstr  h;                 /* in wb->ents; h.key: "a/b" or
+                                           "a/b/", owned */
     int              kind;              /* wb_kind; wb->lock */
     struct wb_node  *node;              /* WB_NODE: the view's reference */
     char            *src;               /* WB_MOVED: owned */
@@ -91,9 +71,18 @@ struct wb_ent {
     struct wb_ent   *qnext;
 };
 
+/* Buckets wb->ents, wb->pfx and the replay's map start with. */
+#define WB_MAP_MIN 256
+
+/* The entry of node n of wb->ents (NULL for NULL). */
+static inline struct wb_ent *wb_ent_of(struct tfs_hnode *n)
+{
+    return n ? tfs_container_of(n, struct wb_ent, h.node) : NULL;
+}
+
 /* Counts of entries strictly under a directory key ("" or "a/b/"). */
 struct wb_pfx {
-    struct wb_hnode h;                  /* first */
+    struct tfs_hstr h;                  /* in wb->pfx; h.key owned */
     uint64_t        live;               /* NODE, MOVED, DIRENT LOCAL */
     uint64_t        all;                /* every kind but NONE */
     uint64_t        wo;                 /* WHITEOUT */
@@ -319,8 +308,8 @@ struct tfs_wb {
     pthread_rwlock_t     ns_lock;       /* directory renames exclusive,
                                            completions shared */
     pthread_mutex_t      lock;
-    struct wb_map        ents;          /* struct wb_ent; lock */
-    struct wb_map        pfx;           /* struct wb_pfx; lock */
+    struct tfs_hmap      ents;          /* struct wb_ent by key; lock */
+    struct tfs_hmap      pfx;           /* struct wb_pfx by key; lock */
     struct wb_ent       *qhead;         /* pending queue; lock */
     struct wb_ent       *qtail;
     uint64_t             seq;           /* changes so far; lock */

@@ -2,8 +2,8 @@
 /*
  * Common helpers: number and size parsing, percent-encoding, byte and hex
  * fields, mountinfo escapes, URIs, option bags and tables, capped buffers,
- * the error space (every code named), the allocation hooks and the
- * positional read and write loops.
+ * the error space (every code named), the allocation hooks, the hash map
+ * and the positional read and write loops.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +17,7 @@
 #include "tierfs/store.h"
 #include "common/bytes.h"
 #include "common/fsutil.h"
+#include "common/hmap.h"
 #include "common/json.h"
 #include "common/util.h"
 
@@ -451,6 +452,272 @@ TEST(allocation_failures)
     CHECK(system(cmd) == 0);
 }
 
+/* ---- the hash map (common/hmap.c) ---- */
+
+/*
+ * Every node in the bucket its hash names, n of them, n <= nb, nb a power
+ * of two: what any sequence of inserts, removals and failed doublings
+ * must leave.
+ */
+static void hmap_check(const struct tfs_hmap *m)
+{
+    size_t n = 0;
+
+    CHECK(m->nb >= 16 && (m->nb & (m->nb - 1)) == 0);
+    for (size_t i = 0; i < m->nb; i++) {
+        for (const struct tfs_hnode *p = m->b[i]; p != NULL; p = p->next) {
+            CHECK_EQ(p->hash & (m->nb - 1), i);
+            n++;
+        }
+    }
+    CHECK_EQ(n, m->n);
+    CHECK(m->n <= m->nb);
+}
+
+#define HMAP_MILLION 1000000
+
+/* A million string keys: found, grown to load 1, removed. */
+TEST(hmap_million)
+{
+    struct tfs_hstr *e = calloc(HMAP_MILLION, sizeof(*e));
+    char key[32];
+    struct tfs_hmap m;
+
+    CHECK(e != NULL);
+    CHECK_OK(tfs_hmap_init(&m, 0, tfs_hstr_eq));
+    CHECK_EQ(m.nb, 16);
+    for (int i = 0; i < HMAP_MILLION; i++) {
+        snprintf(key, sizeof(key), "dir%d/file%d", i % 1000, i);
+        e[i].key = strdup(key);
+        CHECK(e[i].key != NULL);
+        CHECK_OK(tfs_hmap_insert_str(&m, &e[i]));
+    }
+    CHECK_EQ(tfs_hmap_count(&m), HMAP_MILLION);
+    CHECK_EQ(m.nb, 1u << 20);           /* the power of two >= 1M */
+    hmap_check(&m);
+    for (int i = 0; i < HMAP_MILLION; i++)
+        CHECK(tfs_hmap_find_str(&m, e[i].key) == &e[i]);
+    CHECK(tfs_hmap_find_str(&m, "dir0/file1") == NULL);
+    for (int i = 1; i < HMAP_MILLION; i += 2)
+        tfs_hmap_remove(&m, &e[i].node);
+    CHECK_EQ(tfs_hmap_count(&m), HMAP_MILLION / 2);
+    hmap_check(&m);
+    for (int i = 0; i < HMAP_MILLION; i++)
+        CHECK(tfs_hmap_find_str(&m, e[i].key) == (i % 2 ? NULL : &e[i]));
+    for (int i = 0; i < HMAP_MILLION; i += 2)
+        tfs_hmap_remove(&m, &e[i].node);
+    CHECK_EQ(tfs_hmap_count(&m), 0);
+    hmap_check(&m);
+    for (int i = 0; i < HMAP_MILLION; i++)
+        free(e[i].key);
+    tfs_hmap_cleanup(&m);
+    tfs_hmap_cleanup(&m);               /* twice: harmless */
+    free(e);
+}
+
+/* The inverse of tfs_hash_u64's three steps, to show it is a bijection. */
+static uint64_t unxorshift33(uint64_t x)
+{
+    return x ^ (x >> 33);               /* 33 >= 64 / 2: one step undoes */
+}
+
+static uint64_t inverse_odd(uint64_t a)
+{
+    uint64_t x = a;                     /* right mod 8; each Newton step
+                                           doubles the right bits */
+
+    for (int i = 0; i < 6; i++)
+        x *= 2 - a * x;
+    return x;
+}
+
+/* u64 keys: no compare, so the hash must be one to one. */
+TEST(hmap_u64)
+{
+    static struct tfs_hnode nodes[100000];
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    struct tfs_hmap m;
+
+    for (int i = 0; i < 1000; i++) {
+        uint64_t h;
+
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        h = unxorshift33(tfs_hash_u64(x));
+        h = unxorshift33(h * inverse_odd(0xc4ceb9fe1a85ec53ull));
+        h = unxorshift33(h * inverse_odd(0xff51afd7ed558ccdull));
+        CHECK(h == x);
+    }
+    CHECK(tfs_hash_u64(1) != tfs_hash_u64(2));
+    CHECK_OK(tfs_hmap_init(&m, 1000, NULL));
+    CHECK_EQ(m.nb, 1024);
+    /* Sequential ids (node ids, as the inode table has) spread. */
+    for (uint64_t k = 0; k < 100000; k++)
+        CHECK_OK(tfs_hmap_insert_u64(&m, &nodes[k], k + 3));
+    hmap_check(&m);
+    for (uint64_t k = 0; k < 100000; k++)
+        CHECK(tfs_hmap_find_u64(&m, k + 3) == &nodes[k]);
+    CHECK(tfs_hmap_find_u64(&m, 2) == NULL);
+    CHECK(tfs_hmap_find_u64(&m, 100003) == NULL);
+    tfs_hmap_cleanup(&m);
+}
+
+/* A node with a key the test compares itself (any hash it likes). */
+struct bad_ent {
+    struct tfs_hnode node;
+    int              key;
+    bool             seen;
+};
+
+static bool bad_eq(const struct tfs_hnode *n, const void *key)
+{
+    return tfs_container_of(n, struct bad_ent, node)->key == *(const int *)key;
+}
+
+static uint64_t bad_hash(int key)
+{
+    return (uint64_t)(key % 3) << 40;   /* 3 values, none in the low bits */
+}
+
+/* A hash that collides all the time: still right, only slower. */
+TEST(hmap_collisions)
+{
+    static struct bad_ent e[3000];
+    struct tfs_hmap m;
+
+    CHECK_OK(tfs_hmap_init(&m, 16, bad_eq));
+    for (int i = 0; i < 3000; i++) {
+        e[i].key = i;
+        CHECK_OK(tfs_hmap_insert(&m, &e[i].node, bad_hash(i)));
+    }
+    hmap_check(&m);
+    CHECK(m.b[0] != NULL);              /* every node in bucket 0 */
+    for (int i = 0; i < 3000; i++)
+        CHECK(tfs_hmap_find(&m, bad_hash(i), &i) == &e[i].node);
+    /* Out of the middle, the head and the tail of the chains. */
+    for (int i = 0; i < 3000; i += 7)
+        tfs_hmap_remove(&m, &e[i].node);
+    tfs_hmap_remove(&m, &e[2999].node);
+    hmap_check(&m);
+    for (int i = 0; i < 3000; i++) {
+        bool gone = i % 7 == 0 || i == 2999;
+        CHECK(tfs_hmap_find(&m, bad_hash(i), &i) == (gone ? NULL
+                                                          : &e[i].node));
+    }
+    {
+        int absent = 3001;              /* same hash as 1, other key */
+        CHECK(tfs_hmap_find(&m, bad_hash(absent), &absent) == NULL);
+    }
+    tfs_hmap_cleanup(&m);
+}
+
+/* A walk sees every node once, and may remove and free the current one. */
+TEST(hmap_remove_while_walking)
+{
+    enum { N = 20000 };
+    struct bad_ent **e = calloc(N, sizeof(*e));
+    struct tfs_hmap_iter it;
+    struct tfs_hnode *n;
+    struct tfs_hmap m;
+    size_t walked = 0;
+
+    CHECK(e != NULL);
+    CHECK_OK(tfs_hmap_init(&m, 0, NULL));
+    for (int i = 0; i < N; i++) {
+        e[i] = calloc(1, sizeof(**e));
+        CHECK(e[i] != NULL);
+        e[i]->key = i;
+        CHECK_OK(tfs_hmap_insert_u64(&m, &e[i]->node, (uint64_t)i));
+    }
+    tfs_hmap_iter_init(&it, &m);
+    while ((n = tfs_hmap_iter_next(&it)) != NULL) {
+        struct bad_ent *b = tfs_container_of(n, struct bad_ent, node);
+        CHECK(!b->seen);
+        b->seen = true;
+        walked++;
+        if (b->key % 3 != 0) {          /* two in three go, freed now */
+            tfs_hmap_remove(&m, n);
+            e[b->key] = NULL;
+            free(b);
+        }
+    }
+    CHECK_EQ(walked, N);
+    CHECK_EQ(tfs_hmap_count(&m), (N + 2) / 3);
+    hmap_check(&m);
+    for (int i = 0; i < N; i++)
+        CHECK((tfs_hmap_find_u64(&m, (uint64_t)i) != NULL) == (i % 3 == 0));
+    /* Empty it while walking: the map is usable and empty after. */
+    tfs_hmap_iter_init(&it, &m);
+    while ((n = tfs_hmap_iter_next(&it)) != NULL) {
+        tfs_hmap_remove(&m, n);
+        free(tfs_container_of(n, struct bad_ent, node));
+    }
+    CHECK_EQ(tfs_hmap_count(&m), 0);
+    hmap_check(&m);
+    tfs_hmap_iter_init(&it, &m);
+    CHECK(tfs_hmap_iter_next(&it) == NULL);
+    tfs_hmap_cleanup(&m);
+    tfs_hmap_iter_init(&it, &m);        /* a cleaned-up map walks empty */
+    CHECK(tfs_hmap_iter_next(&it) == NULL);
+    free(e);
+}
+
+/*
+ * Every allocation failing in turn (the hook above): either init fails
+ * (-ENOMEM, an empty map) or a doubling does, and then the insert that
+ * needed it returns -ENOMEM, its node is not linked, the map holds just
+ * what it held and, memory back, takes the rest.
+ */
+TEST(hmap_allocation_failures)
+{
+    enum { N = 5000 };                  /* 16 buckets, then 9 doublings */
+    static struct tfs_hnode nodes[N];
+    int failures = 0;
+    bool failed = true;
+
+    CHECK_OK(test_alloc_hook());
+    for (long k = 0; failed && k < 100; k++) {
+        struct tfs_hmap m;
+        size_t nb = 0;
+        int i = 0;
+        int rc;
+
+        test_alloc_budget(k);
+        rc = tfs_hmap_init(&m, 0, NULL);
+        for (; rc == 0 && i < N; i++) {
+            nb = m.nb;
+            rc = tfs_hmap_insert_u64(&m, &nodes[i], (uint64_t)i);
+        }
+        test_alloc_budget(-1);
+        failed = rc < 0;
+        failures += failed;
+        if (failed && m.b == NULL) {    /* init */
+            CHECK_RC(rc, -ENOMEM);
+            CHECK(m.nb == 0 && m.n == 0);
+            continue;
+        }
+        if (failed) {
+            CHECK_RC(rc, -ENOMEM);
+            i--;                        /* nodes[i] was refused */
+            CHECK_EQ(m.nb, nb);
+            CHECK_EQ(tfs_hmap_count(&m), i);
+        }
+        hmap_check(&m);
+        for (int j = 0; j < N; j++)
+            CHECK((tfs_hmap_find_u64(&m, (uint64_t)j) == &nodes[j]) ==
+                  (j < i));
+        for (; i < N; i++)
+            CHECK_OK(tfs_hmap_insert_u64(&m, &nodes[i], (uint64_t)i));
+        hmap_check(&m);
+        for (int j = 0; j < N; j++)
+            CHECK(tfs_hmap_find_u64(&m, (uint64_t)j) == &nodes[j]);
+        tfs_hmap_cleanup(&m);
+    }
+    CHECK(!failed);
+    CHECK_EQ(failures, 10);             /* init and each doubling */
+}
+
 /* pwrite all at an offset; pread to the end, short only there; errors. */
 TEST(positional_io)
 {
@@ -481,6 +748,7 @@ TEST(positional_io)
 
 TESTS(T(sizes), T(numbers), T(pct), T(bytes), T(mountinfo_unescape),
       T(uris), T(option_bags), T(option_tables), T(capped_buffer), T(errors),
-      T(error_range), T(deadline),
-      T(allocation_failures), T(positional_io));
+      T(error_range), T(deadline), T(allocation_failures), T(hmap_million),
+      T(hmap_u64), T(hmap_collisions), T(hmap_remove_while_walking),
+      T(hmap_allocation_failures), T(positional_io));
 TEST_MAIN()
