@@ -372,13 +372,12 @@ static void snap_install(struct tfs_meta *m, struct snap_collect *sc)
     sc->ents = NULL;
 }
 
-static void put_le(struct tfs_buf *b, uint64_t v, unsigned n, int *rc)
+static void put_le(struct tfs_buf *b, uint64_t v, unsigned n)
 {
     uint8_t p[8];
 
     tfs_put_le(p, v, n);
-    if (*rc == 0)
-        *rc = tfs_buf_append(b, p, n);
+    tfs_buf_append(b, p, n);            /* errors stick in b */
 }
 
 /* Encode the snapshot and write it atomically to m->snap_path. */
@@ -386,25 +385,26 @@ static int snap_save(struct tfs_meta *m)
 {
     struct tfs_buf b;
     char tmp[4200];
-    int rc = 0;
+    int rc;
     int fd;
 
     tfs_buf_init(&b, 0);
     tfs_buf_append(&b, SNAP_MAGIC, 8);
-    put_le(&b, m->n_snap, 8, &rc);
-    for (size_t i = 0; i < m->n_snap && rc == 0; i++) {
+    put_le(&b, m->n_snap, 8);
+    for (size_t i = 0; i < m->n_snap && tfs_buf_error(&b) == 0; i++) {
         const struct snap_ent *e = &m->snap[i];
         size_t vlen = strlen(e->st.version);
-        put_le(&b, strlen(e->key), 2, &rc);
-        if (rc == 0)
-            rc = tfs_buf_puts(&b, e->key);
-        put_le(&b, e->st.size, 8, &rc);
-        put_le(&b, (uint64_t)e->st.mtime_ns, 8, &rc);
-        put_le(&b, vlen, 1, &rc);
-        if (rc == 0)
-            rc = tfs_buf_append(&b, e->st.version, vlen);
+        put_le(&b, strlen(e->key), 2);
+        tfs_buf_puts(&b, e->key);
+        put_le(&b, e->st.size, 8);
+        put_le(&b, (uint64_t)e->st.mtime_ns, 8);
+        put_le(&b, vlen, 1);
+        tfs_buf_append(&b, e->st.version, vlen);
     }
-    put_le(&b, XXH3_64bits(b.p, b.len), 8, &rc);
+    rc = tfs_buf_error(&b);             /* never write a partial image */
+    if (rc == 0)
+        put_le(&b, XXH3_64bits(b.p, b.len), 8);
+    rc = tfs_buf_error(&b);
     snprintf(tmp, sizeof(tmp), "%s.tmp-%d", m->snap_path, (int)getpid());
     if (rc == 0)
         (void)unlink(tmp);              /* a stale one, never followed */

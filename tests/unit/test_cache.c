@@ -698,6 +698,58 @@ TEST(immutable_snapshot)
     remove_dirs();
 }
 
+/*
+ * The listing snapshot built and saved with every allocation failing in
+ * turn: -ENOMEM each time and nothing wrong kept; once memory suffices the
+ * listing is whole, and the file a reopen loads from is whole too.
+ */
+TEST(snapshot_alloc_failures)
+{
+    const char *kv[] = {"immutable", "1", "cache_dir", NULL, NULL};
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    struct tfs_dir *d = NULL;
+    int failures = 0;
+    int rc = -ENOMEM;
+
+    setup_dirs();
+    kv[3] = cdir;
+    for (int i = 0; i < 40; i++) {
+        char key[64];
+
+        snprintf(key, sizeof(key), "ds/file-%02d-with-a-longer-name", i);
+        write_remote(key, "x", 1);
+    }
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    CHECK_OK(test_alloc_hook());
+    for (long k = 0; k < 100000 && rc != 0; k += 1 + k / 32) {
+        test_alloc_budget(k);
+        rc = tfs_cache_opendir(c, "ds/", &d);
+        test_alloc_budget(-1);
+        if (rc != 0) {
+            CHECK_RC(rc, -ENOMEM);
+            failures++;
+        }
+    }
+    CHECK_OK(tfs_replace_allocator(malloc, realloc, calloc, free));
+    CHECK_OK(rc);
+    CHECK(failures > 5);
+    CHECK_EQ(tfs_dir_count(d), 40);
+    tfs_dir_put(d);
+    tfs_cache_close(c);
+    /* reopened: from the snapshot file (or a fresh listing if the save
+     * was refused), never from a partial one */
+    c = open_cache(st, kv);
+    CHECK_OK(tfs_cache_opendir(c, "ds/", &d));
+    CHECK_EQ(tfs_dir_count(d), 40);
+    CHECK_STR(tfs_dir_entry(d, 39)->name, "file-39-with-a-longer-name");
+    tfs_dir_put(d);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    remove_dirs();
+}
+
 TEST(meta_ttl_and_negative_entries)
 {
     const char *kv[] = {"meta_ttl", "0.3", NULL};
@@ -1743,7 +1795,7 @@ TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
       T(disk_tier_survives_reopen), T(corrupt_blocks_are_refetched),
       T(disk_readahead),
       T(changed_object_never_mixes), T(single_flight), T(capacity_bound),
-      T(scan_resistance), T(immutable_snapshot),
+      T(scan_resistance), T(immutable_snapshot), T(snapshot_alloc_failures),
       T(meta_ttl_and_negative_entries), T(options_table), T(prefetch_hint),
       T(sequential_readahead), T(hedged_reads), T(multi_process_sharing),
       T(queued_reads_promoted_not_hedged), T(cache_dir_settings_adopted),
