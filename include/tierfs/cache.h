@@ -252,8 +252,10 @@ TFS_API void tfs_cache_note_put(struct tfs_cache *c, const char *key,
 
 /*
  * The counters since open, as one JSON object (see docs/metrics.md for
- * the fields), written to buf.  *len receives the length without the
- * NUL; -ENOSPC (with *len the size needed) when buf is too small.
+ * the fields; its "meta" member gives each number's type and unit),
+ * written to buf.  *len receives the length without the NUL; -ENOSPC
+ * (with *len the size needed, and buf holding what fits) when buf is too
+ * small; -ENOMEM.
  */
 TFS_API int tfs_cache_stats_json(struct tfs_cache *c, char *buf,
                                  size_t size, size_t *len);

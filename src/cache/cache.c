@@ -582,40 +582,87 @@ void tfs_cache_flush(struct tfs_cache *c)
 
 /* ---- statistics ---- */
 
-static void cache_view(struct tfs_cache *c, struct tfs_metrics_view *v)
+/* The cache's section of the registry: the counters, then the rest. */
+static const struct tfs_metric cache_metric_table[] = {
+#define X(name, unit, help)                                                \
+    TFS_METRIC_DESC(struct tfs_cache_metrics, U64, name, COUNTER, unit,    \
+                    NULL, help)
+    TFS_COUNTERS(X)
+#undef X
+#define X(...) TFS_METRIC_DESC(struct tfs_cache_metrics, __VA_ARGS__)
+    TFS_CACHE_METRICS(X)
+#undef X
+};
+
+const struct tfs_metric_section tfs_metrics_cache = {
+    .name = NULL,
+    .prom_prefix = "",
+    .when = "every mount, and alone in tfs_cache_stats_json and "
+            "tfs_cache_stats_prometheus",
+    .m = cache_metric_table,
+    .n = TFS_ARRAY_LEN(cache_metric_table),
+    .size = sizeof(struct tfs_cache_metrics),
+};
+
+void tfs_cache_metrics_get(struct tfs_cache *c, struct tfs_cache_metrics *out)
 {
     struct tfs_retry_stats rs;
 
-    memset(v, 0, sizeof(*v));
-    v->ctr = &c->ctr;
-    v->get_latency = &c->get_latency;
-    v->read_latency = &c->read_latency;
-    pthread_mutex_lock(&c->ram_lock);
-    v->cache_bytes_ram = c->ram_bytes;
-    pthread_mutex_unlock(&c->ram_lock);
-    tfs_disk_usage(c, &v->cache_bytes_disk, &v->cache_blocks_disk,
-                   &v->cache_capacity_disk);
-    v->disk_tier = c->disk != NULL ? "on"
-                   : c->disk_off[0] != '\0' ? c->disk_off : "none";
+    memset(out, 0, sizeof(*out));
+#define X(name, unit, help)                                                \
+    out->name = atomic_load_explicit(&c->ctr.name, memory_order_relaxed);
+    TFS_COUNTERS(X)
+#undef X
+    out->stall_seconds = (double)out->stall_ns / 1e9;
     tfs_retry_get_stats(c->st, &rs);
-    v->retries = rs.retries;
-    v->uptime_ns = tfs_now_ns() - c->open_ns;
+    out->retries = rs.retries;
+    pthread_mutex_lock(&c->ram_lock);
+    out->cache_bytes_ram = c->ram_bytes;
+    pthread_mutex_unlock(&c->ram_lock);
+    tfs_disk_usage(c, &out->cache_bytes_disk, &out->cache_blocks_disk,
+                   &out->cache_capacity_disk);
+    out->disk_tier = c->disk != NULL ? "on"
+                     : c->disk_off[0] != '\0' ? c->disk_off : "none";
+    out->backend_get_latency = &c->get_latency;
+    out->read_latency = &c->read_latency;
+    out->uptime_seconds = (double)(tfs_now_ns() - c->open_ns) / 1e9;
+}
+
+/* The cache's section alone, rendered into buf (the C API's contract). */
+static int cache_render(struct tfs_cache *c, bool prom, char *buf,
+                        size_t size, size_t *len)
+{
+    struct tfs_cache_metrics m;
+    struct tfs_metric_src src = {&tfs_metrics_cache, &m, NULL, NULL};
+    struct tfs_buf b;
+    int rc;
+
+    tfs_cache_metrics_get(c, &m);
+    tfs_buf_init(&b, SIZE_MAX);
+    rc = prom ? tfs_metrics_prometheus(&b, &src, 1)
+              : tfs_metrics_json(&b, &src, 1);
+    if (rc == 0) {
+        *len = b.len;
+        if (b.len >= size)
+            rc = -ENOSPC;
+        if (size > 0) {
+            size_t n = TFS_MIN(b.len, size - 1);
+            memcpy(buf, tfs_buf_str(&b), n);
+            buf[n] = '\0';
+        }
+    }
+    tfs_buf_cleanup(&b);
+    return rc;
 }
 
 int tfs_cache_stats_json(struct tfs_cache *c, char *buf, size_t size,
                          size_t *len)
 {
-    struct tfs_metrics_view v;
-
-    cache_view(c, &v);
-    return tfs_metrics_json(&v, buf, size, len);
+    return cache_render(c, false, buf, size, len);
 }
 
 int tfs_cache_stats_prometheus(struct tfs_cache *c, char *buf, size_t size,
                                size_t *len)
 {
-    struct tfs_metrics_view v;
-
-    cache_view(c, &v);
-    return tfs_metrics_prometheus(&v, buf, size, len);
+    return cache_render(c, true, buf, size, len);
 }

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "common/util.h"
-#include "metrics/metrics.h"
+#include "metrics/hist.h"
 
 struct bench_opts {
     const char *target;

@@ -3,11 +3,14 @@
  * tierfs stats [-w SECONDS] [--json] MOUNTPOINT: the counters of a
  * mounted cache, read from its control file MOUNTPOINT/.tierfs-stats.
  *
- * The file holds one JSON object (docs/fuse.md), parsed with
- * common/json.c and flattened here into (name, number) pairs, nested members as "fuse.reads", so the table
- * shows whatever fields the running version emits, in its order, with
- * units guessed from the names (_bytes, _seconds, _us).  With -w the
- * table repeats, adding per-second rates of the counters.
+ * The file holds one JSON object (docs/metrics.md), parsed with
+ * common/json.c and flattened here into (name, number) pairs, nested
+ * members as "fuse.reads", so the table shows whatever figures the
+ * running version emits, in its order.  Its "meta" member gives each
+ * figure's type and unit (the metrics registry's, written with the
+ * numbers), which choose the format and whether -w shows a rate: the
+ * per-second rate of each counter.  A figure meta does not name (a
+ * daemon older than meta) shows as a plain number without a rate.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,9 +31,21 @@
 #define STATS_TEXT_MAX (4u << 20)
 #define STATS_DEPTH_MAX 8
 
+/* Units as "meta" spells them (metrics/metrics.h, docs/metrics.md). */
+enum stats_unit {
+    STATS_PLAIN,                        /* "count", "none", or unknown */
+    STATS_BYTES,
+    STATS_BYTES_PER_S,
+    STATS_SECONDS,
+    STATS_US,
+    STATS_NS,
+};
+
 struct stats_field {
-    char   name[STATS_NAME_MAX];
-    double v;
+    char            name[STATS_NAME_MAX];
+    double          v;
+    bool            counter;            /* -w shows its rate */
+    enum stats_unit unit;
 };
 
 struct stats_set {
@@ -53,22 +68,56 @@ static void stats_help(FILE *f)
 
 /* ---- flattening the parsed object ---- */
 
+/* What meta says of the figure name: type and unit, for f. */
+static void stats_meta(const struct tfs_json *meta, const char *name,
+                       struct stats_field *f)
+{
+    static const struct {
+        const char     *name;
+        enum stats_unit unit;
+    } units[] = {
+        {"bytes", STATS_BYTES},     {"bytes_per_second", STATS_BYTES_PER_S},
+        {"seconds", STATS_SECONDS}, {"us", STATS_US},
+        {"ns", STATS_NS},
+    };
+    const struct tfs_json *m = tfs_json_get(meta, name);
+    const char *type = NULL;
+    const char *unit = NULL;
+
+    f->counter = false;
+    f->unit = STATS_PLAIN;
+    if (m == NULL || m->type != TFS_JSON_ARRAY || m->n != 2)
+        return;
+    type = tfs_json_str(m->child);
+    unit = tfs_json_str(m->child->next);
+    f->counter = type != NULL && strcmp(type, "counter") == 0;
+    for (size_t i = 0; unit != NULL && i < TFS_ARRAY_LEN(units); i++) {
+        if (strcmp(unit, units[i].name) == 0)
+            f->unit = units[i].unit;
+    }
+}
+
 static int stats_value(const struct tfs_json *v, const char *name,
-                       struct stats_set *s, int depth);
+                       struct stats_set *s, const struct tfs_json *meta,
+                       int depth);
 
 /* An object's members, each value flattened under prefix "name." (a
-   name cut to STATS_NAME_MAX - 1 bytes, as the names of old). */
+   name cut to STATS_NAME_MAX - 1 bytes, as the names of old); the top
+   level's "meta" is not a figure. */
 static int stats_object(const struct tfs_json *v, const char *name,
-                        struct stats_set *s, int depth)
+                        struct stats_set *s, const struct tfs_json *meta,
+                        int depth)
 {
     char full[STATS_NAME_MAX];
 
     for (const struct tfs_json *m = v->child; m != NULL; m = m->next) {
+        if (depth == 0 && strcmp(m->key, "meta") == 0)
+            continue;
         if ((size_t)snprintf(full, sizeof(full), "%s%s%.*s", name,
                              name[0] ? "." : "", STATS_NAME_MAX - 1,
                              m->key) >= sizeof(full))
             return -1;                  /* names this long are not ours */
-        if (stats_value(m, full, s, depth + 1) < 0)
+        if (stats_value(m, full, s, meta, depth + 1) < 0)
             return -1;
     }
     return 0;
@@ -80,22 +129,26 @@ static int stats_object(const struct tfs_json *v, const char *name,
  * numbers are not shown).  -1 past STATS_DEPTH_MAX.
  */
 static int stats_value(const struct tfs_json *v, const char *name,
-                       struct stats_set *s, int depth)
+                       struct stats_set *s, const struct tfs_json *meta,
+                       int depth)
 {
     if (depth > STATS_DEPTH_MAX)
         return -1;
     if (v->type == TFS_JSON_OBJECT)
-        return stats_object(v, name, s, depth);
+        return stats_object(v, name, s, meta, depth);
     if (v->type == TFS_JSON_ARRAY) {
         for (const struct tfs_json *e = v->child; e != NULL; e = e->next) {
-            if (stats_value(e, "", NULL, depth + 1) < 0)
+            if (stats_value(e, "", NULL, NULL, depth + 1) < 0)
                 return -1;
         }
         return 0;
     }
     if (v->type == TFS_JSON_NUMBER && s != NULL && s->n < STATS_MAX_FIELDS) {
-        snprintf(s->f[s->n].name, STATS_NAME_MAX, "%s", name);
-        s->f[s->n++].v = strtod(v->s, NULL);
+        struct stats_field *f = &s->f[s->n++];
+
+        snprintf(f->name, STATS_NAME_MAX, "%s", name);
+        f->v = strtod(v->s, NULL);
+        stats_meta(meta, name, f);
     }
     return 0;
 }
@@ -114,7 +167,8 @@ static int stats_parse(const char *text, size_t len, struct stats_set *s)
     s->n = 0;
     rc = tfs_json_parse(text, len, &lim, &doc);
     if (rc == 0 && (doc.root->type != TFS_JSON_OBJECT ||
-                    stats_value(doc.root, "", s, 0) < 0))
+                    stats_value(doc.root, "", s,
+                                tfs_json_get(doc.root, "meta"), 0) < 0))
         rc = TFS_EPROTO;
     tfs_json_cleanup(&doc);
     if (rc < 0)
@@ -160,43 +214,32 @@ static int stats_read(const char *mnt, struct tfs_buf *b)
     return rc;
 }
 
-static bool stats_is_gauge(const char *name)
+/* v (of f, or its per-second rate) formatted in f's unit. */
+static const char *stats_fmt(char *buf, size_t size,
+                             const struct stats_field *f, double v,
+                             bool rate)
 {
-    static const char *gauges[] = {"cache_", "uptime_", "fuse.read_max",
-                                   "fuse.inodes", "fuse.handles",
-                                   "writeback.pending", "writeback.staged",
-                                   "writeback.dirty", "writeback.inflight",
-                                   "writeback.staging", "writeback.upload_rate",
-                                   "writeback.seal_us", "writeback.journal"};
-    size_t len = strlen(name);
+    const char *per = rate ? "/s" : "";
 
-    for (size_t i = 0; i < TFS_ARRAY_LEN(gauges); i++) {
-        if (strncmp(name, gauges[i], strlen(gauges[i])) == 0)
-            return true;
-    }
-    return len > 3 && (strcmp(name + len - 3, "_us") == 0 ||
-                       strstr(name, "_p50") || strstr(name, "_p95") ||
-                       strstr(name, "_p99"));
-}
-
-/* v formatted by the unit its name suggests. */
-static const char *stats_fmt(char *buf, size_t size, const char *name,
-                             double v, bool rate)
-{
-    const char *suffix = rate || strstr(name, "rate_bytes") ? "/s" : "";
-
-    if (strstr(name, "bytes") != NULL || strstr(name, "capacity") != NULL ||
-        strcmp(name, "fuse.read_max") == 0) {
+    switch (f->unit) {
+    case STATS_BYTES:
+    case STATS_BYTES_PER_S:
         tfs_fmt_bytes(buf, size, v);
-        strncat(buf, suffix, size - strlen(buf) - 1);
-    } else if (strstr(name, "_seconds") != NULL) {
-        snprintf(buf, size, "%.3f s%s", v, suffix);
-    } else if (strstr(name, "_us") != NULL) {
-        snprintf(buf, size, "%.1f us", v);
-    } else if (rate) {
-        snprintf(buf, size, "%.1f/s", v);
-    } else {
-        snprintf(buf, size, "%.0f", v);
+        if (rate || f->unit == STATS_BYTES_PER_S)
+            strncat(buf, "/s", size - strlen(buf) - 1);
+        break;
+    case STATS_SECONDS:
+        snprintf(buf, size, "%.3f s%s", v, per);
+        break;
+    case STATS_US:
+        snprintf(buf, size, "%.1f us%s", v, per);
+        break;
+    case STATS_NS:
+        snprintf(buf, size, "%.0f ns%s", v, per);
+        break;
+    case STATS_PLAIN:
+        snprintf(buf, size, rate ? "%.1f/s" : "%.0f", v);
+        break;
     }
     return buf;
 }
@@ -217,10 +260,10 @@ static void stats_print(const char *mnt, const struct stats_set *s,
         const struct stats_field *p = prev ? stats_find(prev, f->name) : NULL;
 
         r[0] = '\0';
-        if (p != NULL && dt > 0 && !stats_is_gauge(f->name))
-            stats_fmt(r, sizeof(r), f->name, (f->v - p->v) / dt, true);
+        if (p != NULL && dt > 0 && f->counter)
+            stats_fmt(r, sizeof(r), f, (f->v - p->v) / dt, true);
         printf("  %-32s %16s  %s\n", f->name,
-               stats_fmt(a, sizeof(a), f->name, f->v, false), r);
+               stats_fmt(a, sizeof(a), f, f->v, false), r);
     }
     if (rd != NULL && ram != NULL && disk != NULL && rd->v > 0)
         printf("  %-32s %14.1f %%\n", "hit ratio",

@@ -1,195 +1,176 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The mount's statistics texts: the control file .tierfs-stats (the
- * cache's JSON object plus the mount's own members, the write-back's
- * among them) and the body of the
- * Prometheus /metrics endpoint (the cache's exposition plus the mount's
- * counters).  Both read counters only; nothing here blocks on the store.
+ * The mount's statistics texts: the control file .tierfs-stats (JSON)
+ * and the body of the Prometheus /metrics endpoint.  Both are one
+ * snapshot of the registry's sections (metrics/metrics.h) that a mount
+ * has, rendered by the registry's renderers: the cache's figures, this
+ * file's "fuse" section, the store's, the write-back's when writable, and
+ * the fault and retry layers' when the URI has them.  Both read counters
+ * only; nothing here blocks on the store.
  */
 #include <errno.h>
-#include <inttypes.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "common/util.h"
 #include "fuse/fuse_int.h"
+#include "metrics/metrics.h"
 #include "tierfs/fault.h"
 #include "tierfs/retry.h"
 
-typedef int ctl_stats_fn(struct tfs_cache *c, char *buf, size_t size,
-                        size_t *len);
+/* The "fuse" section: X(kind, name, type, unit, prom, help). */
+#define CTL_FUSE_METRICS(X)                                                \
+    X(U64, pid, GAUGE, NONE, NULL, "process id of the mount's daemon")     \
+    X(U64, lookups, COUNTER, COUNT, NULL, "lookups answered")              \
+    X(U64, opens, COUNTER, COUNT, NULL, "files opened")                    \
+    X(U64, reads, COUNTER, COUNT, "fuse_read_requests_total",              \
+      "FUSE read requests served")                                         \
+    X(U64, read_bytes, COUNTER, BYTES, NULL, "bytes returned to FUSE reads") \
+    X(U64, read_max, GAUGE, BYTES, "fuse_read_max_bytes",                  \
+      "largest read request seen")                                         \
+    X(U64, errors, COUNTER, COUNT, NULL,                                   \
+      "FUSE requests answered with an error")                              \
+    X(U64, writes, COUNTER, COUNT, "fuse_write_requests_total",            \
+      "FUSE write requests")                                               \
+    X(U64, write_bytes, COUNTER, BYTES, NULL, "bytes written through FUSE") \
+    X(U64, inodes, GAUGE, COUNT, NULL, "inodes the kernel holds")          \
+    X(U64, handles, GAUGE, COUNT, NULL, "open files and directories")      \
+    X(U64, async_max, GAUGE, COUNT, NULL,                                  \
+      "bound of the reads waiting on the store at once")                   \
+    X(U64, async_inflight, GAUGE, COUNT, NULL,                             \
+      "reads waiting on the store now")                                    \
+    X(U64, async_queued, GAUGE, COUNT, NULL,                               \
+      "reads queued past the bound now")                                   \
+    X(U64, async_reads, COUNTER, COUNT, NULL,                              \
+      "reads answered from a fetch completion")                            \
+    X(U64, async_overflow, COUNTER, COUNT, NULL,                           \
+      "of those, reads queued past the bound first")                       \
+    X(U64, store_path_max, GAUGE, COUNT, NULL,                             \
+      "FUSE threads allowed in the store path at once")                    \
+    X(U64, store_path_busy, GAUGE, COUNT, NULL,                            \
+      "FUSE threads in the store path now")                                \
+    X(U64, store_path_queued, GAUGE, COUNT, NULL,                          \
+      "requests waiting for the store-path threads now")                   \
+    X(U64, deferred, COUNTER, COUNT, NULL,                                 \
+      "requests handed to the store-path threads")
 
-/* Append the cache's statistics text (JSON or Prometheus) to out. */
-static int ctl_cache_text(struct tfs_fs *fs, ctl_stats_fn *fn,
-                         struct tfs_buf *out)
+struct ctl_fuse {
+    CTL_FUSE_METRICS(TFS_METRIC_FIELD)
+};
+
+static const struct tfs_metric ctl_fuse_table[] = {
+#define X(...) TFS_METRIC_DESC(struct ctl_fuse, __VA_ARGS__)
+    CTL_FUSE_METRICS(X)
+#undef X
+};
+
+const struct tfs_metric_section tfs_metrics_fuse = {
+    .name = "fuse",
+    .prom_prefix = "fuse_",
+    .when = "every mount",
+    .m = ctl_fuse_table,
+    .n = TFS_ARRAY_LEN(ctl_fuse_table),
+    .size = sizeof(struct ctl_fuse),
+};
+
+/* One snapshot of every section the mount has. */
+struct ctl_snap {
+    struct tfs_cache_metrics cache;
+    struct ctl_fuse          fuse;
+    struct tfs_store_stats   store;
+    struct wb_metrics        wb;
+    struct tfs_fault_stats   fault;
+    struct tfs_retry_stats   retry;
+    struct tfs_metric_src    src[6];
+    size_t                   n;
+};
+
+#define CTL_N(f) ((uint64_t)atomic_load(&fs->n.f))
+
+static void ctl_fuse_get(struct tfs_fs *fs, struct ctl_fuse *f)
 {
-    size_t size = 16 * 1024;
-    size_t len = 0;
-
-    for (int i = 0; i < 8 && size <= FS_STATS_MAX; i++) {
-        char *p = tfs_malloc(size);
-        int rc;
-
-        if (p == NULL)
-            return -ENOMEM;
-        rc = fn(fs->cache, p, size, &len);
-        if (rc == 0)
-            rc = tfs_buf_append(out, p, len);
-        tfs_free(p);
-        if (rc != -ENOSPC)
-            return rc;
-        size = TFS_MAX(len + 1, size * 2);
-    }
-    return TFS_ETOOBIG;
-}
-
-static size_t ctl_handle_count(struct tfs_fs *fs)
-{
-    size_t n;
-
+    f->pid = (uint64_t)getpid();
+    f->lookups = CTL_N(lookups);
+    f->opens = CTL_N(opens);
+    f->reads = CTL_N(reads);
+    f->read_bytes = CTL_N(read_bytes);
+    f->read_max = CTL_N(read_max);
+    f->errors = CTL_N(errors);
+    f->writes = CTL_N(writes);
+    f->write_bytes = CTL_N(write_bytes);
+    f->inodes = fs_itable_count(&fs->inodes);
     pthread_mutex_lock(&fs->hlock);
-    n = fs->nhandles;
+    f->handles = fs->nhandles;
     pthread_mutex_unlock(&fs->hlock);
-    return n;
-}
-
-/* The asynchronous reads and the store path (fs.c), as JSON members. */
-static int ctl_json_async(struct tfs_fs *fs, struct tfs_buf *b)
-{
-    unsigned flight, queued, deferred_now;
-
+    f->async_max = fs->async.max;
     pthread_mutex_lock(&fs->async.lock);
-    flight = fs->async.n_flight;
-    queued = fs->async.n_queued;
+    f->async_inflight = fs->async.n_flight;
+    f->async_queued = fs->async.n_queued;
     pthread_mutex_unlock(&fs->async.lock);
+    f->async_reads = CTL_N(async_reads);
+    f->async_overflow = CTL_N(async_overflow);
+    f->store_path_max = fs->spath.cap;
+    f->store_path_busy = atomic_load(&fs->spath.busy);
     pthread_mutex_lock(&fs->spath.lock);
-    deferred_now = fs->spath.n_queued;
+    f->store_path_queued = fs->spath.n_queued;
     pthread_mutex_unlock(&fs->spath.lock);
-    return tfs_buf_printf(b,
-        ", \"async_max\": %u, \"async_inflight\": %u, \"async_queued\": %u"
-        ", \"async_reads\": %" PRIuFAST64 ", \"async_overflow\": %" PRIuFAST64
-        ", \"store_path_max\": %u, \"store_path_busy\": %u"
-        ", \"store_path_queued\": %u, \"deferred\": %" PRIuFAST64,
-        fs->async.max, flight, queued, atomic_load(&fs->n.async_reads),
-        atomic_load(&fs->n.async_overflow), fs->spath.cap,
-        (unsigned)atomic_load(&fs->spath.busy), deferred_now,
-        atomic_load(&fs->n.deferred));
+    f->deferred = CTL_N(deferred);
 }
 
-/* The JSON members the mount adds to the cache's object. */
-static int ctl_json_extra(struct tfs_fs *fs, struct tfs_buf *b)
+static void ctl_add(struct ctl_snap *s, const struct tfs_metric_section *sec,
+                    const void *data)
 {
-    struct tfs_store_stats ss;
-    struct tfs_fault_stats fst;
-    struct tfs_retry_stats rst;
+    s->src[s->n++] = (struct tfs_metric_src){sec, data, NULL, NULL};
+}
+
+/* Take the snapshot (the cache's section first: the top level). */
+static void ctl_snapshot(struct tfs_fs *fs, struct ctl_snap *s)
+{
+    memset(s, 0, sizeof(*s));
+    tfs_cache_metrics_get(fs->cache, &s->cache);
+    ctl_add(s, &tfs_metrics_cache, &s->cache);
+    ctl_fuse_get(fs, &s->fuse);
+    ctl_add(s, &tfs_metrics_fuse, &s->fuse);
+    tfs_store_get_stats(fs->st, &s->store);
+    ctl_add(s, &tfs_metrics_store, &s->store);
+    if (fs->wb != NULL) {
+        wb_metrics_get(fs->wb, &s->wb);
+        ctl_add(s, &tfs_metrics_wb, &s->wb);
+        s->src[s->n - 1].more = wb_metrics_json_more;
+        s->src[s->n - 1].arg = fs->wb;
+    }
+    if (tfs_store_find(fs->st, "fault") != NULL) {
+        tfs_fault_get_stats(fs->st, &s->fault);
+        ctl_add(s, &tfs_metrics_fault, &s->fault);
+    }
+    if (tfs_store_find(fs->st, "retry") != NULL) {
+        tfs_retry_get_stats(fs->st, &s->retry);
+        ctl_add(s, &tfs_metrics_retry, &s->retry);
+    }
+}
+
+int fs_ctl_render(struct tfs_fs *fs, struct tfs_buf *out)
+{
+    struct ctl_snap *s = tfs_malloc(sizeof(*s));
     int rc;
 
-    tfs_store_get_stats(fs->st, &ss);
-    rc = tfs_buf_printf(b,
-        "\"fuse\": {\"pid\": %d, \"lookups\": %" PRIuFAST64
-        ", \"opens\": %" PRIuFAST64
-        ", \"reads\": %" PRIuFAST64 ", \"read_bytes\": %" PRIuFAST64
-        ", \"read_max\": %" PRIuFAST64 ", \"errors\": %" PRIuFAST64
-        ", \"writes\": %" PRIuFAST64 ", \"write_bytes\": %" PRIuFAST64
-        ", \"inodes\": %zu, \"handles\": %zu",
-        (int)getpid(), atomic_load(&fs->n.lookups), atomic_load(&fs->n.opens),
-        atomic_load(&fs->n.reads), atomic_load(&fs->n.read_bytes),
-        atomic_load(&fs->n.read_max), atomic_load(&fs->n.errors),
-        atomic_load(&fs->n.writes), atomic_load(&fs->n.write_bytes),
-        fs_itable_count(&fs->inodes), ctl_handle_count(fs));
-    if (rc == 0)
-        rc = ctl_json_async(fs, b);
-    if (rc == 0)
-        rc = tfs_buf_printf(b, "},\n"
-        "\"store\": {\"stats\": %" PRIu64 ", \"reads\": %" PRIu64
-        ", \"lists\": %" PRIu64 ", \"errors\": %" PRIu64
-        ", \"read_bytes\": %" PRIu64 ", \"checksum_mismatches\": %" PRIu64
-        ", \"list_skipped\": %" PRIu64 "}", ss.stats, ss.reads,
-        ss.lists, ss.errors, ss.read_bytes, ss.checksum_mismatches,
-        ss.list_skipped);
-    if (rc == 0 && fs->wb != NULL)
-        rc = tfs_buf_puts(b, ",\n");
-    if (rc == 0 && fs->wb != NULL)
-        rc = wb_stats_json(fs->wb, b);
-    if (rc == 0 && tfs_store_find(fs->st, "fault") != NULL) {
-        tfs_fault_get_stats(fs->st, &fst);
-        rc = tfs_buf_printf(b, ",\n\"fault\": {\"calls\": %" PRIu64
-                            ", \"injected_errors\": %" PRIu64
-                            ", \"flipped_reads\": %" PRIu64
-                            ", \"partition_waits\": %" PRIu64
-                            ", \"timeouts\": %" PRIu64 "}",
-                            fst.calls, fst.injected_errors,
-                            fst.flipped_reads, fst.partition_waits,
-                            fst.timeouts);
-    }
-    if (rc == 0 && tfs_store_find(fs->st, "retry") != NULL) {
-        tfs_retry_get_stats(fs->st, &rst);
-        rc = tfs_buf_printf(b, ",\n\"retry\": {\"calls\": %" PRIu64
-                            ", \"retries\": %" PRIu64 ", \"giveups\": %"
-                            PRIu64 ", \"deadline_exceeded\": %" PRIu64 "}",
-                            rst.calls, rst.retries, rst.giveups,
-                            rst.deadline_exceeded);
-    }
+    if (s == NULL)
+        return -ENOMEM;
+    ctl_snapshot(fs, s);
+    rc = tfs_metrics_json(out, s->src, s->n);
+    tfs_free(s);
     return rc;
 }
 
-/*
- * The cache's object with "fuse", "store", and "fault"/"retry" (when
- * those layers exist) added before its closing brace.
- */
-int fs_ctl_render(struct tfs_fs *fs, struct tfs_buf *out)
-{
-    char *end;
-    bool empty;
-    int rc = ctl_cache_text(fs, tfs_cache_stats_json, out);
-
-    if (rc < 0)
-        return rc;
-    end = out->len ? memrchr(out->p, '}', out->len) : NULL;
-    if (end == NULL)
-        return tfs_err(TFS_EPROTO, "cache statistics are not an object");
-    out->len = (size_t)(end - out->p);
-    while (out->len > 0 && strchr(" \t\r\n", out->p[out->len - 1]) != NULL)
-        out->len--;
-    empty = out->len > 0 && out->p[out->len - 1] == '{';
-    out->p[out->len] = '\0';
-    rc = tfs_buf_puts(out, empty ? "\n" : ",\n");
-    if (rc == 0)
-        rc = ctl_json_extra(fs, out);
-    return rc == 0 ? tfs_buf_puts(out, "\n}\n") : rc;
-}
-
-static int ctl_prom_line(struct tfs_buf *b, const char *name,
-                        const char *type, const char *help, uint64_t v)
-{
-    return tfs_buf_printf(b, "# HELP tierfs_%s %s\n# TYPE tierfs_%s %s\n"
-                          "tierfs_%s %" PRIu64 "\n", name, help, name, type,
-                          name, v);
-}
-
-/* The /metrics body: the cache's exposition plus the mount's counters. */
 int fs_metrics_fill(void *arg, struct tfs_buf *out)
 {
     struct tfs_fs *fs = arg;
-    int rc = ctl_cache_text(fs, tfs_cache_stats_prometheus, out);
+    struct ctl_snap *s = tfs_malloc(sizeof(*s));
+    int rc;
 
-    if (rc == 0)
-        rc = ctl_prom_line(out, "fuse_read_requests_total", "counter",
-                          "FUSE read requests served",
-                          atomic_load(&fs->n.reads));
-    if (rc == 0)
-        rc = ctl_prom_line(out, "fuse_read_bytes_total", "counter",
-                          "bytes returned to FUSE reads",
-                          atomic_load(&fs->n.read_bytes));
-    if (rc == 0)
-        rc = ctl_prom_line(out, "fuse_errors_total", "counter",
-                          "FUSE requests answered with an error",
-                          atomic_load(&fs->n.errors));
-    if (rc == 0)
-        rc = ctl_prom_line(out, "fuse_inodes", "gauge",
-                          "inodes the kernel holds",
-                          fs_itable_count(&fs->inodes));
-    if (rc == 0 && fs->wb != NULL)
-        rc = wb_stats_prometheus(fs->wb, out);
+    if (s == NULL)
+        return -ENOMEM;
+    ctl_snapshot(fs, s);
+    rc = tfs_metrics_prometheus(out, s->src, s->n);
+    tfs_free(s);
     return rc;
 }

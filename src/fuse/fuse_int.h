@@ -396,8 +396,8 @@ int fs_wb_open(struct tfs_fs *fs);
 #define FS_STATS_MAX (4u << 20)         /* cap of one statistics text */
 
 /*
- * The control file's text: the cache's JSON object with the mount's own
- * members added.  -ENOMEM, TFS_ETOOBIG, the cache's errors.
+ * The control file's text: the registry's JSON of the cache, the mount
+ * and its layers (ctl.c).  -ENOMEM, TFS_ETOOBIG.
  */
 int fs_ctl_render(struct tfs_fs *fs, struct tfs_buf *out);
 /* The /metrics body (a tfs_http_fill_fn; arg is the fs). */

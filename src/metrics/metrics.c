@@ -1,208 +1,339 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Latency histograms and the rendering of counters as JSON (for `tierfs
- * stats` and the C API) and as Prometheus text (for /metrics).
+ * The two renderers of the metrics registry (metrics.h): JSON (the
+ * control file, tfs_cache_stats_json) and the Prometheus text format
+ * (/metrics, tfs_cache_stats_prometheus), both walking the same tables.
+ *
+ *   fields and names   what one metric renders, in JSON and Prometheus
+ *   JSON               members, sections, the "meta" object
+ *   Prometheus         counters and gauges, summaries, info
+ *
+ * Both append to a capped tfs_buf without checking each append: its
+ * first failure sticks, and the renderer returns it at the end.
  */
 #include <errno.h>
-#include <stdarg.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/json.h"
 #include "metrics/metrics.h"
 
-/* Bucket of a value: 4 sub-buckets per power of two. */
-static unsigned hist_bucket(uint64_t v)
-{
-    unsigned e;
+/* ---- fields and names ---- */
 
-    if (v < 4)
-        return (unsigned)v;
-    e = 63u - (unsigned)__builtin_clzll(v);
-    return 4 * (e - 1) + (unsigned)((v >> (e - 2)) & 3);
-}
+static const double prom_quantiles[] = {0.5, 0.9, 0.95, 0.99};
 
-/* Midpoint of a bucket, in the value's unit. */
-static uint64_t hist_mid(unsigned b)
-{
-    unsigned e;
-    uint64_t lo;
-    uint64_t hi;
-
-    if (b < 4)
-        return b;
-    e = b / 4 + 1;
-    lo = (uint64_t)(4 + b % 4) << (e - 2);
-    hi = (uint64_t)(5 + b % 4) << (e - 2);
-    return lo + (hi - lo) / 2;
-}
-
-uint64_t tfs_hist_bucket_mid(unsigned b)
-{
-    return hist_mid(b);
-}
-
-void tfs_hist_add(struct tfs_hist *h, uint64_t ns)
-{
-    atomic_fetch_add_explicit(&h->b[hist_bucket(ns)], 1,
-                              memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->sum_ns, ns, memory_order_relaxed);
-}
-
-uint64_t tfs_hist_quantile(const struct tfs_hist *h, double q)
-{
-    uint64_t total = 0;
-    uint64_t seen = 0;
-    uint64_t want;
-
-    for (unsigned i = 0; i < TFS_HIST_BUCKETS; i++)
-        total += atomic_load_explicit(&h->b[i], memory_order_relaxed);
-    if (total == 0)
-        return 0;
-    want = (uint64_t)(q * (double)total);
-    if (want >= total)
-        want = total - 1;
-    for (unsigned i = 0; i < TFS_HIST_BUCKETS; i++) {
-        seen += atomic_load_explicit(&h->b[i], memory_order_relaxed);
-        if (seen > want)
-            return hist_mid(i);
-    }
-    return 0;
-}
-
-/* ---- rendering ---- */
-
-struct render {
-    char  *buf;
-    size_t size;
-    size_t len;                         /* bytes needed so far */
+/* The quantiles a summary shows in JSON, with their member suffixes. */
+static const struct {
+    const char *suffix;
+    double      q;
+} json_quantiles[] = {
+    {"_p50_us", 0.50},
+    {"_p95_us", 0.95},
+    {"_p99_us", 0.99},
 };
 
-static void render_printf(struct render *r, const char *fmt, ...)
-    TFS_PRINTF(2, 3);
-
-static void render_printf(struct render *r, const char *fmt, ...)
+const char *tfs_metric_type_name(enum tfs_metric_type t)
 {
-    size_t room = r->len < r->size ? r->size - r->len : 0;
-    va_list ap;
+    switch (t) {
+    case TFS_METRIC_COUNTER:
+        return "counter";
+    case TFS_METRIC_GAUGE:
+        return "gauge";
+    case TFS_METRIC_SUMMARY:
+        return "summary";
+    case TFS_METRIC_INFO:
+        return "info";
+    }
+    return "gauge";
+}
+
+const char *tfs_metric_unit_name(enum tfs_metric_unit u)
+{
+    static const char *const names[] = {
+        [TFS_UNIT_NONE] = "none",       [TFS_UNIT_COUNT] = "count",
+        [TFS_UNIT_BYTES] = "bytes",     [TFS_UNIT_BYTES_PER_S] =
+                                            "bytes_per_second",
+        [TFS_UNIT_SECONDS] = "seconds", [TFS_UNIT_US] = "us",
+        [TFS_UNIT_NS] = "ns",
+    };
+
+    return (size_t)u < TFS_ARRAY_LEN(names) ? names[u] : "none";
+}
+
+size_t tfs_metric_fields(const struct tfs_metric *m,
+                         struct tfs_metric_field *out)
+{
+    size_t n = 0;
+
+    if (m->type != TFS_METRIC_SUMMARY) {
+        out[0] = (struct tfs_metric_field){"", m->type, m->unit};
+        return 1;
+    }
+    out[n++] = (struct tfs_metric_field){"_count", TFS_METRIC_COUNTER,
+                                         TFS_UNIT_COUNT};
+    for (size_t i = 0; i < TFS_ARRAY_LEN(json_quantiles); i++)
+        out[n++] = (struct tfs_metric_field){json_quantiles[i].suffix,
+                                             TFS_METRIC_GAUGE, TFS_UNIT_US};
+    return n;
+}
+
+int tfs_metric_prom_name(const struct tfs_metric_section *sec,
+                         const struct tfs_metric *m, char *buf, size_t size)
+{
+    static const char *const suffix[] = {
+        [TFS_METRIC_COUNTER] = "_total", [TFS_METRIC_GAUGE] = "",
+        [TFS_METRIC_SUMMARY] = "_seconds", [TFS_METRIC_INFO] = "_info",
+    };
     int n;
 
-    va_start(ap, fmt);
-    n = vsnprintf(room ? r->buf + r->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        r->len += (size_t)n;
+    if (m->prom != NULL)
+        n = snprintf(buf, size, "tierfs_%s", m->prom);
+    else
+        n = snprintf(buf, size, "tierfs_%s%s%s", sec->prom_prefix, m->name,
+                     suffix[m->type]);
+    return n < 0 || (size_t)n >= size ? TFS_ETOOBIG : 0;
 }
 
-static int render_done(struct render *r, size_t *len)
+static const void *metric_at(const struct tfs_metric_src *s,
+                             const struct tfs_metric *m)
 {
-    *len = r->len;
-    if (r->len >= r->size) {
-        if (r->size > 0)
-            r->buf[r->size - 1] = '\0';
-        return -ENOSPC;
+    return (const char *)s->data + m->off;
+}
+
+static uint64_t metric_u64(const struct tfs_metric_src *s,
+                           const struct tfs_metric *m)
+{
+    return *(const uint64_t *)metric_at(s, m);
+}
+
+/* A double of a snapshot; 0 for NaN and infinities (not JSON). */
+static double metric_f64(const struct tfs_metric_src *s,
+                         const struct tfs_metric *m)
+{
+    double v = *(const double *)metric_at(s, m);
+
+    return isfinite(v) ? v : 0.0;
+}
+
+static const char *metric_str(const struct tfs_metric_src *s,
+                              const struct tfs_metric *m)
+{
+    const char *v = *(const char *const *)metric_at(s, m);
+
+    return v != NULL ? v : "";
+}
+
+static const struct tfs_hist *metric_hist(const struct tfs_metric_src *s,
+                                          const struct tfs_metric *m)
+{
+    static const struct tfs_hist empty;
+    const struct tfs_hist *h = *(const struct tfs_hist *const *)
+                                   metric_at(s, m);
+
+    return h != NULL ? h : &empty;
+}
+
+/* ---- JSON ---- */
+
+/* A double in its unit's usual precision. */
+static void json_f64(struct tfs_buf *b, enum tfs_metric_unit unit, double v)
+{
+    if (unit == TFS_UNIT_SECONDS)
+        tfs_buf_printf(b, "%.6f", v);
+    else if (unit == TFS_UNIT_US)
+        tfs_buf_printf(b, "%.1f", v);
+    else if (unit == TFS_UNIT_BYTES_PER_S || unit == TFS_UNIT_BYTES)
+        tfs_buf_printf(b, "%.0f", v);
+    else
+        tfs_buf_printf(b, "%.17g", v);
+}
+
+/* The value of field i of m (tfs_metric_fields). */
+static void json_value(struct tfs_buf *b, const struct tfs_metric_src *s,
+                       const struct tfs_metric *m, size_t i)
+{
+    const struct tfs_hist *h;
+
+    switch (m->kind) {
+    case TFS_METRIC_U64:
+        tfs_buf_printf(b, "%" PRIu64, metric_u64(s, m));
+        return;
+    case TFS_METRIC_F64:
+        json_f64(b, m->unit, metric_f64(s, m));
+        return;
+    case TFS_METRIC_STR:
+        tfs_json_put_cstr(b, metric_str(s, m));
+        return;
+    case TFS_METRIC_HIST:
+        h = metric_hist(s, m);
+        if (i == 0)
+            tfs_buf_printf(b, "%" PRIu64, (uint64_t)atomic_load_explicit(
+                               &h->count, memory_order_relaxed));
+        else
+            json_f64(b, TFS_UNIT_US, (double)tfs_hist_quantile(
+                         h, json_quantiles[i - 1].q) / 1e3);
+        return;
     }
-    return 0;
 }
 
-static uint64_t ctr_get(const atomic_uint_fast64_t *a)
+/* A member name: prefix ("fuse.", or ""), name, suffix. */
+static void json_key(struct tfs_buf *b, const char *prefix, const char *name,
+                     const char *suffix)
 {
-    return atomic_load_explicit(a, memory_order_relaxed);
+    char key[160];
+
+    snprintf(key, sizeof(key), "%s%s%s", prefix, name, suffix);
+    tfs_json_put_cstr(b, key);
+    tfs_buf_puts(b, ": ");
 }
 
-static void json_hist(struct render *r, const char *name,
-                      const struct tfs_hist *h)
+/* The members of one section, each after ", " unless *first. */
+static void json_members(struct tfs_buf *b, const struct tfs_metric_src *s,
+                         bool *first)
 {
-    render_printf(r,
-                  ", \"%s_count\": %llu, \"%s_p50_us\": %.1f, "
-                  "\"%s_p95_us\": %.1f, \"%s_p99_us\": %.1f",
-                  name, (unsigned long long)ctr_get(&h->count), name,
-                  (double)tfs_hist_quantile(h, 0.50) / 1e3, name,
-                  (double)tfs_hist_quantile(h, 0.95) / 1e3, name,
-                  (double)tfs_hist_quantile(h, 0.99) / 1e3);
+    struct tfs_metric_field f[TFS_METRIC_FIELDS_MAX];
+
+    for (size_t j = 0; j < s->sec->n; j++) {
+        const struct tfs_metric *m = &s->sec->m[j];
+        size_t nf = tfs_metric_fields(m, f);
+
+        for (size_t i = 0; i < nf; i++) {
+            tfs_buf_puts(b, *first ? "" : ", ");
+            *first = false;
+            json_key(b, "", m->name, f[i].suffix);
+            json_value(b, s, m, i);
+        }
+    }
 }
 
-int tfs_metrics_json(const struct tfs_metrics_view *v, char *buf,
-                     size_t size, size_t *len)
+/* "meta": every member's [type, unit], under its dotted name. */
+static void json_meta(struct tfs_buf *b, const struct tfs_metric_src *src,
+                      size_t n)
 {
-    struct render r = {buf, size, 0};
-    const struct tfs_counters *c = v->ctr;
+    struct tfs_metric_field f[TFS_METRIC_FIELDS_MAX];
+    char prefix[64];
+    bool first = true;
 
-    render_printf(&r, "{\"uptime_seconds\": %.3f", (double)v->uptime_ns / 1e9);
-#define X(name, help)                                                      \
-    render_printf(&r, ", \"" #name "\": %llu",                             \
-                  (unsigned long long)ctr_get(&c->name));
-    TFS_COUNTERS(X)
-#undef X
-    render_printf(&r,
-                  ", \"stall_seconds\": %.6f, \"retries\": %llu"
-                  ", \"cache_bytes_ram\": %llu, \"cache_bytes_disk\": %llu"
-                  ", \"cache_capacity_disk\": %llu"
-                  ", \"cache_blocks_disk\": %llu, \"disk_tier\": \"%s\"",
-                  (double)ctr_get(&c->stall_ns) / 1e9,
-                  (unsigned long long)v->retries,
-                  (unsigned long long)v->cache_bytes_ram,
-                  (unsigned long long)v->cache_bytes_disk,
-                  (unsigned long long)v->cache_capacity_disk,
-                  (unsigned long long)v->cache_blocks_disk,
-                  v->disk_tier ? v->disk_tier : "none");
-    json_hist(&r, "backend_get_latency", v->get_latency);
-    json_hist(&r, "read_latency", v->read_latency);
-    render_printf(&r, "}\n");
-    return render_done(&r, len);
+    tfs_buf_puts(b, "\"meta\": {");
+    for (size_t k = 0; k < n; k++) {
+        const struct tfs_metric_section *sec = src[k].sec;
+
+        snprintf(prefix, sizeof(prefix), "%s%s", sec->name ? sec->name : "",
+                 sec->name ? "." : "");
+        for (size_t j = 0; j < sec->n; j++) {
+            size_t nf = tfs_metric_fields(&sec->m[j], f);
+
+            for (size_t i = 0; i < nf; i++) {
+                tfs_buf_puts(b, first ? "" : ", ");
+                first = false;
+                json_key(b, prefix, sec->m[j].name, f[i].suffix);
+                tfs_buf_printf(b, "[\"%s\", \"%s\"]",
+                               tfs_metric_type_name(f[i].type),
+                               tfs_metric_unit_name(f[i].unit));
+            }
+        }
+    }
+    tfs_buf_puts(b, "}");
 }
 
-static void prom_metric(struct render *r, const char *name, const char *type,
-                        const char *help, double value)
+int tfs_metrics_json(struct tfs_buf *b, const struct tfs_metric_src *src,
+                     size_t n)
 {
-    render_printf(r, "# HELP tierfs_%s %s\n# TYPE tierfs_%s %s\n"
-                  "tierfs_%s %.17g\n", name, help, name, type, name, value);
+    bool first = true;
+    int rc = 0;
+
+    tfs_buf_puts(b, "{");
+    for (size_t k = 0; k < n && src[k].sec->name == NULL; k++)
+        json_members(b, &src[k], &first);
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        bool sfirst = true;
+
+        if (src[k].sec->name == NULL)
+            continue;
+        tfs_buf_puts(b, first ? "\n" : ",\n");
+        first = false;
+        json_key(b, "", src[k].sec->name, "");
+        tfs_buf_puts(b, "{");
+        json_members(b, &src[k], &sfirst);
+        if (src[k].more != NULL) {
+            tfs_buf_puts(b, sfirst ? "" : ", ");
+            rc = src[k].more(src[k].arg, b);
+        }
+        tfs_buf_puts(b, "}");
+    }
+    tfs_buf_puts(b, first ? "\n" : ",\n");
+    json_meta(b, src, n);
+    tfs_buf_puts(b, "\n}\n");
+    return rc < 0 ? rc : tfs_buf_error(b);
 }
 
-static void prom_hist(struct render *r, const char *name, const char *help,
-                      const struct tfs_hist *h)
-{
-    static const double qs[] = {0.5, 0.9, 0.95, 0.99};
+/* ---- Prometheus ---- */
 
-    render_printf(r, "# HELP tierfs_%s_seconds %s\n"
-                  "# TYPE tierfs_%s_seconds summary\n", name, help, name);
-    for (size_t i = 0; i < TFS_ARRAY_LEN(qs); i++)
-        render_printf(r, "tierfs_%s_seconds{quantile=\"%g\"} %.9f\n", name,
-                      qs[i], (double)tfs_hist_quantile(h, qs[i]) / 1e9);
-    render_printf(r, "tierfs_%s_seconds_sum %.9f\n"
-                  "tierfs_%s_seconds_count %llu\n", name,
-                  (double)ctr_get(&h->sum_ns) / 1e9, name,
-                  (unsigned long long)ctr_get(&h->count));
+static void prom_head(struct tfs_buf *b, const char *name,
+                      const char *type, const char *help)
+{
+    tfs_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
+                   type);
 }
 
-int tfs_metrics_prometheus(const struct tfs_metrics_view *v, char *buf,
-                           size_t size, size_t *len)
+/* A summary: quantiles in seconds, the sum and the count. */
+static void prom_summary(struct tfs_buf *b, const char *name,
+                         const struct tfs_hist *h)
 {
-    struct render r = {buf, size, 0};
-    const struct tfs_counters *c = v->ctr;
+    for (size_t i = 0; i < TFS_ARRAY_LEN(prom_quantiles); i++)
+        tfs_buf_printf(b, "%s{quantile=\"%g\"} %.9f\n", name,
+                       prom_quantiles[i],
+                       (double)tfs_hist_quantile(h, prom_quantiles[i]) /
+                           1e9);
+    tfs_buf_printf(b, "%s_sum %.9f\n%s_count %" PRIu64 "\n", name,
+                   (double)atomic_load_explicit(&h->sum_ns,
+                                                memory_order_relaxed) / 1e9,
+                   name, (uint64_t)atomic_load_explicit(
+                             &h->count, memory_order_relaxed));
+}
 
-#define X(name, help)                                                      \
-    prom_metric(&r, #name "_total", "counter", help,                       \
-                (double)ctr_get(&c->name));
-    TFS_COUNTERS(X)
-#undef X
-    prom_metric(&r, "retries_total", "counter",
-                "store requests retried by the retry layer",
-                (double)v->retries);
-    prom_metric(&r, "cache_bytes_ram", "gauge", "bytes in the RAM tier",
-                (double)v->cache_bytes_ram);
-    prom_metric(&r, "cache_bytes_disk", "gauge", "bytes in the disk tier",
-                (double)v->cache_bytes_disk);
-    prom_metric(&r, "cache_capacity_disk_bytes", "gauge",
-                "byte bound of the disk tier",
-                (double)v->cache_capacity_disk);
-    prom_metric(&r, "cache_blocks_disk", "gauge", "blocks in the disk tier",
-                (double)v->cache_blocks_disk);
-    prom_metric(&r, "uptime_seconds", "gauge", "seconds since open",
-                (double)v->uptime_ns / 1e9);
-    prom_hist(&r, "backend_get_latency", "latency of reads from the store",
-              v->get_latency);
-    prom_hist(&r, "read_latency", "latency of reads served to readers",
-              v->read_latency);
-    return render_done(&r, len);
+/* An info metric: the string as the value of label "value". */
+static void prom_info(struct tfs_buf *b, const char *name, const char *v)
+{
+    tfs_buf_printf(b, "%s{value=\"", name);
+    for (; *v != '\0'; v++) {
+        if (*v == '\\' || *v == '"')
+            tfs_buf_printf(b, "\\%c", *v);
+        else if (*v == '\n')
+            tfs_buf_puts(b, "\\n");
+        else
+            tfs_buf_append(b, v, 1);
+    }
+    tfs_buf_puts(b, "\"} 1\n");
+}
+
+static void prom_metric(struct tfs_buf *b, const struct tfs_metric_src *s,
+                        const struct tfs_metric *m)
+{
+    char name[128];
+
+    if (tfs_metric_prom_name(s->sec, m, name, sizeof(name)) < 0)
+        return;                         /* the unit test sees to it */
+    prom_head(b, name, m->type == TFS_METRIC_INFO ? "gauge"
+                       : tfs_metric_type_name(m->type), m->help);
+    if (m->kind == TFS_METRIC_HIST)
+        prom_summary(b, name, metric_hist(s, m));
+    else if (m->kind == TFS_METRIC_STR)
+        prom_info(b, name, metric_str(s, m));
+    else if (m->kind == TFS_METRIC_F64)
+        tfs_buf_printf(b, "%s %.17g\n", name, metric_f64(s, m));
+    else
+        tfs_buf_printf(b, "%s %" PRIu64 "\n", name, metric_u64(s, m));
+}
+
+int tfs_metrics_prometheus(struct tfs_buf *b,
+                           const struct tfs_metric_src *src, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        for (size_t j = 0; j < src[k].sec->n; j++)
+            prom_metric(b, &src[k], &src[k].sec->m[j]);
+    }
+    return tfs_buf_error(b);
 }

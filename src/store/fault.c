@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "tierfs/fault.h"
+#include "metrics/metrics.h"
 #include "store/store_int.h"
 
 #define FAULT_MAX_WINDOWS 64
@@ -890,6 +891,44 @@ void tfs_fault_get_stats(struct tfs_store *st, struct tfs_fault_stats *out)
     out->throttle_ns_total = atomic_load(&p->throttle_ns);
     out->timeouts = atomic_load(&p->n_timeouts);
 }
+
+/* The "fault" section of the registry: tfs_fault_stats (the ns totals
+   under names without "_total", which Prometheus adds). */
+#define FAULT_METRIC(field, kind, name, type, unit, help)                  \
+    TFS_METRIC_DESC_AT(struct tfs_fault_stats, field, kind, name, type,    \
+                       unit, NULL, help)
+static const struct tfs_metric fault_metric_table[] = {
+    FAULT_METRIC(calls, U64, "calls", COUNTER, COUNT,
+                 "operations that entered the fault layer")
+    FAULT_METRIC(injected_errors, U64, "injected_errors", COUNTER, COUNT,
+                 "operations failed with the injected error")
+    FAULT_METRIC(flipped_reads, U64, "flipped_reads", COUNTER, COUNT,
+                 "reads returned with a flipped byte")
+    FAULT_METRIC(delayed_calls, U64, "delayed_calls", COUNTER, COUNT,
+                 "operations that waited for latency or jitter")
+    FAULT_METRIC(delay_ns_total, U64, "delay_ns", COUNTER, NS,
+                 "latency and jitter added")
+    FAULT_METRIC(partition_waits, U64, "partition_waits", COUNTER, COUNT,
+                 "operations that met a partition (hang or refuse)")
+    FAULT_METRIC(partition_ns_total, U64, "partition_ns", COUNTER, NS,
+                 "time spent hanging in partitions")
+    FAULT_METRIC(throttled_bytes, U64, "throttled_bytes", COUNTER, BYTES,
+                 "bytes charged to the bandwidth cap")
+    FAULT_METRIC(throttle_ns_total, U64, "throttle_ns", COUNTER, NS,
+                 "time spent waiting for the bandwidth cap")
+    FAULT_METRIC(timeouts, U64, "timeouts", COUNTER, COUNT,
+                 "operations failed at their deadline while stalled here")
+};
+#undef FAULT_METRIC
+
+const struct tfs_metric_section tfs_metrics_fault = {
+    .name = "fault",
+    .prom_prefix = "fault_",
+    .when = "mounts of a URI with fault+",
+    .m = fault_metric_table,
+    .n = TFS_ARRAY_LEN(fault_metric_table),
+    .size = sizeof(struct tfs_fault_stats),
+};
 
 /* Build the new settings from the current ones and swap them in. */
 static int fault_reconfigure(struct fault_priv *p, const struct tfs_opts *o)

@@ -23,6 +23,7 @@
 
 #include "tierfs/log.h"
 #include "tierfs/retry.h"
+#include "metrics/metrics.h"
 #include "store/store_int.h"
 
 #define RETRY_NS_PER_MS 1000000ull
@@ -461,6 +462,31 @@ void tfs_retry_get_stats(struct tfs_store *st, struct tfs_retry_stats *out)
     out->giveups = atomic_load(&p->n_giveups);
     out->deadline_exceeded = atomic_load(&p->n_deadline);
 }
+
+/* The "retry" section of the registry: tfs_retry_stats. */
+#define RETRY_METRICS(X)                                                   \
+    X(U64, calls, COUNTER, COUNT, NULL,                                    \
+      "operations that entered the retry layer")                           \
+    X(U64, retries, COUNTER, COUNT, NULL, "attempts after the first")      \
+    X(U64, giveups, COUNTER, COUNT, NULL,                                  \
+      "operations failed with their attempts exhausted")                   \
+    X(U64, deadline_exceeded, COUNTER, COUNT, NULL,                        \
+      "operations failed at the overall deadline")
+
+static const struct tfs_metric retry_metric_table[] = {
+#define X(...) TFS_METRIC_DESC(struct tfs_retry_stats, __VA_ARGS__)
+    RETRY_METRICS(X)
+#undef X
+};
+
+const struct tfs_metric_section tfs_metrics_retry = {
+    .name = "retry",
+    .prom_prefix = "retry_",
+    .when = "mounts of a URI with retry+",
+    .m = retry_metric_table,
+    .n = TFS_ARRAY_LEN(retry_metric_table),
+    .size = sizeof(struct tfs_retry_stats),
+};
 
 uint64_t tfs_retry_deadline_ms(struct tfs_store *st, uint64_t bytes)
 {

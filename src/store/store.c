@@ -19,6 +19,7 @@
 
 #include <openssl/evp.h>
 
+#include "metrics/metrics.h"
 #include "store/store_int.h"
 
 static const struct tfs_store_ops *const store_registry[] = {
@@ -293,6 +294,41 @@ void tfs_store_get_stats(struct tfs_store *st, struct tfs_store_stats *out)
         out->list_skipped += atomic_load(&st->n_skipped);
     }
 }
+
+/* The "store" section of the registry: tfs_store_stats of the mount's
+   outermost layer. */
+#define STORE_METRICS(X)                                                   \
+    X(U64, stats, COUNTER, COUNT, NULL, "stats (HEAD) sent to the store")  \
+    X(U64, reads, COUNTER, COUNT, NULL, "reads sent to the store")         \
+    X(U64, lists, COUNTER, COUNT, NULL, "listings sent to the store")      \
+    X(U64, puts, COUNTER, COUNT, NULL, "puts sent to the store")           \
+    X(U64, removes, COUNTER, COUNT, NULL, "deletes sent to the store")     \
+    X(U64, copies, COUNTER, COUNT, NULL, "copies sent to the store")       \
+    X(U64, renames, COUNTER, COUNT, NULL, "renames sent to the store")     \
+    X(U64, errors, COUNTER, COUNT, NULL, "store operations that failed")   \
+    X(U64, read_bytes, COUNTER, BYTES, NULL, "bytes read from the store")  \
+    X(U64, put_bytes, COUNTER, BYTES, NULL, "bytes put to the store")      \
+    X(U64, checksum_mismatches, COUNTER, COUNT, NULL,                      \
+      "end-to-end checks of store reads that failed (whole chain)")        \
+    X(U64, verified_reads, COUNTER, COUNT, NULL,                           \
+      "store reads an end-to-end check passed (whole chain)")              \
+    X(U64, list_skipped, COUNTER, COUNT, NULL,                             \
+      "keys a listing could not hold, left out (whole chain)")
+
+static const struct tfs_metric store_metric_table[] = {
+#define X(...) TFS_METRIC_DESC(struct tfs_store_stats, __VA_ARGS__)
+    STORE_METRICS(X)
+#undef X
+};
+
+const struct tfs_metric_section tfs_metrics_store = {
+    .name = "store",
+    .prom_prefix = "store_",
+    .when = "every mount",
+    .m = store_metric_table,
+    .n = TFS_ARRAY_LEN(store_metric_table),
+    .size = sizeof(struct tfs_store_stats),
+};
 
 /* ---- shared helpers for implementations ---- */
 

@@ -86,7 +86,7 @@ static bool up_under(const char *key, const char *prefix)
  */
 static bool up_parked(const struct wb_ent *e)
 {
-    return e->parked_seq != 0 && e->parked_seq == e->seq;
+    return wb_ent_parked(e);
 }
 
 /* Whether a waiting sync covers e (then no upload delay, short backoff).
@@ -821,20 +821,18 @@ static int up_json_parked(struct tfs_buf *b, const struct wb_ent *e)
 int wb_parked_json(struct tfs_wb *wb, struct tfs_buf *b)
 {
     uint64_t n = 0;
-    int rc = tfs_buf_puts(b, ", \"parked_changes\": [");
+    int rc = tfs_buf_puts(b, "\"parked_changes\": [");
 
     pthread_mutex_lock(&wb->lock);
-    for (struct wb_ent *e = wb->qhead; e != NULL && rc == 0; e = e->qnext) {
+    for (struct wb_ent *e = wb->qhead;
+         e != NULL && rc == 0 && n < UP_PARKED_LISTED; e = e->qnext) {
         if (!up_parked(e))
             continue;
-        if (n < UP_PARKED_LISTED)
-            rc = tfs_buf_puts(b, n > 0 ? ",\n    " : "\n    ");
-        if (rc == 0 && n < UP_PARKED_LISTED)
+        rc = tfs_buf_puts(b, n > 0 ? ",\n    " : "\n    ");
+        if (rc == 0)
             rc = up_json_parked(b, e);
         n++;
     }
     pthread_mutex_unlock(&wb->lock);
-    if (rc == 0)
-        rc = tfs_buf_printf(b, "], \"parked\": %" PRIu64, n);
-    return rc;
+    return rc == 0 ? tfs_buf_puts(b, "]") : rc;
 }

@@ -562,24 +562,27 @@ void wb_usage(struct tfs_wb *wb, uint64_t *used, uint64_t *max)
     *max = wb->cfg.staging_max;
 }
 
-struct wb_snap {
-    uint64_t pending_files;
-    uint64_t pending_bytes;
-    uint64_t pending_ops;               /* moves and deletes */
-    uint64_t staged_files;              /* nodes in the view */
-    uint64_t dirty_files;
-    uint64_t inflight;
-    double   rate;
+static const struct tfs_metric wb_metric_table[] = {
+#define X(...) TFS_METRIC_DESC(struct wb_metrics, __VA_ARGS__)
+    WB_METRICS(X)
+#undef X
 };
 
-static void wb_snapshot(struct tfs_wb *wb, struct wb_snap *s)
+const struct tfs_metric_section tfs_metrics_wb = {
+    .name = "writeback",
+    .prom_prefix = "wb_",
+    .when = "writable mounts",
+    .m = wb_metric_table,
+    .n = TFS_ARRAY_LEN(wb_metric_table),
+    .size = sizeof(struct wb_metrics),
+};
+
+/* The figures that walk the queue and the entries.  wb->lock held. */
+static void wb_metrics_walk(struct tfs_wb *wb, struct wb_metrics *s)
 {
-    uint64_t now = tfs_now_ns();
     struct tfs_hmap_iter it;
     struct wb_ent *e;
 
-    memset(s, 0, sizeof(*s));
-    pthread_mutex_lock(&wb->lock);
     for (e = wb->qhead; e != NULL; e = e->qnext) {
         if (e->kind == WB_NODE) {
             s->pending_files++;
@@ -587,6 +590,7 @@ static void wb_snapshot(struct tfs_wb *wb, struct wb_snap *s)
         } else if (e->kind != WB_DIRENT) {
             s->pending_ops++;
         }
+        s->parked += wb_ent_parked(e);
     }
     tfs_hmap_iter_init(&it, &wb->ents);
     while ((e = wb_ent_of(tfs_hmap_iter_next(&it))) != NULL) {
@@ -597,87 +601,44 @@ static void wb_snapshot(struct tfs_wb *wb, struct wb_snap *s)
         s->dirty_files += e->node->dirty;
         pthread_mutex_unlock(&e->node->lock);
     }
-    s->inflight = wb->inflight;
-    s->rate = wb->rate;
-    if (wb->rate_t_ns != 0 && now - wb->rate_t_ns > 3000000000ull)
-        s->rate = (double)wb->rate_bytes * 1e9 /
-                  (double)(now - wb->rate_t_ns);
-    pthread_mutex_unlock(&wb->lock);
 }
 
 #define WB_N(f) ((uint64_t)atomic_load(&wb->n.f))
 
-int wb_stats_json(struct tfs_wb *wb, struct tfs_buf *b)
+void wb_metrics_get(struct tfs_wb *wb, struct wb_metrics *s)
 {
-    struct wb_snap s;
-    uint64_t used;
-    uint64_t max;
+    uint64_t now = tfs_now_ns();
     uint64_t seals = WB_N(seals);
-    int rc;
 
-    wb_snapshot(wb, &s);
-    wb_usage(wb, &used, &max);
-    rc = tfs_buf_printf(b,
-        "\"writeback\": {\"pending_files\": %" PRIu64
-        ", \"pending_bytes\": %" PRIu64 ", \"pending_ops\": %" PRIu64
-        ", \"staged_files\": %" PRIu64 ", \"dirty_files\": %" PRIu64
-        ", \"inflight\": %" PRIu64 ", \"staging_bytes\": %" PRIu64
-        ", \"staging_max_bytes\": %" PRIu64 ",\n  \"uploaded_files\": %"
-        PRIu64 ", \"uploaded_bytes\": %" PRIu64
-        ", \"upload_rate_bytes\": %.0f, \"moves\": %" PRIu64
-        ", \"removes\": %" PRIu64 ", \"upload_errors\": %" PRIu64
-        ", \"upload_retries\": %" PRIu64 ",\n  \"writes\": %" PRIu64
-        ", \"write_bytes\": %" PRIu64 ", \"seals\": %" PRIu64
-        ", \"seal_us_avg\": %.0f, \"copies\": %" PRIu64
-        ", \"backpressure_waits\": %" PRIu64
-        ", \"backpressure_seconds\": %.3f, \"journal_bytes\": %" PRIu64
-        ", \"compactions\": %" PRIu64,
-        s.pending_files, s.pending_bytes, s.pending_ops, s.staged_files,
-        s.dirty_files, s.inflight, used, max, WB_N(uploaded_files),
-        WB_N(uploaded_bytes), s.rate, WB_N(moves), WB_N(removes),
-        WB_N(errors), WB_N(retries), WB_N(writes), WB_N(write_bytes), seals,
-        seals ? (double)WB_N(seal_ns) / 1e3 / (double)seals : 0.0,
-        WB_N(copies), WB_N(waits), (double)WB_N(wait_ns) / 1e9,
-        (uint64_t)wb->j.size, WB_N(compactions));
-    if (rc == 0)
-        rc = wb_parked_json(wb, b);
-    return rc == 0 ? tfs_buf_puts(b, "}") : rc;
+    memset(s, 0, sizeof(*s));
+    pthread_mutex_lock(&wb->lock);
+    wb_metrics_walk(wb, s);
+    s->inflight = wb->inflight;
+    s->upload_rate_bytes = wb->rate;
+    if (wb->rate_t_ns != 0 && now - wb->rate_t_ns > 3000000000ull)
+        s->upload_rate_bytes = (double)wb->rate_bytes * 1e9 /
+                               (double)(now - wb->rate_t_ns);
+    s->journal_bytes = (uint64_t)wb->j.size;
+    pthread_mutex_unlock(&wb->lock);
+    wb_usage(wb, &s->staging_bytes, &s->staging_max_bytes);
+    s->uploaded_files = WB_N(uploaded_files);
+    s->uploaded_bytes = WB_N(uploaded_bytes);
+    s->moves = WB_N(moves);
+    s->removes = WB_N(removes);
+    s->upload_errors = WB_N(errors);
+    s->upload_retries = WB_N(retries);
+    s->writes = WB_N(writes);
+    s->write_bytes = WB_N(write_bytes);
+    s->seals = seals;
+    s->seal_us_avg = seals ? (double)WB_N(seal_ns) / 1e3 / (double)seals
+                           : 0.0;
+    s->copies = WB_N(copies);
+    s->backpressure_waits = WB_N(waits);
+    s->backpressure_seconds = (double)WB_N(wait_ns) / 1e9;
+    s->compactions = WB_N(compactions);
 }
 
-static int wb_prom(struct tfs_buf *b, const char *name, const char *type,
-                   const char *help, double v)
+int wb_metrics_json_more(void *arg, struct tfs_buf *b)
 {
-    return tfs_buf_printf(b, "# HELP tierfs_%s %s\n# TYPE tierfs_%s %s\n"
-                          "tierfs_%s %.0f\n", name, help, name, type, name,
-                          v);
-}
-
-int wb_stats_prometheus(struct tfs_wb *wb, struct tfs_buf *b)
-{
-    struct wb_snap s;
-    uint64_t used;
-    uint64_t max;
-    int rc;
-
-    wb_snapshot(wb, &s);
-    wb_usage(wb, &used, &max);
-    rc = wb_prom(b, "wb_pending_files", "gauge",
-                 "closed files not yet in the store",
-                 (double)s.pending_files);
-    if (rc == 0)
-        rc = wb_prom(b, "wb_pending_bytes", "gauge",
-                     "bytes of closed files not yet in the store",
-                     (double)s.pending_bytes);
-    if (rc == 0)
-        rc = wb_prom(b, "wb_staging_bytes", "gauge",
-                     "bytes of staged data on local disk", (double)used);
-    if (rc == 0)
-        rc = wb_prom(b, "wb_uploaded_bytes_total", "counter",
-                     "bytes uploaded to the store",
-                     (double)WB_N(uploaded_bytes));
-    if (rc == 0)
-        rc = wb_prom(b, "wb_upload_errors_total", "counter",
-                     "failed store operations of the uploader",
-                     (double)WB_N(errors));
-    return rc;
+    return wb_parked_json(arg, b);
 }

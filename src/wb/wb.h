@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "common/util.h"
+#include "metrics/metrics.h"
 #include "tierfs/cache.h"
 #include "tierfs/store.h"
 
@@ -227,9 +228,65 @@ void wb_sync_status(struct tfs_wb *wb, const char *prefix, uint64_t seq,
 /* Staging bytes used and the bound (statfs). */
 void wb_usage(struct tfs_wb *wb, uint64_t *used, uint64_t *max);
 
-/* The "writeback" JSON object's members (docs/fuse.md), appended to b. */
-int wb_stats_json(struct tfs_wb *wb, struct tfs_buf *b);
-/* Prometheus lines for the same. */
-int wb_stats_prometheus(struct tfs_wb *wb, struct tfs_buf *b);
+/*
+ * The "writeback" section of the metrics registry (tfs_metrics_wb, wb.c;
+ * docs/writeback.md): X(kind, name, type, unit, prom, help) as in
+ * metrics/metrics.h.  JSON "writeback.NAME", Prometheus tierfs_wb_NAME.
+ */
+#define WB_METRICS(X)                                                      \
+    X(U64, pending_files, GAUGE, COUNT, NULL,                              \
+      "closed files not yet in the store")                                 \
+    X(U64, pending_bytes, GAUGE, BYTES, NULL,                              \
+      "bytes of closed files not yet in the store")                        \
+    X(U64, pending_ops, GAUGE, COUNT, NULL,                                \
+      "moves and deletes not yet in the store")                            \
+    X(U64, staged_files, GAUGE, COUNT, NULL, "staged files in the view")   \
+    X(U64, dirty_files, GAUGE, COUNT, NULL,                                \
+      "staged files open with writes not yet sealed")                      \
+    X(U64, inflight, GAUGE, COUNT, NULL, "store operations running")       \
+    X(U64, staging_bytes, GAUGE, BYTES, NULL,                              \
+      "bytes of staged data on local disk")                                \
+    X(U64, staging_max_bytes, GAUGE, BYTES, NULL,                          \
+      "bound of the staged bytes (--staging-max)")                         \
+    X(U64, uploaded_files, COUNTER, COUNT, NULL, "files uploaded")         \
+    X(U64, uploaded_bytes, COUNTER, BYTES, NULL,                           \
+      "bytes uploaded to the store")                                       \
+    X(F64, upload_rate_bytes, GAUGE, BYTES_PER_S,                          \
+      "wb_upload_rate_bytes_per_second", "upload rate, smoothed")          \
+    X(U64, moves, COUNTER, COUNT, NULL, "store moves done")                \
+    X(U64, removes, COUNTER, COUNT, NULL, "store deletes done")            \
+    X(U64, upload_errors, COUNTER, COUNT, NULL,                            \
+      "failed store operations of the uploader")                           \
+    X(U64, upload_retries, COUNTER, COUNT, NULL,                           \
+      "store operations of the uploader tried again")                      \
+    X(U64, writes, COUNTER, COUNT, NULL, "write requests to staged files") \
+    X(U64, write_bytes, COUNTER, BYTES, NULL,                              \
+      "bytes written to staged files")                                     \
+    X(U64, seals, COUNTER, COUNT, NULL,                                    \
+      "closes and fsyncs that sealed a staged file")                       \
+    X(F64, seal_us_avg, GAUGE, US, NULL,                                   \
+      "mean time of a seal, in microseconds (close latency)")              \
+    X(U64, copies, COUNTER, COUNT, NULL, "copies-on-write of sealed data") \
+    X(U64, backpressure_waits, COUNTER, COUNT, NULL,                       \
+      "writers that waited for room in staging")                           \
+    X(F64, backpressure_seconds, COUNTER, SECONDS, NULL,                   \
+      "time writers waited for room in staging")                           \
+    X(U64, journal_bytes, GAUGE, BYTES, NULL, "size of the journal")       \
+    X(U64, compactions, COUNTER, COUNT, NULL, "journal rewrites")          \
+    X(U64, parked, GAUGE, COUNT, NULL,                                     \
+      "changes parked after a permanent error (also pending)")
+
+/* A snapshot of the write-back's figures. */
+struct wb_metrics {
+    WB_METRICS(TFS_METRIC_FIELD)
+};
+
+/* Fill out (takes wb->lock). */
+void wb_metrics_get(struct tfs_wb *wb, struct wb_metrics *out);
+/*
+ * The section's JSON beyond its figures, a tfs_metric_json_fn (arg: the
+ * wb): "parked_changes", the first 100 parked changes.  Takes wb->lock.
+ */
+int wb_metrics_json_more(void *arg, struct tfs_buf *b);
 
 #endif /* TFS_WB_H */

@@ -80,6 +80,12 @@ static inline struct wb_ent *wb_ent_of(struct tfs_hnode *n)
     return n ? tfs_container_of(n, struct wb_ent, h.node) : NULL;
 }
 
+/* Whether e's work is parked after a permanent error.  wb->lock held. */
+static inline bool wb_ent_parked(const struct wb_ent *e)
+{
+    return e->parked_seq != 0 && e->parked_seq == e->seq;
+}
+
 /* Counts of entries strictly under a directory key ("" or "a/b/"). */
 struct wb_pfx {
     struct tfs_hstr h;                  /* in wb->pfx; h.key owned */
@@ -263,8 +269,8 @@ int wb_upload_start(struct tfs_wb *wb);
 void wb_upload_stop(struct tfs_wb *wb);
 /* wb_upload_kick, the scheduler's wake-up: after struct tfs_wb. */
 /*
- * Append ', "parked": N, "parked_changes": [...]' (the changes parked
- * after a permanent error, docs/writeback.md) to b.  Takes wb->lock.
+ * Append '"parked_changes": [...]' (the first 100 changes parked after a
+ * permanent error, docs/writeback.md) to b.  Takes wb->lock.
  */
 int wb_parked_json(struct tfs_wb *wb, struct tfs_buf *b);
 

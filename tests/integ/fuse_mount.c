@@ -42,8 +42,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/json.h"
 #include "common/util.h"
 #include "integ_util.h"
+#include "metrics/metrics.h"
 #include "test.h"
 #include "tierfs/mem.h"
 #include "tierfs/store.h"
@@ -579,6 +581,69 @@ static int http_get(int port, const char *path, char *buf, size_t size)
     return 0;
 }
 
+/* The registered section named name ("" for the top level), or NULL. */
+static const struct tfs_metric_section *registered(const char *name)
+{
+    for (size_t k = 0; k < tfs_metric_registry_len; k++) {
+        const char *n = tfs_metric_registry[k]->name;
+        if (strcmp(n ? n : "", name) == 0)
+            return tfs_metric_registry[k];
+    }
+    return NULL;
+}
+
+/*
+ * The control file (json) and /metrics (prom) of a mount over
+ * retry+fault+ with write-back: every section of the registry is there,
+ * every section there is registered, and each metric appears in both,
+ * with its meta in the JSON and its TYPE line in Prometheus.
+ */
+static void check_registry(const char *json, const char *prom)
+{
+    static const struct tfs_json_limits lim = {
+        .max_len = 1u << 20, .max_depth = 8, .max_nodes = 1u << 20,
+        .any_bytes = true,
+    };
+    struct tfs_metric_field f[TFS_METRIC_FIELDS_MAX];
+    struct tfs_json_doc doc;
+    const struct tfs_json *meta;
+    char name[160];
+
+    CHECK_OK(tfs_json_parse(json, strlen(json), &lim, &doc));
+    meta = tfs_json_get(doc.root, "meta");
+    CHECK(meta != NULL);
+    for (const struct tfs_json *m = doc.root->child; m; m = m->next)
+        CHECK(m->type != TFS_JSON_OBJECT || m == meta ||
+              registered(m->key) != NULL);
+    for (size_t k = 0; k < tfs_metric_registry_len; k++) {
+        const struct tfs_metric_section *sec = tfs_metric_registry[k];
+        const struct tfs_json *obj = sec->name
+                                         ? tfs_json_get(doc.root, sec->name)
+                                         : doc.root;
+
+        if (obj == NULL)
+            TEST_FAIL_("the control file lacks section %s", sec->name);
+        for (size_t j = 0; j < sec->n; j++) {
+            size_t nf = tfs_metric_fields(&sec->m[j], f);
+            for (size_t i = 0; i < nf; i++) {
+                sfmt(name, sizeof(name), "%s%s", sec->m[j].name,
+                     f[i].suffix);
+                CHECK(tfs_json_get(obj, name) != NULL);
+                sfmt(name, sizeof(name), "%s%s%s%s",
+                     sec->name ? sec->name : "", sec->name ? "." : "",
+                     sec->m[j].name, f[i].suffix);
+                CHECK(tfs_json_get(meta, name) != NULL);
+            }
+            sfmt(name, sizeof(name), "\n# TYPE ");
+            CHECK_OK(tfs_metric_prom_name(sec, &sec->m[j], name + 8,
+                                          sizeof(name) - 8));
+            if (strstr(prom, name) == NULL)
+                TEST_FAIL_("/metrics lacks%s", name + 1);
+        }
+    }
+    tfs_json_cleanup(&doc);
+}
+
 /* The command line: errors, the daemon, umount, the metrics endpoint. */
 TEST(cli)
 {
@@ -641,16 +706,22 @@ TEST(cli)
         sleep_ms(10);
     CHECK(!pid_running(daemon));
 
-    /* The metrics endpoint. */
+    /* The metrics endpoint, over every layer the registry knows. */
     CHECK(port > 0);
     sfmt(port_s, sizeof(port_s), "127.0.0.1:%d", port);
+    remote_uri(uri, sizeof(uri), "retry+fault+", pre, NULL);
     mnt_start(uri, args);
     mnt_path(path, sizeof(path), "f");
     CHECK(file_equals(path, (const unsigned char *)"tierfs\n", 7));
     CHECK_OK(http_get(port, "/metrics", resp, sizeof(resp)));
     CHECK(strncmp(resp, "HTTP/1.", 7) == 0 && strstr(resp, " 200 ") != NULL);
     CHECK(strstr(resp, "\ntierfs_read_bytes_total 7") != NULL);
-    CHECK(strstr(resp, "tierfs_fuse_read_requests_total") != NULL);
+    CHECK(strstr(resp, "\ntierfs_fuse_read_requests_total ") != NULL);
+    {
+        static char json[256 * 1024];
+        read_stats(json, sizeof(json));
+        check_registry(json, resp);
+    }
     CHECK_OK(http_get(port, "/other", resp, sizeof(resp)));
     CHECK(strstr(resp, " 404 ") != NULL);
     mnt_stop();
