@@ -163,6 +163,8 @@ static enum MHD_Result http_answer(void *cls, struct MHD_Connection *conn,
                          "not found; try /metrics\n");
     tfs_buf_init(&body, HTTP_BODY_MAX);
     rc = h->fill(h->arg, &body);
+    if (rc == 0)
+        rc = tfs_buf_error(&body);      /* a partial text is not served */
     if (rc < 0) {
         TFS_WARN("metrics: %s%s%s%s", tfs_strerror(rc),
                  tfs_errdetail()[0] ? " (" : "", tfs_errdetail(),
