@@ -18,6 +18,7 @@
 #include <xxhash.h>
 
 #include "cache/cache_int.h"
+#include "common/bytes.h"
 #include "tierfs/log.h"
 #include "tierfs/retry.h"
 
@@ -260,10 +261,8 @@ void tfs_block_id(struct tfs_cache *c, const struct tfs_block_ref *r,
     uint8_t tail[16];
     XXH128_hash_t h;
 
-    for (int i = 0; i < 8; i++) {
-        tail[i] = (uint8_t)(r->index >> (8 * i));
-        tail[8 + i] = (uint8_t)(c->cfg.block_size >> (8 * i));
-    }
+    tfs_put_le64(tail, r->index);
+    tfs_put_le64(tail + 8, c->cfg.block_size);
     XXH3_128bits_reset(&s);
     XXH3_128bits_update(&s, c->ns, sizeof(c->ns));
     XXH3_128bits_update(&s, r->key, strlen(r->key) + 1);
