@@ -79,6 +79,11 @@ static int buf_reserve(struct tfs_buf *b, size_t extra)
     return 0;
 }
 
+int tfs_buf_reserve(struct tfs_buf *b, size_t extra)
+{
+    return buf_reserve(b, extra);
+}
+
 int tfs_buf_append(struct tfs_buf *b, const void *data, size_t len)
 {
     int rc = buf_reserve(b, len);

@@ -64,6 +64,10 @@ void tfs_buf_reset(struct tfs_buf *b);
  * it, until tfs_buf_reset or tfs_buf_cleanup.
  */
 int tfs_buf_append(struct tfs_buf *b, const void *data, size_t len);
+/* Room for extra more bytes, so appends up to that cannot fail: for a
+   caller that must not fail once it has started changing things.  Errors
+   as tfs_buf_append's (and they stick). */
+int tfs_buf_reserve(struct tfs_buf *b, size_t extra);
 int tfs_buf_puts(struct tfs_buf *b, const char *s);
 int tfs_buf_printf(struct tfs_buf *b, const char *fmt, ...) TFS_PRINTF(2, 3);
 /* The first failed append since init/reset (0: none); check it once,

@@ -259,7 +259,7 @@ int wb_rmdir(struct tfs_wb *wb, const char *key)
 static struct wb_node *ns_move_one(struct tfs_wb *wb, struct wb_ent *f,
                                    struct wb_ent *t,
                                    const struct tfs_stat *st, bool t_maybe,
-                                   struct tfs_buf *rec)
+                                   char **own_src, struct tfs_buf *rec)
 {
     struct wb_node *old = NULL;
 
@@ -277,10 +277,14 @@ static struct wb_node *ns_move_one(struct tfs_wb *wb, struct wb_ent *f,
     } else {
         const char *src = f->kind == WB_MOVED ? f->src : f->h.key;
         const struct tfs_stat *sst = f->kind == WB_MOVED ? &f->st : st;
-        if (strcmp(src, t->h.key) == 0)     /* back where it is */
+        if (strcmp(src, t->h.key) == 0) {   /* back where it is */
             old = wb_ent_set(wb, t, WB_NONE, NULL, NULL, NULL, 0);
-        else
+        } else if (own_src != NULL && *own_src != NULL) {
+            old = wb_ent_set_own(wb, t, WB_MOVED, NULL, *own_src, sst, 0);
+            *own_src = NULL;
+        } else {
             old = wb_ent_set(wb, t, WB_MOVED, NULL, src, sst, 0);
+        }
         wb_ent_set(wb, f, WB_WHITEOUT, NULL, NULL, NULL, 0);
     }
     wb_jop_ent(wb, rec, f);
@@ -296,6 +300,36 @@ static bool ns_target_maybe(const struct wb_ent *t, bool store_file)
     return store_file || t->kind == WB_MOVED || t->kind == WB_WHITEOUT;
 }
 
+/* The most bytes a file rename's record takes: the two entries, the
+ * source's parent kept, the target's parents unhidden. */
+static size_t ns_rename_rec_max(const char *from, const char *to)
+{
+    size_t ops = 3;
+
+    for (const char *p = to; *p != '\0'; p++)
+        ops += *p == '/';
+    return ops * (strlen(from) + strlen(to) + WB_KEY_MAX + 256);
+}
+
+/*
+ * What a file rename allocates, taken before it changes anything (the
+ * record's room, the copy of a move's source), so that once the view
+ * changes the journal record is whole: a rename that fails for memory
+ * has changed nothing, and one that changed the view is written.
+ */
+static int ns_rename_prepare(const struct wb_ent *f, const struct wb_ent *t,
+                             const char *from, const char *to,
+                             char **own_src, struct tfs_buf *rec)
+{
+    const char *src = f->kind == WB_MOVED ? f->src : f->h.key;
+
+    *own_src = NULL;
+    if (f->kind != WB_NODE && strcmp(src, t->h.key) != 0 &&
+        (*own_src = tfs_strdup(src)) == NULL)
+        return -ENOMEM;
+    return tfs_buf_reserve(rec, ns_rename_rec_max(from, to));
+}
+
 static int ns_rename_file(struct tfs_wb *wb, const char *from,
                           const char *to, const struct wb_obj *of,
                           bool to_store_file)
@@ -304,6 +338,7 @@ static int ns_rename_file(struct tfs_wb *wb, const char *from,
     struct wb_ent *f;
     struct wb_ent *t;
     struct tfs_buf rec;
+    char *own_src = NULL;
     uint64_t end = 0;
     int rc = 0;
 
@@ -315,6 +350,8 @@ static int ns_rename_file(struct tfs_wb *wb, const char *from,
         rc = -ENOMEM;
     else if (f->kind == WB_WHITEOUT || f->kind == WB_DIRENT)
         rc = -ENOENT;                   /* deleted meanwhile */
+    if (rc == 0)
+        rc = ns_rename_prepare(f, t, from, to, &own_src, &rec);
     if (rc == 0) {
         struct tfs_stat st = of->st;
         if (f->kind == WB_NONE && of->node != NULL) {  /* uploaded */
@@ -323,7 +360,7 @@ static int ns_rename_file(struct tfs_wb *wb, const char *from,
             pthread_mutex_unlock(&of->node->lock);
         }
         old = ns_move_one(wb, f, t, &st, ns_target_maybe(t, to_store_file),
-                          &rec);
+                          &own_src, &rec);
         wb_keep_parent(wb, from, &rec);
         wb_unhide_parents(wb, to, &rec);
         rc = wb_journal_append(wb, &rec, &end);
@@ -331,6 +368,7 @@ static int ns_rename_file(struct tfs_wb *wb, const char *from,
     wb_ent_release(wb, f);
     wb_ent_release(wb, t);
     pthread_mutex_unlock(&wb->lock);
+    tfs_free(own_src);
     tfs_buf_cleanup(&rec);
     if (rc == 0)
         rc = wb_journal_sync(wb, end);
@@ -431,7 +469,7 @@ static void ns_move_overlay(struct tfs_wb *wb, const char *key,
         wb_ent_release(wb, e);
         return;
     }
-    if (ns_move_one(wb, e, t, NULL, ns_target_maybe(t, false), rec))
+    if (ns_move_one(wb, e, t, NULL, ns_target_maybe(t, false), NULL, rec))
         assert(!"a staged file in the empty target directory");
     wb_ent_release(wb, e);
 }
@@ -487,7 +525,8 @@ static int ns_rename_dir_locked(struct tfs_wb *wb, const char *fromd,
             (size_t)snprintf(dst, sizeof(dst), "%s%s", tod,
                              objs->keys[i] + flen) < sizeof(dst))
             t = wb_ent_get(wb, dst);
-        if (t != NULL && ns_move_one(wb, f, t, &objs->st[i], false, rec))
+        if (t != NULL &&
+            ns_move_one(wb, f, t, &objs->st[i], false, NULL, rec))
             assert(!"a staged file in the empty target directory");
         wb_ent_release(wb, f);
     }

@@ -146,6 +146,17 @@ struct wb_node *wb_ent_set(struct tfs_wb *wb, struct wb_ent *e, int kind,
                            struct wb_node *node, const char *src,
                            const struct tfs_stat *st, unsigned dflags)
 {
+    char *copy = kind == WB_MOVED ? tfs_strdup(src) : NULL;
+
+    if (kind == WB_MOVED && copy == NULL)
+        kind = WB_WHITEOUT;             /* ENOMEM: the move is lost */
+    return wb_ent_set_own(wb, e, kind, node, copy, st, dflags);
+}
+
+struct wb_node *wb_ent_set_own(struct tfs_wb *wb, struct wb_ent *e, int kind,
+                               struct wb_node *node, char *src,
+                               const struct tfs_stat *st, unsigned dflags)
+{
     struct wb_node *old = NULL;
     struct wb_ent *s;
 
@@ -171,10 +182,8 @@ struct wb_node *wb_ent_set(struct tfs_wb *wb, struct wb_ent *e, int kind,
         e->node = node;
         node->ent = e;
     } else if (kind == WB_MOVED) {
-        e->src = tfs_strdup(src);       /* NULL (ENOMEM): the move is lost */
+        e->src = src;
         e->st = *st;
-        if (e->src == NULL)
-            e->kind = WB_WHITEOUT;
     } else if (kind == WB_DIRENT) {
         e->dflags = dflags;
     }

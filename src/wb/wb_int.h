@@ -107,6 +107,12 @@ struct wb_ent *wb_ent_get(struct tfs_wb *wb, const char *key);
 struct wb_node *wb_ent_set(struct tfs_wb *wb, struct wb_ent *e, int kind,
                            struct wb_node *node, const char *src,
                            const struct tfs_stat *st, unsigned dflags);
+/* The same with src (WB_MOVED: not NULL) taken, not copied: for a caller
+   that allocates before it changes anything, so nothing can fail half
+   way.  wb->lock held. */
+struct wb_node *wb_ent_set_own(struct tfs_wb *wb, struct wb_ent *e, int kind,
+                               struct wb_node *node, char *src,
+                               const struct tfs_stat *st, unsigned dflags);
 /* Free e if it holds nothing.  wb->lock held. */
 void wb_ent_release(struct tfs_wb *wb, struct wb_ent *e);
 /* The counters of directory dir, or NULL (all zero). */

@@ -768,6 +768,97 @@ TEST(alloc_failures)
     env_close(&e);
 }
 
+/* A create, write, seal and rename with allocation n failing (this
+ * thread only); returns how many allocations they made. */
+static long ops_failing_at(struct env *e, long n, int *rc_seal,
+                           int *rc_rename)
+{
+    struct wb_want w = {.create = true, .trunc = true};
+    struct wb_node *nd = NULL;
+    bool is_dir;
+    long made;
+    int rc;
+
+    t_allocs = 0;
+    t_fail_at = n;
+    CHECK_OK(tfs_replace_allocator(fail_malloc, fail_realloc, fail_calloc,
+                                   free));
+    rc = wb_open_write(e->wb, "dir/x", &w, &nd);
+    if (rc == 0)
+        rc = wb_node_write(e->wb, nd, "data", 4, 0);
+    if (rc == 0)
+        rc = wb_node_seal(e->wb, nd);
+    *rc_seal = rc;
+    if (nd != NULL) {
+        wb_node_close(e->wb, nd, true, false);
+        wb_node_put(nd);
+    }
+    *rc_rename = wb_rename(e->wb, "a-long-name-to-grow-the-record",
+                           "b-long-name-to-grow-the-record", 0, &is_dir);
+    CHECK_OK(tfs_replace_allocator(malloc, realloc, calloc, free));
+    t_fail_at = -1;
+    made = t_allocs;
+    return made;
+}
+
+/*
+ * wb_node_seal and wb_rename with every allocation failing in turn: each
+ * fails with -ENOMEM or succeeds; a rename that failed changed nothing in
+ * the live view, and after a remount (the journal replayed) what
+ * succeeded is there and what failed left nothing half done.
+ */
+TEST(ops_alloc_failures)
+{
+    const char *a = "a-long-name-to-grow-the-record";
+    const char *b = "b-long-name-to-grow-the-record";
+    long n;
+
+    for (n = 0; n < 400; n++) {
+        char root[32];
+        char stg[32];
+        struct env e;
+        int rc_seal;
+        int rc_rename;
+        long made;
+
+        snprintf(root, sizeof(root), "oa-%ld", n);  /* each its own */
+        snprintf(stg, sizeof(stg), "oa-stg-%ld", n);
+        env_open(&e, root, stg);
+        wb_put_file(e.wb, a, "one");
+        made = ops_failing_at(&e, n, &rc_seal, &rc_rename);
+        if (rc_seal != 0)
+            CHECK_RC(rc_seal, -ENOMEM);
+        if (rc_rename != 0) {
+            CHECK_RC(rc_rename, -ENOMEM);
+            /* a failed rename changed nothing, in the live view too */
+            CHECK_STR(wb_read(e.wb, e.c, a), "one");
+            CHECK_STR(wb_read(e.wb, e.c, b), "");
+        }
+        wb_stop(e.wb);
+        env_close(&e);
+        env_open(&e, root, stg);        /* replay */
+        CHECK(e.wb->j.rp_bad == 0);
+        if (rc_seal == 0)
+            CHECK_STR(wb_read(e.wb, e.c, "dir/x"), "data");
+        else
+            CHECK(strcmp(wb_read(e.wb, e.c, "dir/x"), "") == 0 ||
+                  strcmp(wb_read(e.wb, e.c, "dir/x"), "data") == 0);
+        if (rc_rename == 0) {
+            CHECK_STR(wb_read(e.wb, e.c, b), "one");
+            CHECK_STR(wb_read(e.wb, e.c, a), "");
+        } else {
+            CHECK_STR(wb_read(e.wb, e.c, a), "one");
+            CHECK_STR(wb_read(e.wb, e.c, b), "");
+        }
+        env_close(&e);
+        if (made <= n)                  /* nothing failed: every one met */
+            break;
+    }
+    CHECK(n > 5 && n < 400);
+    printf("# %ld allocations of create, write, seal and rename failed in "
+           "turn\n", n);
+}
+
 /* The tfs_buf error sticks: appends after a failure change nothing. */
 TEST(buf_sticky)
 {
@@ -837,7 +928,7 @@ TEST(fds_on_demand)
 TESTS(T(view), T(replay), T(torn_tail), T(exclusive), T(copy_on_write),
       T(double_rename), T(corrupt_record), T(empty_journal),
       T(flip_every_byte), T(sync_error_sticks), T(alloc_failures),
-      T(buf_sticky), T(fds_on_demand));
+      T(ops_alloc_failures), T(buf_sticky), T(fds_on_demand));
 
 int main(int argc, char **argv)
 {
