@@ -637,9 +637,17 @@ def _remove_dir(path, pid):
 
 
 def _add_stats(total, stats):
+    """Add one process's cache figures into total: the counters, and the
+    gauges that add up across processes (bytes and counts held); not the
+    latency quantiles, the uptime or the strings.  The types and units
+    come from the figures' own "meta" (docs/metrics.md)."""
+    meta = stats.get("meta", {})
     for k, v in stats.items():
-        if isinstance(v, (int, float)) and not k.endswith(("_us", "_p50",
-                                                            "_p95", "_p99")):
+        kind, unit = meta.get(k, ("gauge", "none"))
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            continue
+        if kind == "counter" or (kind == "gauge" and unit in ("bytes",
+                                                              "count")):
             total[k] = total.get(k, 0) + v
 
 

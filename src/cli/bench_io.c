@@ -483,34 +483,56 @@ int bench_io_write(struct bench_io *io, const char *name, const void *buf,
     return n == (ssize_t)len ? 0 : tfs_err(-EIO, "short write to %s", path);
 }
 
+/* The cache's statistics JSON into a new buffer: sized, then rendered
+ * again if it grew in between (-ENOSPC says by how much). */
+static int bench_cache_stats(struct tfs_cache *c, char **json)
+{
+    size_t size = 8192;
+
+    for (int tries = 0; tries < 8; tries++) {
+        size_t len = 0;
+        char *buf = tfs_malloc(size);
+        int rc;
+
+        if (buf == NULL)
+            return -ENOMEM;
+        rc = tfs_cache_stats_json(c, buf, size, &len);
+        if (rc == 0) {
+            *json = buf;
+            return 0;
+        }
+        tfs_free(buf);
+        if (rc != -ENOSPC)
+            return rc;
+        size = len + 1024;
+    }
+    return -ENOSPC;
+}
+
 int bench_io_stats(struct bench_io *io, char **json)
 {
     char path[PATH_MAX + 32];
-    char *buf;
-    size_t len = 0;
+    struct tfs_buf b;
+    char chunk[8192];
+    size_t n;
     FILE *f;
+    int rc = 0;
 
-    if (io->cache != NULL) {
-        tfs_cache_stats_json(io->cache, NULL, 0, &len);
-        buf = tfs_malloc(len + 1);
-        if (buf == NULL)
-            return -ENOMEM;
-        tfs_cache_stats_json(io->cache, buf, len + 1, &len);
-        *json = buf;
-        return 0;
-    }
+    if (io->cache != NULL)
+        return bench_cache_stats(io->cache, json);
     if (!io->posix || io->mnt[0] == '\0')
         return -ENOENT;
     snprintf(path, sizeof(path), "%s/.tierfs-stats", io->mnt);
     f = fopen(path, "r");
     if (f == NULL)
         return -errno;
-    buf = tfs_malloc(1 << 16);
-    len = buf ? fread(buf, 1, (1 << 16) - 1, f) : 0;
+    tfs_buf_init(&b, 1u << 20);         /* the control file is ~10 KB */
+    while (rc == 0 && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        rc = tfs_buf_append(&b, chunk, n);
+    if (rc == 0 && ferror(f))
+        rc = -EIO;
     fclose(f);
-    if (buf == NULL)
-        return -ENOMEM;
-    buf[len] = '\0';
-    *json = buf;
-    return 0;
+    *json = rc == 0 ? tfs_buf_steal(&b) : NULL;
+    tfs_buf_cleanup(&b);
+    return rc < 0 ? rc : *json != NULL ? 0 : -ENOMEM;
 }
