@@ -52,17 +52,9 @@
 
 #define MIB (1024u * 1024u)
 #define MIN_(a, b) ((a) < (b) ? (a) : (b))
-#define MOUNT_WAIT_MS 15000
-#define EXIT_WAIT_MS 30000
 
-static unsigned t_seq;                  /* unique names within the run */
 
 /* The mount of the running case. */
-static struct {
-    char  dir[PATH_MAX];
-    char  log[PATH_MAX + 8];
-    pid_t pid;                          /* tierfs mount -f, or 0 */
-} t_mnt;
 
 /* ---- small helpers ---- */
 
@@ -96,91 +88,6 @@ static void remote_uri(char *out, size_t size, const char *wrap,
 }
 
 /* ---- mounting ---- */
-
-/* Forget a mount a failed case left behind. */
-static void mnt_cleanup(void)
-{
-    if (t_mnt.dir[0] != '\0' && is_mounted(t_mnt.dir))
-        umount2(t_mnt.dir, MNT_DETACH);
-    if (t_mnt.pid > 0) {
-        kill(t_mnt.pid, SIGTERM);
-        if (wait_pid(t_mnt.pid, 5000) == -1) {
-            kill(t_mnt.pid, SIGKILL);
-            waitpid(t_mnt.pid, NULL, 0);
-        }
-    }
-    t_mnt.pid = 0;
-}
-
-/* A fresh empty directory under the work dir. */
-static void new_dir(char *out, size_t size, const char *what)
-{
-    sfmt(out, size, "%s/%s-%u", t_work, what, ++t_seq);
-    CHECK(mkdir(out, 0755) == 0);
-}
-
-/*
- * Mount uri with tierfs mount -f plus args (NULL-terminated) on a fresh
- * directory and wait until it serves.  Fails the case, showing the
- * daemon's log, if it does not come up.
- */
-static void mnt_start(const char *uri, const char *const args[])
-{
-    char *argv[48] = {(char *)t_bin, "mount", "-f", (char *)uri, t_mnt.dir};
-    char ctl[PATH_MAX + 32];
-    struct stat sb;
-    size_t n = 5;
-    uint64_t end;
-
-    mnt_cleanup();
-    new_dir(t_mnt.dir, sizeof(t_mnt.dir), "mnt");
-    sfmt(t_mnt.log, sizeof(t_mnt.log), "%s.log", t_mnt.dir);
-    for (size_t i = 0; args != NULL && args[i] != NULL && n < 46; i++)
-        argv[n++] = (char *)args[i];
-    argv[n] = NULL;
-    t_mnt.pid = fork();
-    if (t_mnt.pid == 0) {
-        int fd = open(t_mnt.log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    CHECK(t_mnt.pid > 0);
-    sfmt(ctl, sizeof(ctl), "%s/.tierfs-stats", t_mnt.dir);
-    for (end = now_ms() + MOUNT_WAIT_MS; now_ms() < end; sleep_ms(20)) {
-        if (is_mounted(t_mnt.dir) && stat(ctl, &sb) == 0)
-            return;
-        if (wait_pid(t_mnt.pid, 0) != -1) {     /* it exited */
-            t_mnt.pid = 0;
-            break;
-        }
-    }
-    fprintf(stderr, "    tierfs mount %s %s did not come up; its log:\n",
-            uri, t_mnt.dir);
-    print_file(t_mnt.log);
-    TEST_FAIL_("mount failed");
-}
-
-/* tierfs umount, then the daemon must exit 0 and the mount be gone. */
-static void mnt_stop(void)
-{
-    char log[PATH_MAX + 16];
-    char *argv[] = {(char *)t_bin, "umount", t_mnt.dir, NULL};
-    int rc;
-
-    sfmt(log, sizeof(log), "%s.umount", t_mnt.dir);
-    rc = run_cmd(argv, log, 20000);
-    if (rc != 0)
-        print_file(log);
-    CHECK_EQ(rc, 0);
-    rc = wait_pid(t_mnt.pid, EXIT_WAIT_MS);
-    if (rc != 0)
-        print_file(t_mnt.log);
-    CHECK_EQ(rc, 0);
-    t_mnt.pid = 0;
-    CHECK(!is_mounted(t_mnt.dir));
-}
 
 static void mnt_path(char *out, size_t size, const char *name)
 {

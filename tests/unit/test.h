@@ -172,6 +172,19 @@ static inline char *test_tmpdir(char *buf, size_t size, const char *tag)
     return buf;
 }
 
+/* A fresh empty file /tmp/tierfs-TAG-XXXXXX, its name written into buf. */
+static inline char *test_tmpfile(char *buf, size_t size, const char *tag)
+{
+    int n = snprintf(buf, size, "/tmp/tierfs-%s-XXXXXX", tag);
+    int fd;
+
+    CHECK(n > 0 && (size_t)n < size);
+    fd = mkstemp(buf);
+    CHECK(fd >= 0);
+    close(fd);
+    return buf;
+}
+
 /* The run's scratch directory, made by the first test_subdir() call;
  * "" before. */
 static inline char *test_base_dir(void)

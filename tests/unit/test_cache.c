@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_remote.h"
 #include "tierfs/cache.h"
 #include "tierfs/fault.h"
 #include "tierfs/log.h"
@@ -29,45 +30,14 @@
 #include "common/util.h"
 #include "cache/cache_int.h"
 
-static char remote[64];                 /* local remote dir, or "" */
-static char base_uri[256];              /* the remote's URI */
-static char cdir[64];
-static struct tfs_store *raw;           /* the remote, unwrapped */
-
 static void setup_dirs(void)
 {
-    static int n;
-    const char *s3 = getenv("TFS_TEST_REMOTE");
-
-    snprintf(cdir, sizeof(cdir), "/tmp/tfs-cache-dir-XXXXXX");
-    CHECK(mkdtemp(cdir) != NULL);
-    remote[0] = '\0';
-    if (s3 != NULL && s3[0] != '\0') {
-        snprintf(base_uri, sizeof(base_uri), "%s/t%d-%d-%d", s3,
-                 (int)getpid(), (int)(tfs_rand_u64() % 100000), n++);
-    } else {
-        snprintf(remote, sizeof(remote), "/tmp/tfs-cache-remote-XXXXXX");
-        CHECK(mkdtemp(remote) != NULL);
-        snprintf(base_uri, sizeof(base_uri), "file://%s", remote);
-    }
-    CHECK_OK(tfs_store_open(&raw, base_uri, NULL));
-}
-
-static int remove_page(void *arg, const struct tfs_list_page *pg)
-{
-    for (size_t i = 0; i < pg->n_entries; i++)
-        tfs_store_remove(arg, pg->entries[i].key);
-    return 0;
+    remote_setup("cache");
 }
 
 static void remove_dirs(void)
 {
-    CHECK_OK(tfs_store_list_all(raw, "", NULL, remove_page, raw));
-    tfs_store_close(raw);
-    raw = NULL;
-    if (remote[0] != '\0')
-        CHECK_OK(test_rmtree(remote));
-    CHECK_OK(test_rmtree(cdir));
+    remote_remove();
 }
 
 static void write_remote(const char *name, const void *data, size_t len)

@@ -25,13 +25,7 @@ static char path[64];
 
 static const char *tmp_trace(void)
 {
-    int fd;
-
-    snprintf(path, sizeof(path), "/tmp/tfs-trace-XXXXXX");
-    fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
-    return path;
+    return test_tmpfile(path, sizeof(path), "trace");
 }
 
 /* A number from the profile's JSON. */

@@ -38,13 +38,7 @@ TEST(trace_file_is_private)
 
 static const char *tmp_trace(void)
 {
-    int fd;
-
-    snprintf(path, sizeof(path), "/tmp/tfs-trace-XXXXXX");
-    fd = mkstemp(path);
-    CHECK(fd >= 0);
-    close(fd);
-    return path;
+    return test_tmpfile(path, sizeof(path), "trace");
 }
 
 struct counts {

@@ -17,58 +17,21 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "test_remote.h"
 #include "tierfs/cache.h"
 #include "tierfs/err.h"
 #include "tierfs/fault.h"
 #include "tierfs/store.h"
 #include "common/util.h"
 
-static char remote[64];                 /* local remote dir, or "" */
-static char base_uri[256];              /* the remote's URI */
-static char cdir[64];
-static struct tfs_store *raw;           /* the remote, unwrapped */
-
-static bool on_s3(void)
-{
-    const char *s3 = getenv("TFS_TEST_REMOTE");
-
-    return s3 != NULL && s3[0] != '\0';
-}
-
 static void setup_dirs(void)
 {
-    static int n;
-
-    snprintf(cdir, sizeof(cdir), "/tmp/tfs-verify-cache-XXXXXX");
-    CHECK(mkdtemp(cdir) != NULL);
-    remote[0] = '\0';
-    if (on_s3()) {
-        snprintf(base_uri, sizeof(base_uri), "%s/v%d-%d-%d",
-                 getenv("TFS_TEST_REMOTE"), (int)getpid(),
-                 (int)(tfs_rand_u64() % 100000), n++);
-    } else {
-        snprintf(remote, sizeof(remote), "/tmp/tfs-verify-remote-XXXXXX");
-        CHECK(mkdtemp(remote) != NULL);
-        snprintf(base_uri, sizeof(base_uri), "file://%s", remote);
-    }
-    CHECK_OK(tfs_store_open(&raw, base_uri, NULL));
-}
-
-static int remove_page(void *arg, const struct tfs_list_page *pg)
-{
-    for (size_t i = 0; i < pg->n_entries; i++)
-        tfs_store_remove(arg, pg->entries[i].key);
-    return 0;
+    remote_setup("verify");
 }
 
 static void remove_dirs(void)
 {
-    CHECK_OK(tfs_store_list_all(raw, "", NULL, remove_page, raw));
-    tfs_store_close(raw);
-    raw = NULL;
-    if (remote[0] != '\0')
-        CHECK_OK(test_rmtree(remote));
-    CHECK_OK(test_rmtree(cdir));
+    remote_remove();
 }
 
 /* fault+remote with opts ("a=b&c=d"). */
