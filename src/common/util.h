@@ -44,6 +44,31 @@ int tfs_err(int rc, const char *fmt, ...) TFS_PRINTF(2, 3);
 void tfs_errdetail_set(const char *fmt, ...) TFS_PRINTF(1, 2);
 void tfs_errdetail_clear(void);
 
+/*
+ * A failure's cause for a message: TFS_CAUSE_FMT with TFS_CAUSE_ARGS(rc,
+ * detail) prints "Connection refused (GET /b/k: ...)", or just the
+ * strerror when detail is NULL or empty.
+ */
+#define TFS_CAUSE_FMT "%s%s%s%s"
+#define TFS_CAUSE_ARGS(rc, detail)                                         \
+    tfs_strerror(rc), tfs_cause_open(detail), tfs_cause_text(detail),      \
+        tfs_cause_close(detail)
+
+static inline const char *tfs_cause_open(const char *d)
+{
+    return d != NULL && d[0] != '\0' ? " (" : "";
+}
+
+static inline const char *tfs_cause_text(const char *d)
+{
+    return d != NULL ? d : "";
+}
+
+static inline const char *tfs_cause_close(const char *d)
+{
+    return d != NULL && d[0] != '\0' ? ")" : "";
+}
+
 /* ---- growable buffer with a cap (buf.c) ---- */
 
 struct tfs_buf {

@@ -96,8 +96,7 @@ int fs_fail(struct tfs_fs *fs, const char *op, const char *key, int rc)
         TFS_DEBUG("%s '%s': %s", op, key, tfs_strerror(rc));
         return rc;
     }
-    TFS_WARN("%s '%s': %s%s%s%s", op, key, tfs_strerror(rc),
-             detail[0] ? " (" : "", detail, detail[0] ? ")" : "");
+    TFS_WARN("%s '%s': " TFS_CAUSE_FMT, op, key, TFS_CAUSE_ARGS(rc, detail));
     return rc;
 }
 
@@ -107,9 +106,8 @@ void fs_read_warn(struct tfs_fs *fs, struct fs_handle *h, size_t size,
     char key[FS_KEY_MAX + 2];
 
     fs_inode_key(&fs->inodes, h->in, key);
-    TFS_WARN("read '%s' [%" PRIu64 ", +%zu): %s%s%s%s", key, off, size,
-             tfs_strerror(rc), tfs_errdetail()[0] ? " (" : "",
-             tfs_errdetail(), tfs_errdetail()[0] ? ")" : "");
+    TFS_WARN("read '%s' [%" PRIu64 ", +%zu): " TFS_CAUSE_FMT, key, off,
+             size, TFS_CAUSE_ARGS(rc, tfs_errdetail()));
     atomic_fetch_add(&fs->n.errors, 1);
 }
 

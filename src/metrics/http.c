@@ -166,9 +166,8 @@ static enum MHD_Result http_answer(void *cls, struct MHD_Connection *conn,
     if (rc == 0)
         rc = tfs_buf_error(&body);      /* a partial text is not served */
     if (rc < 0) {
-        TFS_WARN("metrics: %s%s%s%s", tfs_strerror(rc),
-                 tfs_errdetail()[0] ? " (" : "", tfs_errdetail(),
-                 tfs_errdetail()[0] ? ")" : "");
+        TFS_WARN("metrics: " TFS_CAUSE_FMT,
+                 TFS_CAUSE_ARGS(rc, tfs_errdetail()));
         tfs_buf_cleanup(&body);
         return http_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR,
                          "cannot read the statistics\n");

@@ -363,11 +363,9 @@ static void up_park(struct wb_op *op)
     struct wb_ent *e = op->e;
 
     e->parked_seq = e->seq;
-    TFS_WARN("%s of '%s' failed for good: %s%s%s%s; parked (kept in "
-             "staging, tried again after a change to it or a remount)",
-             up_verb(op->kind), op->key, tfs_strerror(op->rc),
-             op->detail[0] ? " (" : "", op->detail,
-             op->detail[0] ? ")" : "");
+    TFS_WARN("%s of '%s' failed for good: " TFS_CAUSE_FMT "; parked (kept "
+             "in staging, tried again after a change to it or a remount)",
+             up_verb(op->kind), op->key, TFS_CAUSE_ARGS(op->rc, op->detail));
 }
 
 /* A failed attempt: back off, count, log.  wb->lock held. */
@@ -393,10 +391,8 @@ static void up_failed(struct tfs_wb *wb, struct wb_op *op)
     level = e->attempts == 1 || e->attempts % 10 == 0 ? TFS_LOG_WARNING
                                                       : TFS_LOG_INFO;
     TFS_LOGL(level, "%s of '%s' failed (attempt %u, next in %.1f s): "
-             "%s%s%s%s", up_verb(op->kind), op->key, e->attempts,
-             (double)wait / 1e9, tfs_strerror(op->rc),
-             op->detail[0] ? " (" : "", op->detail,
-             op->detail[0] ? ")" : "");
+             TFS_CAUSE_FMT, up_verb(op->kind), op->key, e->attempts,
+             (double)wait / 1e9, TFS_CAUSE_ARGS(op->rc, op->detail));
 }
 
 /* Count uploaded bytes toward the smoothed rate.  wb->lock held. */
@@ -695,11 +691,9 @@ static bool up_parked_line(const struct wb_ent *e, char *b, size_t size)
     for (i = 0; e->h.key[i] != '\0' && i < WB_KEY_MAX; i++)
         key[i] = (unsigned char)e->h.key[i] < 0x20 ? '?' : e->h.key[i];
     key[i] = '\0';
-    n = snprintf(b, size, "%s of '%s': %s%s%s%s\n", up_kind_verb(e), key,
-                 tfs_strerror(e->last_err),
-                 e->last_detail && e->last_detail[0] ? " (" : "",
-                 e->last_detail ? e->last_detail : "",
-                 e->last_detail && e->last_detail[0] ? ")" : "");
+    n = snprintf(b, size, "%s of '%s': " TFS_CAUSE_FMT "\n",
+                 up_kind_verb(e), key,
+                 TFS_CAUSE_ARGS(e->last_err, e->last_detail));
     return n >= 0 && (size_t)n < size;
 }
 
@@ -736,11 +730,8 @@ static void up_count(struct tfs_wb *wb, const char *prefix, uint64_t seq,
         if (e->attempts > 0 && e->fail_ns >= last_fail) {
             last_fail = e->fail_ns;
             snprintf(out->last_error, sizeof(out->last_error),
-                     "%s of '%s': %s%s%s%s", up_kind_verb(e),
-                     e->h.key, tfs_strerror(e->last_err),
-                     e->last_detail && e->last_detail[0] ? " (" : "",
-                     e->last_detail ? e->last_detail : "",
-                     e->last_detail && e->last_detail[0] ? ")" : "");
+                     "%s of '%s': " TFS_CAUSE_FMT, up_kind_verb(e),
+                     e->h.key, TFS_CAUSE_ARGS(e->last_err, e->last_detail));
         }
     }
 }
