@@ -416,38 +416,6 @@ int tfs_cache_block_start(struct tfs_cache *c, const struct tfs_block_ref *r,
     return 0;
 }
 
-bool tfs_block_await(struct tfs_cache *c, struct tfs_block *b,
-                     struct tfs_waiter *w)
-{
-    bool loading;
-
-    pthread_mutex_lock(&c->ram_lock);
-    loading = b->state == TFS_BLK_LOADING;
-    if (loading) {
-        w->next = b->waiters;
-        b->waiters = w;
-    }
-    pthread_mutex_unlock(&c->ram_lock);
-    return loading;
-}
-
-void tfs_block_publish(struct tfs_cache *c, struct tfs_block *b, int err,
-                       int src)
-{
-    struct tfs_waiter *w;
-
-    tfs_ram_publish(c, b, err, src);
-    pthread_mutex_lock(&c->ram_lock);
-    w = b->waiters;
-    b->waiters = NULL;
-    pthread_mutex_unlock(&c->ram_lock);
-    while (w != NULL) {
-        struct tfs_waiter *next = w->next;
-        w->fn(c, w);                    /* may free w */
-        w = next;
-    }
-}
-
 void tfs_cache_block_prefetch(struct tfs_cache *c,
                               const struct tfs_block_ref *r)
 {

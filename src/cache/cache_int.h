@@ -263,6 +263,20 @@ void tfs_block_id(struct tfs_cache *c, const struct tfs_block_ref *r,
 
 /* ---- ram.c ---- */
 
+/*
+ * Queue w on b, pinned by the caller: true when b is LOADING (w->fn will
+ * be called once it is published; the caller must not touch what w->fn
+ * frees from here on), false when b already left LOADING.
+ */
+bool tfs_block_await(struct tfs_cache *c, struct tfs_block *b,
+                     struct tfs_waiter *w);
+/*
+ * tfs_ram_publish, then call b's waiters.  Every publish of a block goes
+ * through here, so no waiter is left behind.
+ */
+void tfs_block_publish(struct tfs_cache *c, struct tfs_block *b, int err,
+                       int src);
+
 int tfs_ram_init(struct tfs_cache *c);
 void tfs_ram_cleanup(struct tfs_cache *c);
 /*
@@ -376,19 +390,6 @@ int tfs_cache_block(struct tfs_cache *c, const struct tfs_block_ref *r,
  */
 int tfs_cache_block_start(struct tfs_cache *c, const struct tfs_block_ref *r,
                           struct tfs_block **out);
-/*
- * Queue w on b, pinned by the caller: true when b is LOADING (w->fn will
- * be called once it is published; the caller must not touch what w->fn
- * frees from here on), false when b already left LOADING.
- */
-bool tfs_block_await(struct tfs_cache *c, struct tfs_block *b,
-                     struct tfs_waiter *w);
-/*
- * tfs_ram_publish, then call b's waiters.  Every publish of a block goes
- * through here, so no waiter is left behind.
- */
-void tfs_block_publish(struct tfs_cache *c, struct tfs_block *b, int err,
-                       int src);
 /*
  * Whether prefetching is worth it: a prefetched block waits in the RAM
  * tier for its reader, so with almost no RAM tier it would be evicted

@@ -8,7 +8,10 @@
  * on a block inserts it LOADING and loads it; every other thread finds
  * the LOADING block and waits on its condition, so concurrent misses on one
  * block cause one load.  A load that fails takes the block out of the
- * table (waiters see the error, later readers try again).
+ * table (waiters see the error, later readers try again).  A reader that
+ * must not block (the mount's) queues a callback instead
+ * (tfs_block_await), called by tfs_block_publish, the one way a load
+ * ends, whoever loaded it (the read path, the fetch engine).
  *
  * Admission, with a disk tier under it: a full-size block loaded from
  * the store (a piece of a large object) starts on probation.  Once
@@ -338,6 +341,40 @@ void tfs_ram_publish(struct tfs_cache *c, struct tfs_block *b, int err,
     pthread_mutex_unlock(&c->ram_lock);
     if (err == 0)
         tfs_ram_trim(c);
+}
+
+/* ---- waiting for a block ---- */
+
+bool tfs_block_await(struct tfs_cache *c, struct tfs_block *b,
+                     struct tfs_waiter *w)
+{
+    bool loading;
+
+    pthread_mutex_lock(&c->ram_lock);
+    loading = b->state == TFS_BLK_LOADING;
+    if (loading) {
+        w->next = b->waiters;
+        b->waiters = w;
+    }
+    pthread_mutex_unlock(&c->ram_lock);
+    return loading;
+}
+
+void tfs_block_publish(struct tfs_cache *c, struct tfs_block *b, int err,
+                       int src)
+{
+    struct tfs_waiter *w;
+
+    tfs_ram_publish(c, b, err, src);
+    pthread_mutex_lock(&c->ram_lock);
+    w = b->waiters;
+    b->waiters = NULL;
+    pthread_mutex_unlock(&c->ram_lock);
+    while (w != NULL) {
+        struct tfs_waiter *next = w->next;
+        w->fn(c, w);                    /* may free w */
+        w = next;
+    }
 }
 
 int tfs_ram_wait(struct tfs_cache *c, struct tfs_block *b,
