@@ -10,16 +10,14 @@ set -u
 tierfs=$1
 work=$(mktemp -d /tmp/tfs-bench-test-XXXXXX)
 mnt=$work/mnt
-pass=0
-fail=0
+# shellcheck source=tests/integ/tap.sh
+. "$(dirname "$0")/tap.sh"
 cleanup() {
     "$tierfs" umount "$mnt" >/dev/null 2>&1
     rm -rf "$work"
 }
 trap cleanup EXIT
 
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
 
 # check NAME JSON PYTHON-EXPR: the expression over j (the parsed JSON)
 check() {
@@ -110,5 +108,4 @@ check "ckpt on a store URI (a second run replaces the first)" "$j" "$ckpt_ok"
 "$tierfs" bench seq /nonexistent/dir >/dev/null 2>&1
 [ $? = 1 ] && ok "missing target fails" || bad "missing target fails"
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+tap_end

@@ -11,13 +11,12 @@ tierfs=$1
 base=${2%/}/cli-$$-$RANDOM
 work=$(mktemp -d /tmp/tfs-cli-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-pass=0
-fail=0
+# shellcheck source=tests/integ/tap.sh
+. "$(dirname "$0")/tap.sh"
 out=$work/out
 err=$work/err
+tap_detail=$err
 
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; sed 's/^/    /' "$err" 2>/dev/null | head -5; }
 
 # expect NAME RC CMD...: run CMD, want exit status RC.
 expect() {
@@ -115,5 +114,4 @@ s3://*)
     ;;
 esac
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+tap_end

@@ -8,16 +8,15 @@
 faults_top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 ledger="/usr/bin/python3 $faults_top/bench/tools/ledger.py"
 export TIERFS_LIB=${TIERFS_LIB:-$(dirname "$tierfs")/libtierfs.so}
-pass=0
-fail=0
+# shellcheck source=tests/integ/tap.sh
+. "$faults_top/tests/integ/tap.sh"
 mnt_pid=0
 mnt_dir=""
 mnt_log=""
 
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
-# check NAME CMD...: CMD's exit status decides
-check() { if "${@:2}"; then ok "$1"; else bad "$1"; fi; }
+# check NAME CMD...: CMD's exit status decides (the matrix's checks run
+# commands)
+check() { check_cmd "$@"; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 is_mounted() { grep -q " $1 fuse" /proc/mounts; }
@@ -99,10 +98,7 @@ small_fs() {
     mkdir -p "$1" && mount -t tmpfs -o "size=$2,mode=0700" tmpfs "$1"
 }
 
-faults_summary() {
-    echo "$1: $pass passed, $fail failed"
-    [ "$fail" = 0 ]
-}
+faults_summary() { tap_end "$1"; }
 
 # train_kill_run DIR KILLS MIN_S MAX_S: bench/tools/train_resume.py's job
 # (20 ms of "compute" a step) run once uninterrupted, then jobs of the

@@ -17,11 +17,8 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1 ($2)"; fi; }
+# shellcheck source=tests/integ/tap.sh
+. "$(dirname "$0")/tap.sh"
 
 # An echo server on a free port; its port goes to $work/echo.port.
 cat >"$work/echo.py" <<'EOF'
@@ -138,5 +135,4 @@ state=$(awk '/^State:/ { print $2 }' "/proc/$opid/status" 2>/dev/null)
 check "parent died: relay $opid gone (state '${state:-none}')" \
     '[ -z "$state" ] || [ "$state" = Z ]'
 
-echo "relay: $pass passed, $fail failed"
-[ "$fail" = 0 ]
+tap_end relay

@@ -22,11 +22,8 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1 ($2)"; fi; }
+# shellcheck source=tests/integ/tap.sh
+. "$(dirname "$0")/tap.sh"
 T() { timeout 20 "$@"; }                 # nothing here may hang the test
 
 # up ARGS...: lazyfs ARGS UNDER MNT in the background, mounted (5 s at most)
@@ -207,5 +204,4 @@ check "a missing UNDER: one clear line, exit 1" \
 
 check "no sanitizer report in lazyfs's log" '! grep -q Sanitizer "$work/log"'
 
-echo "lazyfs: $pass passed, $fail failed"
-[ "$fail" = 0 ]
+tap_end lazyfs

@@ -10,11 +10,9 @@ tierfs=$1
 server=$2
 work=$(mktemp -d /tmp/tfs-s3tuned-XXXXXX)
 export S3_DIR=$work/s3 S3_PORT=${TUNED_S3_PORT:-7491} MON_PORT=${TUNED_MON_PORT:-16791}
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
-check() { if "${@:2}"; then ok "$1"; else bad "$1"; fi; }
+# shellcheck source=tests/integ/tap.sh
+. "$(dirname "$0")/tap.sh"
+check() { check_cmd "$@"; }             # this file's checks run commands
 cleanup() {
     "$server" stop --owner s3tuned >/dev/null 2>&1
     rm -rf "$work"
@@ -34,7 +32,7 @@ if S3_TUNED=1 "$server" start --owner s3tuned >"$work/env" 2>"$work/err"; then
     ok "tuned start"
 else
     bad "tuned start"; sed 's/^/    /' "$work/err" | tail -5
-    echo "$pass passed, $fail failed"; exit 1
+    tap_end; exit 1
 fi
 check "ceph.conf: no data crc" grep -qx "ms crc data = false" "$S3_DIR/ceph.conf"
 rgw=$(cat "$S3_DIR/pid/rgw")
@@ -52,5 +50,4 @@ check "ranged cat" bash -c 'set -o pipefail; "$1" cat --range 12345678-12349999 
     <(tail -c +12345679 "$3" | head -c 4322)' _ "$tierfs" "$uri" "$work/src"
 
 check "tuned stop" "$server" stop --owner s3tuned
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+tap_end

@@ -26,9 +26,10 @@ fi
 mount -t tmpfs -o mode=1777 tfs-sec /var/tmp || exit 1
 W=$(mktemp -d /tmp/tfs-sec-XXXXXX)
 chmod 755 "$W"
-pass=0
-fail=0
+# shellcheck source=tests/integ/tap.sh
+. "$(dirname "$0")/tap.sh"
 err=$W/err
+tap_detail=$err
 OTHER=65534
 
 cleanup() {
@@ -39,13 +40,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { pass=$((pass + 1)); echo "ok - $1"; }
-bad() {
-    fail=$((fail + 1)); echo "FAIL - $1${2:+: $2}"
-    sed 's/^/    /' "$err" 2>/dev/null | tail -5
-}
-# check NAME COND...: COND is a shell test run with eval.
-check() { local n=$1; shift; if eval "$@"; then ok "$n"; else bad "$n" "$*"; fi; }
 modes() { stat -c %a "$@" | tr '\n' ' ' | sed 's/ $//'; }
 xxh() {
     /usr/bin/python3 -c "import ctypes,sys
@@ -262,5 +256,4 @@ s3_cases() {
 }
 
 if [ -n "$s3" ]; then s3_cases; else posix_cases; fi
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+tap_end

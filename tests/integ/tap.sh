@@ -1,0 +1,22 @@
+# shellcheck shell=bash
+# SPDX-License-Identifier: MIT
+# The shell tests' one harness, sourced by each: "ok - NAME" / "FAIL - NAME"
+# lines and the machine-readable "N passed, N failed" line at the end.
+#
+#   ok NAME, bad NAME [WHY]    count and print one result; bad also shows
+#                              the last lines of $tap_detail (a file)
+#   check NAME EXPR...         EXPR evaluated (a shell test)
+#   check_cmd NAME CMD...      CMD run; its exit status decides
+#   tap_end [WHAT]             the summary line; non-zero if any failed
+pass=0
+fail=0
+tap_detail=""
+ok() { pass=$((pass + 1)); echo "ok - $1"; }
+bad() {
+    fail=$((fail + 1))
+    echo "FAIL - $1${2:+: $2}"
+    [ -z "$tap_detail" ] || sed 's/^/    /' "$tap_detail" 2>/dev/null | tail -5
+}
+check() { local n=$1; shift; if eval "$@"; then ok "$n"; else bad "$n" "$*"; fi; }
+check_cmd() { if "${@:2}"; then ok "$1"; else bad "$1"; fi; }
+tap_end() { echo "${1:+$1: }$pass passed, $fail failed"; [ "$fail" = 0 ]; }
