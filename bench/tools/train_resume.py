@@ -85,7 +85,12 @@ def cmd_run(a):
                   f"{int(state['step'])}", file=sys.stderr)
             return 1
     step = step or 0
-    ds = ShardDataset(a.data, seed=a.seed, shuffle_buffer=32)
+    # the workers' cache figures beside the log, in the caller's scratch
+    # dir: a job killed -9 runs no atexit to remove a temporary one
+    stats = a.log + ".stats"
+    os.makedirs(stats, exist_ok=True)
+    ds = ShardDataset(a.data, seed=a.seed, shuffle_buffer=32,
+                      stats_dir=stats)
     log = open(a.log, "a")
     log_line(log, f"start {step}")
 
