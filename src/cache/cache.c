@@ -600,7 +600,7 @@ static int cache_render(struct tfs_cache *c, bool prom, char *buf,
                         size_t size, size_t *len)
 {
     struct tfs_cache_metrics m;
-    struct tfs_metric_src src = {&tfs_metrics_cache, &m, NULL, NULL};
+    struct tfs_metric_src src = {.sec = &tfs_metrics_cache, .data = &m};
     struct tfs_buf b;
     int rc;
 

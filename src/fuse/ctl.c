@@ -119,7 +119,7 @@ static void ctl_fuse_get(struct tfs_fs *fs, struct ctl_fuse *f)
 static void ctl_add(struct ctl_snap *s, const struct tfs_metric_section *sec,
                     const void *data)
 {
-    s->src[s->n++] = (struct tfs_metric_src){sec, data, NULL, NULL};
+    s->src[s->n++] = (struct tfs_metric_src){.sec = sec, .data = data};
 }
 
 /* Take the snapshot (the cache's section first: the top level). */

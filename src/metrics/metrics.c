@@ -96,20 +96,45 @@ int tfs_metric_prom_name(const struct tfs_metric_section *sec,
     return n < 0 || (size_t)n >= size ? TFS_ETOOBIG : 0;
 }
 
-static const void *metric_at(const struct tfs_metric_src *s,
-                             const struct tfs_metric *m)
+/* The snapshot being rendered: a source, and for a table its row. */
+struct metric_row {
+    const struct tfs_metric_src *src;
+    const char                  *data;  /* the row's snapshot */
+    const char                  *key;   /* its label value, or NULL */
+};
+
+static struct metric_row metric_row(const struct tfs_metric_src *s,
+                                    size_t i)
 {
-    return (const char *)s->data + m->off;
+    struct metric_row r = {s, s->data, NULL};
+
+    if (s->sec->label != NULL) {
+        r.data = (const char *)s->data + i * s->sec->size;
+        r.key = s->keys[i];
+    }
+    return r;
 }
 
-static uint64_t metric_u64(const struct tfs_metric_src *s,
+/* How many snapshots s holds: its rows, or one. */
+static size_t metric_rows(const struct tfs_metric_src *s)
+{
+    return s->sec->label != NULL ? s->rows : 1;
+}
+
+static const void *metric_at(const struct metric_row *s,
+                             const struct tfs_metric *m)
+{
+    return s->data + m->off;
+}
+
+static uint64_t metric_u64(const struct metric_row *s,
                            const struct tfs_metric *m)
 {
     return *(const uint64_t *)metric_at(s, m);
 }
 
 /* A double of a snapshot; 0 for NaN and infinities (not JSON). */
-static double metric_f64(const struct tfs_metric_src *s,
+static double metric_f64(const struct metric_row *s,
                          const struct tfs_metric *m)
 {
     double v = *(const double *)metric_at(s, m);
@@ -117,7 +142,7 @@ static double metric_f64(const struct tfs_metric_src *s,
     return isfinite(v) ? v : 0.0;
 }
 
-static const char *metric_str(const struct tfs_metric_src *s,
+static const char *metric_str(const struct metric_row *s,
                               const struct tfs_metric *m)
 {
     const char *v = *(const char *const *)metric_at(s, m);
@@ -125,7 +150,7 @@ static const char *metric_str(const struct tfs_metric_src *s,
     return v != NULL ? v : "";
 }
 
-static const struct tfs_hist *metric_hist(const struct tfs_metric_src *s,
+static const struct tfs_hist *metric_hist(const struct metric_row *s,
                                           const struct tfs_metric *m)
 {
     static const struct tfs_hist empty;
@@ -151,7 +176,7 @@ static void json_f64(struct tfs_buf *b, enum tfs_metric_unit unit, double v)
 }
 
 /* The value of field i of m (tfs_metric_fields). */
-static void json_value(struct tfs_buf *b, const struct tfs_metric_src *s,
+static void json_value(struct tfs_buf *b, const struct metric_row *s,
                        const struct tfs_metric *m, size_t i)
 {
     const struct tfs_hist *h;
@@ -189,14 +214,14 @@ static void json_key(struct tfs_buf *b, const char *prefix, const char *name,
     tfs_buf_puts(b, ": ");
 }
 
-/* The members of one section, each after ", " unless *first. */
-static void json_members(struct tfs_buf *b, const struct tfs_metric_src *s,
+/* The members of one snapshot, each after ", " unless *first. */
+static void json_members(struct tfs_buf *b, const struct metric_row *s,
                          bool *first)
 {
     struct tfs_metric_field f[TFS_METRIC_FIELDS_MAX];
 
-    for (size_t j = 0; j < s->sec->n; j++) {
-        const struct tfs_metric *m = &s->sec->m[j];
+    for (size_t j = 0; j < s->src->sec->n; j++) {
+        const struct tfs_metric *m = &s->src->sec->m[j];
         size_t nf = tfs_metric_fields(m, f);
 
         for (size_t i = 0; i < nf; i++) {
@@ -221,7 +246,7 @@ static void json_meta(struct tfs_buf *b, const struct tfs_metric_src *src,
         const struct tfs_metric_section *sec = src[k].sec;
 
         snprintf(prefix, sizeof(prefix), "%s%s", sec->name ? sec->name : "",
-                 sec->name ? "." : "");
+                 sec->name == NULL ? "" : sec->label != NULL ? ".*." : ".");
         for (size_t j = 0; j < sec->n; j++) {
             size_t nf = tfs_metric_fields(&sec->m[j], f);
 
@@ -245,8 +270,11 @@ int tfs_metrics_json(struct tfs_buf *b, const struct tfs_metric_src *src,
     int rc = 0;
 
     tfs_buf_puts(b, "{");
-    for (size_t k = 0; k < n && src[k].sec->name == NULL; k++)
-        json_members(b, &src[k], &first);
+    for (size_t k = 0; k < n && src[k].sec->name == NULL; k++) {
+        struct metric_row r = metric_row(&src[k], 0);
+
+        json_members(b, &r, &first);
+    }
     for (size_t k = 0; k < n && rc == 0; k++) {
         bool sfirst = true;
 
@@ -256,7 +284,23 @@ int tfs_metrics_json(struct tfs_buf *b, const struct tfs_metric_src *src,
         first = false;
         json_key(b, "", src[k].sec->name, "");
         tfs_buf_puts(b, "{");
-        json_members(b, &src[k], &sfirst);
+        if (src[k].sec->label == NULL) {
+            struct metric_row r = metric_row(&src[k], 0);
+
+            json_members(b, &r, &sfirst);
+        }
+        for (size_t i = 0; src[k].sec->label != NULL && i < src[k].rows;
+             i++) {
+            struct metric_row r = metric_row(&src[k], i);
+            bool rfirst = true;
+
+            tfs_buf_puts(b, i == 0 ? "" : ", ");
+            sfirst = false;
+            tfs_json_put_cstr(b, r.key);
+            tfs_buf_puts(b, ": {");
+            json_members(b, &r, &rfirst);
+            tfs_buf_puts(b, "}");
+        }
         if (src[k].more != NULL) {
             tfs_buf_puts(b, sfirst ? "" : ", ");
             rc = src[k].more(src[k].arg, b);
@@ -271,6 +315,42 @@ int tfs_metrics_json(struct tfs_buf *b, const struct tfs_metric_src *src,
 
 /* ---- Prometheus ---- */
 
+/* A label value, escaped as the text format wants. */
+static void prom_escape(struct tfs_buf *b, const char *v)
+{
+    for (; *v != '\0'; v++) {
+        if (*v == '\\' || *v == '"')
+            tfs_buf_printf(b, "\\%c", *v);
+        else if (*v == '\n')
+            tfs_buf_puts(b, "\\n");
+        else
+            tfs_buf_append(b, v, 1);
+    }
+}
+
+/*
+ * A sample's name and labels: name, then {the row's label, extra} (extra
+ * "quantile=\"0.5\"" or NULL), then a space.
+ */
+static void prom_name(struct tfs_buf *b, const char *name,
+                      const struct metric_row *r, const char *extra)
+{
+    tfs_buf_puts(b, name);
+    if (r->key == NULL && extra == NULL) {
+        tfs_buf_puts(b, " ");
+        return;
+    }
+    tfs_buf_puts(b, "{");
+    if (r->key != NULL) {
+        tfs_buf_printf(b, "%s=\"", r->src->sec->label);
+        prom_escape(b, r->key);
+        tfs_buf_puts(b, extra != NULL ? "\"," : "\"");
+    }
+    if (extra != NULL)
+        tfs_buf_puts(b, extra);
+    tfs_buf_puts(b, "} ");
+}
+
 static void prom_head(struct tfs_buf *b, const char *name,
                       const char *type, const char *help)
 {
@@ -280,32 +360,41 @@ static void prom_head(struct tfs_buf *b, const char *name,
 
 /* A summary: quantiles in seconds, the sum and the count. */
 static void prom_summary(struct tfs_buf *b, const char *name,
+                         const struct metric_row *r,
                          const struct tfs_hist *h)
 {
-    for (size_t i = 0; i < TFS_ARRAY_LEN(prom_quantiles); i++)
-        tfs_buf_printf(b, "%s{quantile=\"%g\"} %.9f\n", name,
-                       prom_quantiles[i],
+    char q[32];
+    char sub[160];
+
+    for (size_t i = 0; i < TFS_ARRAY_LEN(prom_quantiles); i++) {
+        snprintf(q, sizeof(q), "quantile=\"%g\"", prom_quantiles[i]);
+        prom_name(b, name, r, q);
+        tfs_buf_printf(b, "%.9f\n",
                        (double)tfs_hist_quantile(h, prom_quantiles[i]) /
                            1e9);
-    tfs_buf_printf(b, "%s_sum %.9f\n%s_count %" PRIu64 "\n", name,
-                   (double)atomic_load_explicit(&h->sum_ns,
-                                                memory_order_relaxed) / 1e9,
-                   name, (uint64_t)atomic_load_explicit(
-                             &h->count, memory_order_relaxed));
+    }
+    snprintf(sub, sizeof(sub), "%s_sum", name);
+    prom_name(b, sub, r, NULL);
+    tfs_buf_printf(b, "%.9f\n", (double)atomic_load_explicit(
+                                    &h->sum_ns, memory_order_relaxed) / 1e9);
+    snprintf(sub, sizeof(sub), "%s_count", name);
+    prom_name(b, sub, r, NULL);
+    tfs_buf_printf(b, "%" PRIu64 "\n", (uint64_t)atomic_load_explicit(
+                                           &h->count, memory_order_relaxed));
 }
 
 /* An info metric: the string as the value of label "value". */
-static void prom_info(struct tfs_buf *b, const char *name, const char *v)
+static void prom_info(struct tfs_buf *b, const char *name,
+                      const struct metric_row *r, const char *v)
 {
-    tfs_buf_printf(b, "%s{value=\"", name);
-    for (; *v != '\0'; v++) {
-        if (*v == '\\' || *v == '"')
-            tfs_buf_printf(b, "\\%c", *v);
-        else if (*v == '\n')
-            tfs_buf_puts(b, "\\n");
-        else
-            tfs_buf_append(b, v, 1);
+    tfs_buf_printf(b, "%s{", name);
+    if (r->key != NULL) {
+        tfs_buf_printf(b, "%s=\"", r->src->sec->label);
+        prom_escape(b, r->key);
+        tfs_buf_puts(b, "\",");
     }
+    tfs_buf_puts(b, "value=\"");
+    prom_escape(b, v);
     tfs_buf_puts(b, "\"} 1\n");
 }
 
@@ -313,19 +402,29 @@ static void prom_metric(struct tfs_buf *b, const struct tfs_metric_src *s,
                         const struct tfs_metric *m)
 {
     char name[128];
+    size_t rows = metric_rows(s);
 
     if (tfs_metric_prom_name(s->sec, m, name, sizeof(name)) < 0)
         return;                         /* the unit test sees to it */
+    if (rows == 0)
+        return;                         /* a table without rows */
     prom_head(b, name, m->type == TFS_METRIC_INFO ? "gauge"
                        : tfs_metric_type_name(m->type), m->help);
-    if (m->kind == TFS_METRIC_HIST)
-        prom_summary(b, name, metric_hist(s, m));
-    else if (m->kind == TFS_METRIC_STR)
-        prom_info(b, name, metric_str(s, m));
-    else if (m->kind == TFS_METRIC_F64)
-        tfs_buf_printf(b, "%s %.17g\n", name, metric_f64(s, m));
-    else
-        tfs_buf_printf(b, "%s %" PRIu64 "\n", name, metric_u64(s, m));
+    for (size_t i = 0; i < rows; i++) {
+        struct metric_row r = metric_row(s, i);
+
+        if (m->kind == TFS_METRIC_HIST) {
+            prom_summary(b, name, &r, metric_hist(&r, m));
+        } else if (m->kind == TFS_METRIC_STR) {
+            prom_info(b, name, &r, metric_str(&r, m));
+        } else if (m->kind == TFS_METRIC_F64) {
+            prom_name(b, name, &r, NULL);
+            tfs_buf_printf(b, "%.17g\n", metric_f64(&r, m));
+        } else {
+            prom_name(b, name, &r, NULL);
+            tfs_buf_printf(b, "%" PRIu64 "\n", metric_u64(&r, m));
+        }
+    }
 }
 
 int tfs_metrics_prometheus(struct tfs_buf *b,

@@ -103,6 +103,10 @@ struct tfs_metric_section {
     const struct tfs_metric *m;
     size_t                   n;
     size_t                   size;      /* of the snapshot struct */
+    const char              *label;     /* NULL: one snapshot.  A table
+                                           section: one snapshot a row,
+                                           each named by this label's
+                                           value ("peer", "endpoint") */
 };
 
 /* More JSON members of a section after its metrics (the write-back's
@@ -115,19 +119,26 @@ struct tfs_metric_src {
     const void                      *data;  /* sec->size bytes */
     tfs_metric_json_fn              *more;  /* or NULL */
     void                            *arg;   /* for more */
+    /* A table section (sec->label): rows snapshots at data, sec->size
+       apart, row i named keys[i]. */
+    const char *const               *keys;
+    size_t                           rows;
 };
 
 /*
  * Append one JSON object: the top-level sections' members, then each
- * named section as an object, then "meta", which maps every number's
- * dotted name ("read_bytes", "fuse.reads") to [type, unit] as
+ * named section as an object (a table section: an object of its rows,
+ * each an object under its key), then "meta", which maps every number's
+ * dotted name ("read_bytes", "fuse.reads", "peers.*.requests") to [type, unit] as
  * tfs_metric_type_name and tfs_metric_unit_name spell them ("counter",
  * "bytes"), so readers need not guess from names.  Top-level sections
  * come first in src.  Errors: those of tfs_buf_append and of more.
  */
 int tfs_metrics_json(struct tfs_buf *b, const struct tfs_metric_src *src,
                      size_t n);
-/* Append the Prometheus text exposition (format 0.0.4) of src. */
+/* Append the Prometheus text exposition (format 0.0.4) of src: a table
+   section's rows are one family a metric, a sample a row with the
+   section's label (tierfs_peer_requests_total{peer="h:7070"}). */
 int tfs_metrics_prometheus(struct tfs_buf *b,
                            const struct tfs_metric_src *src, size_t n);
 

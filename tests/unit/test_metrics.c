@@ -32,6 +32,14 @@
 
 static const char test_str[] = "off: \"read-only\" \\ fs";
 
+/* A table section's rows, and their label values as Prometheus shows
+   them (escaped). */
+#define TEST_ROWS 2
+static const char *const test_keys[TEST_ROWS] = {"10.0.0.2:7070",
+                                                 "h\"q:1"};
+static const char *const test_keys_prom[TEST_ROWS] = {"10.0.0.2:7070",
+                                                      "h\\\"q:1"};
+
 /* Snapshots of every section with a distinct value for each metric. */
 struct snaps {
     struct tfs_metric_src src[MAX_SECTIONS];
@@ -55,27 +63,32 @@ static void snaps_fill(struct snaps *s)
     CHECK(tfs_metric_registry_len <= MAX_SECTIONS);
     for (size_t k = 0; k < tfs_metric_registry_len; k++) {
         const struct tfs_metric_section *sec = tfs_metric_registry[k];
-        char *d = calloc(1, sec->size);
+        size_t rows = sec->label != NULL ? TEST_ROWS : 1;
+        char *d = calloc(rows, sec->size);
 
         CHECK(d != NULL);
-        for (size_t j = 0; j < sec->n; j++) {
-            const struct tfs_metric *m = &sec->m[j];
-            uint64_t u = want_u64(k, j);
+        for (size_t j = 0; j < sec->n * rows; j++) {
+            const struct tfs_metric *m = &sec->m[j % sec->n];
+            char *row = d + (j / sec->n) * sec->size;
+            uint64_t u = want_u64(k, j % sec->n) + 100000 * (j / sec->n);
             double f = (double)u;
             const char *str = test_str;
             const struct tfs_hist *h = &s->hist;
 
             if (m->kind == TFS_METRIC_U64)
-                memcpy(d + m->off, &u, sizeof(u));
+                memcpy(row + m->off, &u, sizeof(u));
             else if (m->kind == TFS_METRIC_F64)
-                memcpy(d + m->off, &f, sizeof(f));
+                memcpy(row + m->off, &f, sizeof(f));
             else if (m->kind == TFS_METRIC_STR)
-                memcpy(d + m->off, &str, sizeof(str));
+                memcpy(row + m->off, &str, sizeof(str));
             else
-                memcpy(d + m->off, &h, sizeof(h));
+                memcpy(row + m->off, &h, sizeof(h));
         }
         s->data[k] = d;
-        s->src[k] = (struct tfs_metric_src){sec, d, NULL, NULL};
+        s->src[k] = (struct tfs_metric_src){
+            .sec = sec, .data = d,
+            .keys = sec->label != NULL ? test_keys : NULL,
+            .rows = sec->label != NULL ? TEST_ROWS : 0};
         s->n++;
     }
 }
@@ -144,7 +157,7 @@ TEST(registry)
 static void json_check_metric(const struct tfs_json *obj,
                               const struct tfs_json *meta,
                               const struct tfs_metric_section *sec,
-                              size_t k, size_t j)
+                              size_t k, size_t j, size_t row)
 {
     const struct tfs_metric *m = &sec->m[j];
     struct tfs_metric_field f[TFS_METRIC_FIELDS_MAX];
@@ -167,12 +180,14 @@ static void json_check_metric(const struct tfs_json *obj,
             CHECK(i > 0 || (tfs_json_u64(v, &u) == 0 && u == 3));
         } else {
             CHECK(v->type == TFS_JSON_NUMBER);
-            if (strtod(v->s, NULL) != (double)want_u64(k, j))
-                TEST_FAIL_("%s = %s, want %" PRIu64, key, v->s,
-                           want_u64(k, j));
+            uint64_t want = want_u64(k, j) + 100000 * row;
+
+            if (strtod(v->s, NULL) != (double)want)
+                TEST_FAIL_("%s = %s, want %" PRIu64, key, v->s, want);
         }
         snprintf(key, sizeof(key), "%s%s%s%s", sec->name ? sec->name : "",
-                 sec->name ? "." : "", m->name, f[i].suffix);
+                 sec->name == NULL ? "" : sec->label != NULL ? ".*." : ".",
+                 m->name, f[i].suffix);
         mt = tfs_json_get(meta, key);
         if (mt == NULL || mt->type != TFS_JSON_ARRAY || mt->n != 2)
             TEST_FAIL_("meta lacks %s", key);
@@ -207,12 +222,22 @@ TEST(json)
         size_t want = 0;
 
         CHECK(obj != NULL && obj->type == TFS_JSON_OBJECT);
-        for (size_t j = 0; j < sec->n; j++) {
-            json_check_metric(obj, meta, sec, k, j);
+        for (size_t j = 0; j < sec->n; j++)
             want += tfs_metric_fields(&sec->m[j], f);
+        for (size_t row = 0; sec->label != NULL && row < TEST_ROWS; row++) {
+            const struct tfs_json *r = tfs_json_get(obj, test_keys[row]);
+
+            CHECK(r != NULL && r->type == TFS_JSON_OBJECT);
+            for (size_t j = 0; j < sec->n; j++)
+                json_check_metric(r, meta, sec, k, j, row);
+            CHECK_EQ(r->n, want);       /* nothing unregistered */
         }
+        for (size_t j = 0; sec->label == NULL && j < sec->n; j++)
+            json_check_metric(obj, meta, sec, k, j, 0);
         members += want;
-        if (sec->name != NULL)
+        if (sec->label != NULL)
+            CHECK_EQ(obj->n, TEST_ROWS);
+        else if (sec->name != NULL)
             CHECK_EQ(obj->n, want);     /* nothing unregistered */
         else
             named = want;
@@ -351,7 +376,7 @@ static void prom_parse(char *text, struct prom_text *t)
 static const char *prom_value(const char *text, const char *name,
                               const char *labels)
 {
-    char pat[256];
+    char pat[512];
     const char *p;
 
     snprintf(pat, sizeof(pat), "\n%s%s ", name, labels);
@@ -361,13 +386,20 @@ static const char *prom_value(const char *text, const char *name,
 
 static void prom_check_metric(const char *text, struct prom_text *t,
                               const struct tfs_metric_section *sec,
-                              size_t k, size_t j)
+                              size_t k, size_t j, size_t row)
 {
     const struct tfs_metric *m = &sec->m[j];
     char name[128];
     char sub[160];
+    char lab[96] = "";                  /* the row's label, and a comma */
+    char ls[192];
     struct prom_family *f;
     const char *v;
+    uint64_t want = want_u64(k, j) + 100000 * row;
+
+    if (sec->label != NULL)
+        snprintf(lab, sizeof(lab), "%s=\"%s\"", sec->label,
+                 test_keys_prom[row]);
 
     CHECK_OK(tfs_metric_prom_name(sec, m, name, sizeof(name)));
     f = prom_find(t, name);
@@ -376,22 +408,30 @@ static void prom_check_metric(const char *text, struct prom_text *t,
     CHECK_STR(f->type, m->type == TFS_METRIC_INFO
                            ? "gauge" : tfs_metric_type_name(m->type));
     if (m->kind == TFS_METRIC_HIST) {
-        CHECK(prom_value(text, name, "{quantile=\"0.5\"}") != NULL);
-        CHECK(prom_value(text, name, "{quantile=\"0.99\"}") != NULL);
+        snprintf(ls, sizeof(ls), "{%s%squantile=\"0.5\"}", lab,
+                 lab[0] ? "," : "");
+        CHECK(prom_value(text, name, ls) != NULL);
+        snprintf(ls, sizeof(ls), "{%s%squantile=\"0.99\"}", lab,
+                 lab[0] ? "," : "");
+        CHECK(prom_value(text, name, ls) != NULL);
+        snprintf(ls, sizeof(ls), lab[0] ? "{%s}" : "%s", lab);
         snprintf(sub, sizeof(sub), "%s_count", name);
-        v = prom_value(text, sub, "");
+        v = prom_value(text, sub, ls);
         CHECK(v != NULL && strtoull(v, NULL, 10) == 3);
         snprintf(sub, sizeof(sub), "%s_sum", name);
-        v = prom_value(text, sub, "");
+        v = prom_value(text, sub, ls);
         CHECK(v != NULL && fabs(strtod(v, NULL) - 0.001003) < 1e-9);
     } else if (m->kind == TFS_METRIC_STR) {
-        v = prom_value(text, name,
-                       "{value=\"off: \\\"read-only\\\" \\\\ fs\"}");
+        snprintf(ls, sizeof(ls),
+                 "{%s%svalue=\"off: \\\"read-only\\\" \\\\ fs\"}", lab,
+                 lab[0] ? "," : "");
+        v = prom_value(text, name, ls);
         CHECK(v != NULL && strtod(v, NULL) == 1);
     } else {
-        v = prom_value(text, name, "");
-        if (v == NULL || strtod(v, NULL) != (double)want_u64(k, j))
-            TEST_FAIL_("%s: no sample of %" PRIu64, name, want_u64(k, j));
+        snprintf(ls, sizeof(ls), lab[0] ? "{%s}" : "%s", lab);
+        v = prom_value(text, name, ls);
+        if (v == NULL || strtod(v, NULL) != (double)want)
+            TEST_FAIL_("%s%s: no sample of %" PRIu64, name, ls, want);
     }
 }
 
@@ -411,8 +451,12 @@ TEST(prometheus)
     prom_parse(copy, &t);
     free(copy);
     for (size_t k = 0; k < s.n; k++) {
-        for (size_t j = 0; j < s.src[k].sec->n; j++)
-            prom_check_metric(b.p, &t, s.src[k].sec, k, j);
+        size_t rows = s.src[k].sec->label != NULL ? TEST_ROWS : 1;
+
+        for (size_t row = 0; row < rows; row++) {
+            for (size_t j = 0; j < s.src[k].sec->n; j++)
+                prom_check_metric(b.p, &t, s.src[k].sec, k, j, row);
+        }
         metrics += s.src[k].sec->n;
     }
     CHECK_EQ(t.n, metrics);             /* nothing unregistered */
