@@ -41,6 +41,15 @@ int tfs_cache_create(struct tfs_cache **out)
     c->cfg.meta_ttl_ns = 5000000000u;
     c->cfg.hedge = true;
     c->cfg.hedge_min_ns = 20000000u;
+    {
+        pthread_rwlockattr_t a;
+
+        pthread_rwlockattr_init(&a);
+        pthread_rwlockattr_setkind_np(
+            &a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        pthread_rwlock_init(&c->source_lock, &a);
+        pthread_rwlockattr_destroy(&a);
+    }
     *out = c;
     return 0;
 }
@@ -233,6 +242,7 @@ void tfs_cache_close(struct tfs_cache *c)
         tfs_ram_cleanup(c);
         tfs_trace_close(c->trace);
     }
+    pthread_rwlock_destroy(&c->source_lock);
     tfs_free(c->cfg.trace_path);
     tfs_free(c->cfg.cache_dir);
     tfs_free(c);
@@ -297,8 +307,7 @@ static int cache_load(struct tfs_cache *c, const struct tfs_block_ref *r,
         pthread_mutex_unlock(&c->ram_lock);
         TFS_COUNT(&c->ctr, prefetch_bytes_issued, r->len);
     }
-    rc = tfs_fetch_submit(c, r, b, want != TFS_WANT_PREFETCH,
-                          want == TFS_WANT_FILL);
+    rc = tfs_fetch_submit(c, r, b, want);
     if (rc < 0)
         tfs_block_publish(c, b, rc, TFS_SRC_NONE);
     return rc;
@@ -431,6 +440,84 @@ void tfs_cache_block_prefetch(struct tfs_cache *c,
     tfs_cache_block(c, r, TFS_WANT_PREFETCH, &b, NULL);
 }
 
+/* ---- the cache group's view (peer.h) ---- */
+
+void tfs_cache_set_source(struct tfs_cache *c, tfs_cache_source_fn *fn,
+                          void *arg)
+{
+    pthread_rwlock_wrlock(&c->source_lock);     /* no call in flight */
+    c->source_arg = arg;
+    c->source = fn;
+    pthread_rwlock_unlock(&c->source_lock);
+}
+
+int tfs_cache_peer_ref(struct tfs_cache *c, const char *key,
+                       const char *version, uint64_t obj_size,
+                       uint64_t index, struct tfs_peer_block *pb)
+{
+    struct tfs_stat st = {.size = obj_size};
+    struct tfs_block_ref r;
+
+    if (index >= (obj_size + c->cfg.block_size - 1) / c->cfg.block_size)
+        return tfs_err(TFS_EFORMAT, "block %llu of '%s' (%llu bytes): past "
+                       "its end", (unsigned long long)index, key,
+                       (unsigned long long)obj_size);
+    snprintf(st.version, sizeof(st.version), "%s", version);
+    if (strcmp(st.version, version) != 0)
+        return tfs_err(TFS_EFORMAT, "version of '%s': too long", key);
+    tfs_block_ref_init(c, &r, key, &st, index);
+    r.version = version;
+    memset(pb, 0, sizeof(*pb));
+    tfs_block_id(c, &r, pb->id);
+    pb->key = key;
+    pb->version = version;
+    pb->obj_size = obj_size;
+    pb->index = index;
+    pb->off = r.off;
+    pb->len = r.len;
+    return 0;
+}
+
+int tfs_cache_peer_get(struct tfs_cache *c, const struct tfs_peer_block *pb,
+                       void **pin, const unsigned char **data,
+                       enum tfs_peer_src *from)
+{
+    struct tfs_block_ref r = {
+        .key = pb->key, .version = pb->version, .obj_size = pb->obj_size,
+        .index = pb->index, .off = pb->off, .len = pb->len};
+    struct tfs_block *b = tfs_ram_find(c, pb->id);
+    int rc;
+
+    *from = TFS_PEER_FROM_RAM;
+    if (b != NULL) {
+        rc = tfs_ram_wait(c, b, 0);
+        tfs_ram_put(c, b);
+        b = NULL;
+        if (rc < 0)
+            *from = TFS_PEER_FROM_STORE;    /* it is loaded again below */
+    } else {
+        *from = c->disk != NULL && tfs_disk_has(c, pb->id)
+                    ? TFS_PEER_FROM_DISK : TFS_PEER_FROM_STORE;
+    }
+    rc = tfs_cache_block(c, &r, TFS_WANT_PEER, &b, NULL);
+    if (rc < 0)
+        return rc;
+    if (b->len != pb->len) {
+        tfs_ram_put(c, b);
+        return tfs_err(TFS_ECHANGED, "block %llu of '%s': %zu bytes, not "
+                       "%zu", (unsigned long long)pb->index, pb->key, b->len,
+                       pb->len);
+    }
+    *pin = b;
+    *data = b->data;
+    return 0;
+}
+
+void tfs_cache_peer_put(struct tfs_cache *c, void *pin)
+{
+    tfs_ram_put(c, pin);
+}
+
 int tfs_cache_account(struct tfs_cache *c, struct tfs_block *b, size_t n)
 {
     bool again;
@@ -452,6 +539,8 @@ int tfs_cache_account(struct tfs_cache *c, struct tfs_block *b, size_t n)
     pthread_mutex_unlock(&c->ram_lock);
     if (src == TFS_SRC_STORE)
         TFS_COUNT(&c->ctr, miss_bytes, from_src);
+    else if (src == TFS_SRC_PEER)
+        TFS_COUNT(&c->ctr, hit_bytes_peer, from_src);
     else if (src == TFS_SRC_DISK)
         TFS_COUNT(&c->ctr, hit_bytes_disk, from_src);
     else
@@ -459,7 +548,7 @@ int tfs_cache_account(struct tfs_cache *c, struct tfs_block *b, size_t n)
     TFS_COUNT(&c->ctr, hit_bytes_ram, n - from_src);
     if (from_src == 0)
         return TFS_TRACE_RAM;
-    return src == TFS_SRC_STORE ? TFS_TRACE_STORE : TFS_TRACE_DISK;
+    return src == TFS_SRC_DISK ? TFS_TRACE_DISK : TFS_TRACE_STORE;
 }
 
 /* ---- warmup support ---- */

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "tierfs/cache.h"
+#include "cache/peer.h"
 #include "tierfs/trace.h"
 #include "common/hmap.h"
 #include "common/util.h"
@@ -113,6 +114,7 @@ enum tfs_block_src {
     TFS_SRC_NONE,                       /* already counted as used */
     TFS_SRC_DISK,                       /* loaded from the disk tier */
     TFS_SRC_STORE,                      /* fetched from the store */
+    TFS_SRC_PEER,                       /* from a peer of the group */
 };
 
 struct tfs_block {
@@ -233,6 +235,11 @@ struct tfs_cache {
 
     struct tfs_trace    *trace;         /* NULL unless tracing */
 
+    pthread_rwlock_t     source_lock;   /* read: a call to source in
+                                           flight; write: (un)setting */
+    tfs_cache_source_fn *source;        /* the group, or NULL; lock */
+    void                *source_arg;    /* source_lock */
+
     struct tfs_counters  ctr;
     struct tfs_hist      get_latency;
     struct tfs_hist      read_latency;
@@ -243,6 +250,8 @@ enum tfs_want {
     TFS_WANT_DEMAND,                    /* a reader waits for it */
     TFS_WANT_PREFETCH,                  /* a hint: load in the background */
     TFS_WANT_FILL,                      /* warmup: load and keep on disk */
+    TFS_WANT_PEER,                      /* a peer waits for it: a demand
+                                           read that asks no peer */
 };
 
 /* What identifies a block's bytes in the store. */
@@ -348,13 +357,14 @@ void tfs_disk_flush(struct tfs_cache *c);
 int tfs_fetch_start(struct tfs_cache *c);
 void tfs_fetch_stop(struct tfs_cache *c);
 /*
- * Load b (LOADING, created by the caller) from the store in the
- * background, then publish it; the job takes its own pin.  prio_demand
- * puts it ahead of prefetches; fill leaves the disk write to the caller.
- * -ENOMEM or -ESHUTDOWN (nothing queued, b untouched).
+ * Load b (LOADING, created by the caller) from the group's owner peer
+ * or the store in the background, then publish it; the job takes its
+ * own pin.  A demand (want other than PREFETCH) goes ahead of
+ * prefetches; FILL leaves the disk write to the caller; PEER asks no
+ * peer.  -ENOMEM or -ESHUTDOWN (nothing queued, b untouched).
  */
 int tfs_fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
-                     struct tfs_block *b, bool prio_demand, bool fill);
+                     struct tfs_block *b, enum tfs_want want);
 /*
  * The caller waited long enough for b.  If b's read is still queued
  * behind prefetches, it is moved to the demand queue (TFS_HEDGE_QUEUED:

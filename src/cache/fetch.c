@@ -64,6 +64,9 @@ struct fetch_job {
     struct fetch_job *run_next;         /* running list; fetch lock */
     bool              hedge;
     bool              fill;             /* warmup writes to disk itself */
+    bool              local;            /* ask no peer: for a peer, or a
+                                           hedge (its store read) */
+    bool              from_peer;        /* a peer's bytes won */
     bool              tried;            /* taken up before its deadline */
 };
 
@@ -289,7 +292,7 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
         return;
     if (j->hedge)
         TFS_COUNT(&c->ctr, hedge_wins, 1);
-    tfs_block_publish(c, b, 0, TFS_SRC_STORE);
+    tfs_block_publish(c, b, 0, j->from_peer ? TFS_SRC_PEER : TFS_SRC_STORE);
     if (!j->fill) {
         struct tfs_block_ref r = {
             .key = j->key, .version = j->version, .obj_size = j->obj_size,
@@ -329,6 +332,32 @@ static int fetch_read_verified(struct tfs_cache *c, struct fetch_job *j,
     return rc;
 }
 
+/*
+ * Ask the cache group's source for j's block first: 0 when it answered
+ * (checked, into j->dst), else the store is read.  Peer bytes count as
+ * the group's (its own metrics), not as store reads.
+ */
+static int fetch_from_peer(struct tfs_cache *c, struct fetch_job *j)
+{
+    struct tfs_peer_block pb = {
+        .key = j->key, .version = j->version, .obj_size = j->obj_size,
+        .index = j->index, .off = j->off, .len = j->len};
+    int rc;
+
+    if (j->local)
+        return -ENOENT;
+    memcpy(pb.id, j->b->id, sizeof(pb.id));
+    pthread_rwlock_rdlock(&c->source_lock);
+    rc = c->source != NULL
+             ? c->source(c->source_arg, &pb, j->deadline, j->dst) : -ENOENT;
+    pthread_rwlock_unlock(&c->source_lock);
+    if (rc == 0) {
+        j->from_peer = true;
+        TFS_COUNT(&c->ctr, peer_blocks, 1);
+    }
+    return rc;
+}
+
 static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
 {
     uint64_t t0 = tfs_now_ns();
@@ -350,6 +379,13 @@ static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
         uint64_t prev = tfs_deadline_set(j->deadline);
 
         j->tried = j->deadline == 0 || t0 < j->deadline;
+        rc = fetch_from_peer(c, j);
+        if (rc == 0) {
+            tfs_deadline_set(prev);
+            fetch_complete(c, j, 0);
+            return;
+        }
+        t0 = tfs_now_ns();              /* the store read's own latency */
         rc = fetch_read_verified(c, j, &n);
         tfs_deadline_set(prev);
     }
@@ -445,7 +481,7 @@ static int fetch_queue_job(struct tfs_cache *c, struct fetch_job *j,
 }
 
 int tfs_fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
-                     struct tfs_block *b, bool prio_demand, bool fill)
+                     struct tfs_block *b, enum tfs_want want)
 {
     struct fetch_job *j;
     uint64_t ago = 0;
@@ -459,13 +495,14 @@ int tfs_fetch_submit(struct tfs_cache *c, const struct tfs_block_ref *r,
     j = fetch_job_new(c, r, b);
     if (j == NULL)
         return -ENOMEM;
-    j->fill = fill;
+    j->fill = want == TFS_WANT_FILL;
+    j->local = want == TFS_WANT_PEER;
     j->deadline = fetch_deadline(c, j->len);
     pthread_mutex_lock(&c->ram_lock);
     b->refs++;                          /* the job's pin */
     b->reads++;
     pthread_mutex_unlock(&c->ram_lock);
-    rc = fetch_queue_job(c, j, prio_demand);
+    rc = fetch_queue_job(c, j, want != TFS_WANT_PREFETCH);
     if (rc < 0) {
         pthread_mutex_lock(&c->ram_lock);
         b->reads--;
@@ -564,6 +601,7 @@ enum tfs_hedge_result tfs_fetch_hedge(struct tfs_cache *c,
     if (j == NULL)
         return TFS_HEDGE_NONE;
     j->hedge = true;
+    j->local = true;                    /* a second read: of the store */
     j->deadline = fetch_running_deadline(c->fetch, b);
     pthread_mutex_lock(&c->ram_lock);
     b->refs++;

@@ -329,7 +329,8 @@ void tfs_ram_publish(struct tfs_cache *c, struct tfs_block *b, int err,
             b->state = TFS_BLK_READY;
             b->src = src;
             b->src_left = b->len;
-            b->probation = src == TFS_SRC_STORE && c->disk != NULL &&
+            b->probation = (src == TFS_SRC_STORE || src == TFS_SRC_PEER) &&
+                           c->disk != NULL &&
                            b->len >= c->cfg.block_size;
             if (b->in_table) {
                 lru_push_front(c, b);

@@ -46,6 +46,10 @@ static const struct {
     {"staging-dir", "staging_dir"}, {"staging-max", "staging_max"},
     {"upload-bw", "upload_bw"},     {"upload-jobs", "upload_jobs"},
     {"upload-delay", "upload_delay"}, {"cache-mode", "cache_mode"},
+    {"group", "group"},             {"group-listen", "group_listen"},
+    {"group-secret-file", "group_secret_file"},
+    {"group-serve", "group_serve"}, {"group-timeout", "group_timeout_ms"},
+    {"group-inflight", "group_inflight"},
 };
 
 struct mount_args {
@@ -97,6 +101,14 @@ static void mount_help(FILE *f)
         "  --upload-jobs N       uploads at once (default 4)\n"
         "  --upload-delay S      seconds after a close before uploading, so\n"
         "                        write-then-rename uploads once (default 1)\n"
+        "  --group FILE          join the cache group listed in FILE\n"
+        "                        (host:port [weight] lines; docs/group.md)\n"
+        "  --group-listen HOST:PORT  serve peers here: this node's line\n"
+        "                        in FILE (never 0.0.0.0 unless given)\n"
+        "  --group-secret-file F the group's secret (mode 0600)\n"
+        "  --group-serve on|off  off: a client only, not in FILE\n"
+        "  --group-timeout MS    one peer request (default 3000)\n"
+        "  --group-inflight N    requests at once per peer (default 16)\n"
         "  --set NAME=VALUE      any cache option (see docs/fuse.md)\n"
         "  -o OPTS               FUSE mount options (allow_other, ...)\n"
         "  --log FILE            daemon log (default: syslog)\n"
@@ -125,7 +137,9 @@ static int mount_add(struct mount_args *a, const char *name,
         return cli_usage_error("mount", "too many options");
     a->values[a->n] = strcmp(name, "cache_dir") == 0 ||
                               strcmp(name, "trace") == 0 ||
-                              strcmp(name, "staging_dir") == 0
+                              strcmp(name, "staging_dir") == 0 ||
+                              strcmp(name, "group") == 0 ||
+                              strcmp(name, "group_secret_file") == 0
                           ? mount_abs(value)
                           : tfs_strdup(value);
     if (a->values[a->n] == NULL)

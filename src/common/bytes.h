@@ -5,7 +5,8 @@
  *   little-endian fields  tfs_put_le16/32/64, tfs_get_le16/32/64, and
  *                         tfs_put_le/tfs_get_le for a width chosen at run
  *                         time (1 to 8 bytes)
- *   hex digits            tfs_hexval (either case), tfs_hexval_lower
+ *   hex digits            tfs_hexval (either case), tfs_hexval_lower,
+ *                         tfs_hex_lower (encode)
  *
  * The on-disk and on-wire formats (trace, disk cache, metadata snapshot,
  * write-back journal, pack index) are little-endian whatever the host;
@@ -84,6 +85,19 @@ static inline int tfs_hexval(int c)
 static inline int tfs_hexval_lower(int c)
 {
     return c >= 'A' && c <= 'F' ? -1 : tfs_hexval(c);
+}
+
+/* len bytes of in as 2*len lowercase hex digits and a NUL into out. */
+static inline void tfs_hex_lower(char *out, const void *in, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)in;
+
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = hex[p[i] >> 4];
+        out[2 * i + 1] = hex[p[i] & 15];
+    }
+    out[2 * len] = '\0';
 }
 
 #endif /* TFS_COMMON_BYTES_H */

@@ -49,6 +49,18 @@ struct timespec tfs_abstime(clockid_t clk, uint64_t ns)
     return ts;
 }
 
+int tfs_cond_init_mono(pthread_cond_t *c)
+{
+    pthread_condattr_t a;
+    int rc;
+
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    rc = pthread_cond_init(c, &a);
+    pthread_condattr_destroy(&a);
+    return -rc;
+}
+
 void tfs_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ms)
 {
     struct timespec ts = tfs_abstime(CLOCK_MONOTONIC, ms * 1000000u);

@@ -117,6 +117,8 @@ struct timespec tfs_abstime(clockid_t clk, uint64_t ns);
  * condition made with pthread_condattr_setclock(CLOCK_MONOTONIC).
  */
 void tfs_cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, uint64_t ms);
+/* A condition that waits on CLOCK_MONOTONIC: 0 or -errno. */
+int tfs_cond_init_mono(pthread_cond_t *c);
 
 /*
  * The calling thread's deadline for store requests, in tfs_now_ns()

@@ -80,7 +80,8 @@ struct ctl_snap {
     struct wb_metrics        wb;
     struct tfs_fault_stats   fault;
     struct tfs_retry_stats   retry;
-    struct tfs_metric_src    src[6];
+    struct tfs_group_snap    group;
+    struct tfs_metric_src    src[8];
     size_t                   n;
 };
 
@@ -122,8 +123,9 @@ static void ctl_add(struct ctl_snap *s, const struct tfs_metric_section *sec,
     s->src[s->n++] = (struct tfs_metric_src){.sec = sec, .data = data};
 }
 
-/* Take the snapshot (the cache's section first: the top level). */
-static void ctl_snapshot(struct tfs_fs *fs, struct ctl_snap *s)
+/* Take the snapshot (the cache's section first: the top level);
+   -ENOMEM (then s holds nothing to free). */
+static int ctl_snapshot(struct tfs_fs *fs, struct ctl_snap *s)
 {
     memset(s, 0, sizeof(*s));
     tfs_cache_metrics_get(fs->cache, &s->cache);
@@ -146,6 +148,21 @@ static void ctl_snapshot(struct tfs_fs *fs, struct ctl_snap *s)
         tfs_retry_get_stats(fs->st, &s->retry);
         ctl_add(s, &tfs_metrics_retry, &s->retry);
     }
+    if (fs->group != NULL) {
+        if (tfs_group_snap_get(fs->group, &s->group) < 0)
+            return -ENOMEM;
+        ctl_add(s, &tfs_metrics_group, &s->group.g);
+        ctl_add(s, &tfs_metrics_peers, s->group.peers);
+        s->src[s->n - 1].keys = (const char *const *)s->group.keys;
+        s->src[s->n - 1].rows = s->group.n;
+    }
+    return 0;
+}
+
+static void ctl_snap_free(struct ctl_snap *s)
+{
+    tfs_group_snap_cleanup(&s->group);
+    tfs_free(s);
 }
 
 int fs_ctl_render(struct tfs_fs *fs, struct tfs_buf *out)
@@ -155,9 +172,10 @@ int fs_ctl_render(struct tfs_fs *fs, struct tfs_buf *out)
 
     if (s == NULL)
         return -ENOMEM;
-    ctl_snapshot(fs, s);
-    rc = tfs_metrics_json(out, s->src, s->n);
-    tfs_free(s);
+    rc = ctl_snapshot(fs, s);
+    if (rc == 0)
+        rc = tfs_metrics_json(out, s->src, s->n);
+    ctl_snap_free(s);
     return rc;
 }
 
@@ -169,8 +187,9 @@ int fs_metrics_fill(void *arg, struct tfs_buf *out)
 
     if (s == NULL)
         return -ENOMEM;
-    ctl_snapshot(fs, s);
-    rc = tfs_metrics_prometheus(out, s->src, s->n);
-    tfs_free(s);
+    rc = ctl_snapshot(fs, s);
+    if (rc == 0)
+        rc = tfs_metrics_prometheus(out, s->src, s->n);
+    ctl_snap_free(s);
     return rc;
 }

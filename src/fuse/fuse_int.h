@@ -43,6 +43,7 @@
 
 #include "common/hmap.h"
 #include "common/util.h"
+#include "group/group.h"
 #include "tierfs/cache.h"
 #include "tierfs/fs.h"
 #include "wb/wb.h"
@@ -246,6 +247,7 @@ struct fs_handle {
 
 struct fuse_session;
 struct tfs_http;
+struct tfs_group;
 
 /* The mount (fs.h). */
 struct tfs_fs {
@@ -267,6 +269,9 @@ struct tfs_fs {
     /* settings; the cache's own (meta_ttl, immutable, cache_dir, sizes)
        are asked of the cache, never copied */
     char                *metrics;       /* owned; NULL: none */
+    struct tfs_group_cfg gcfg;          /* the cache group's: its strings
+                                           owned; members NULL: none */
+    struct tfs_group    *group;         /* owned; NULL: not in a group */
     struct tfs_buf       fuse_opts;     /* ","-joined */
     bool                 debug;
     unsigned             max_threads;

@@ -38,6 +38,7 @@ int tfs_fs_create(struct tfs_fs **out)
     fs->async.max = FS_DEFAULT_ASYNC_READS;
     tfs_buf_init(&fs->fuse_opts, 64 * 1024);
     fs->max_threads = FS_DEFAULT_THREADS;
+    fs->gcfg.serve = true;
     fs->kernel_ra = FS_DEFAULT_KERNEL_RA;
     fs->wcfg.staging_max = 100ull << 30;
     fs->wcfg.staging_wait_ms = 300000;
@@ -89,6 +90,18 @@ static const struct tfs_opt_spec fs_opts[] = {
     FS_OPT("upload_retry_max", TFS_OPT_SEC_MS, wcfg.retry_max_ms, 0, 1e7),
     {"metrics", TFS_OPT_STR, offsetof(struct tfs_fs, metrics), 0,
      TFS_OPT_NOMAX, fs_set_or_none, NULL},
+    {"group", TFS_OPT_STR, offsetof(struct tfs_fs, gcfg.members), 0,
+     TFS_OPT_NOMAX, fs_set_or_none, NULL},
+    {"group_listen", TFS_OPT_STR, offsetof(struct tfs_fs, gcfg.listen), 0,
+     TFS_OPT_NOMAX, fs_set_or_none, NULL},
+    {"group_secret_file", TFS_OPT_STR,
+     offsetof(struct tfs_fs, gcfg.secret_file), 0, TFS_OPT_NOMAX,
+     fs_set_or_none, NULL},
+    FS_OPT("group_serve", TFS_OPT_BOOL, gcfg.serve, 0, 1),
+    FS_OPT("group_timeout_ms", TFS_OPT_MS, gcfg.timeout_ms, 1, 600000),
+    FS_OPT("group_inflight", TFS_OPT_UINT, gcfg.inflight, 1, 1024),
+    FS_OPT("group_fault_corrupt", TFS_OPT_UINT, gcfg.fault_corrupt, 0,
+           1e9),
     {"fuse_opts", TFS_OPT_CUSTOM, 0, 0, 0, fs_set_fuse_opts,
      "mount options"},
     FS_OPT("debug", TFS_OPT_BOOL, debug, 0, 1),

@@ -293,6 +293,8 @@ int tfs_fs_open(struct tfs_fs *fs, struct tfs_store *st,
     }
     if (rc == 0)
         rc = tfs_cache_open(fs->cache, st);
+    if (rc == 0 && fs->gcfg.members != NULL)
+        rc = tfs_group_open(&fs->group, &fs->gcfg, fs->cache);
     if (rc == 0)
         rc = fs_wb_open(fs);
     if (rc == 0)
@@ -375,6 +377,7 @@ void tfs_fs_close(struct tfs_fs *fs)
         fuse_session_destroy(fs->se);
     }
     tfs_http_stop(fs->http);
+    tfs_group_close(fs->group);         /* before the cache it serves */
     wb_stop(fs->wb);                    /* no more uploads */
     while (fs->handles != NULL)         /* the kernel let go unreleased: */
         fs_handle_free(fs, fs->handles, false);     /* nothing sealed */
@@ -389,5 +392,8 @@ void tfs_fs_close(struct tfs_fs *fs)
     tfs_free((char *)fs->wcfg.staging_dir);
     free(fs->mountpoint);               /* realpath's malloc */
     tfs_free(fs->metrics);
+    tfs_free((char *)fs->gcfg.members);
+    tfs_free((char *)fs->gcfg.listen);
+    tfs_free((char *)fs->gcfg.secret_file);
     tfs_free(fs);
 }

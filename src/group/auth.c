@@ -104,7 +104,6 @@ void tfs_gauth_sign(const struct tfs_gauth *a, const char *method,
                     const char *block, uint64_t time_s, const char *nonce,
                     char sig[65])
 {
-    static const char hex[] = "0123456789abcdef";
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned md_len = 0;
     char msg[1024];
@@ -116,11 +115,7 @@ void tfs_gauth_sign(const struct tfs_gauth *a, const char *method,
                                            matches a real request */
     HMAC(EVP_sha256(), a->key, (int)a->key_len, (const unsigned char *)msg,
          (size_t)n, md, &md_len);
-    for (unsigned i = 0; i < 32; i++) {
-        sig[2 * i] = hex[md[i] >> 4];
-        sig[2 * i + 1] = hex[md[i] & 15];
-    }
-    sig[64] = '\0';
+    tfs_hex_lower(sig, md, 32);
 }
 
 static bool gauth_nonce_ok(const char *nonce)

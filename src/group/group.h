@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The cache group's pieces that need no network (docs/group.md): the
- * member list and where a block lives in it (member.c), and how peers
- * authenticate requests (auth.c).  The peer server and client build on
- * these.
+ * The cache group (docs/group.md): the member list and where a block
+ * lives in it (member.c), how peers authenticate requests (auth.c), the
+ * group object with its view of the members and their health (group.c),
+ * the peer client the fetch engine asks before the store (peer.c), and
+ * the server that answers peers from this node's tiers (serve.c).
  *
  * Placement is weighted rendezvous (highest random weight) hashing:
  * every node ranks the members for a block id alone, with no directory,
@@ -19,6 +20,7 @@
 #include <stdint.h>
 
 #include "common/hmap.h"
+#include "metrics/metrics.h"
 
 #define TFS_GROUP_MAX_MEMBERS 65536
 #define TFS_GROUP_HOST_MAX 256
@@ -122,5 +124,122 @@ void tfs_gauth_sign(const struct tfs_gauth *a, const char *method,
 int tfs_gauth_check(struct tfs_gauth *a, const char *method,
                     const char *block, uint64_t time_s, const char *nonce,
                     const char *sig, uint64_t now_s);
+
+/* ---- the group (group.c, peer.c, serve.c) ---- */
+
+struct tfs_cache;
+struct tfs_group;
+
+#define TFS_GROUP_TIMEOUT_MS 3000       /* one peer request, by default */
+#define TFS_GROUP_CONNECT_MS 500        /* its connect, at most */
+#define TFS_GROUP_INFLIGHT 16           /* requests at once to one peer */
+#define TFS_GROUP_WINDOW_S 30           /* requests' clock skew allowed */
+
+struct tfs_group_cfg {
+    const char *members;                /* the member list's path */
+    const char *listen;                 /* HOST:PORT this node serves on,
+                                           as the list names it; NULL
+                                           with serve off */
+    const char *secret_file;            /* 0600, 16-512 bytes */
+    bool        serve;                  /* answer peers */
+    uint64_t    timeout_ms;             /* 0: TFS_GROUP_TIMEOUT_MS */
+    unsigned    inflight;               /* 0: TFS_GROUP_INFLIGHT */
+    uint64_t    reload_ms;              /* how often the list is looked
+                                           at; 0: 1000 */
+    unsigned    fault_corrupt;          /* fault injection, for tests:
+                                           flip a byte of every Nth
+                                           answer after its checksum */
+};
+
+/*
+ * Join the group of cfg in front of cache c (open, its store's identity
+ * fixed): load the member list and the secret, start the server when
+ * serving (its listener bound to cfg->listen, which the list must name),
+ * watch the list for changes, and make the group the cache's source of
+ * blocks before the store.  Errors name the file or address and the
+ * cause: TFS_EFORMAT (the list), -EPERM/-EINVAL (the secret file),
+ * TFS_EOPTION (cfg), -EADDRINUSE (the listener).
+ */
+int tfs_group_open(struct tfs_group **out, const struct tfs_group_cfg *cfg,
+                   struct tfs_cache *c);
+/* Leave: the cache reads the store alone again; stop the server. */
+void tfs_group_close(struct tfs_group *g);
+/* The port the server listens on (0 when not serving). */
+uint16_t tfs_group_port(const struct tfs_group *g);
+/* Re-read the member list now (SIGHUP): 0, or why the new one was
+   refused (the old one stays). */
+int tfs_group_reload(struct tfs_group *g);
+
+/* Its figures, for the registry: the "group" section and the "peers"
+   table, one row a member ever listed. */
+#define TFS_GROUP_METRICS(X)                                               \
+    X(U64, members, GAUGE, COUNT, NULL, "members in the group's list")     \
+    X(STR, self, INFO, NONE, NULL, "this member, or \"\" (client only)")   \
+    X(U64, asked, COUNTER, COUNT, NULL,                                    \
+      "block reads that asked a peer")                                     \
+    X(U64, peer_hits, COUNTER, COUNT, NULL,                                \
+      "block reads a peer answered")                                       \
+    X(U64, peer_bytes, COUNTER, BYTES, NULL, "bytes received from peers")  \
+    X(U64, fallbacks, COUNTER, COUNT, NULL,                                \
+      "peer requests that failed, then read from the store")               \
+    X(U64, owned, COUNTER, COUNT, NULL,                                    \
+      "block reads this node owns, read from the store")                   \
+    X(U64, skipped, COUNTER, COUNT, NULL,                                  \
+      "block reads whose owners were all suspect: read from the store")    \
+    X(F64, hit_rate, GAUGE, NONE, NULL,                                    \
+      "peer_hits / asked")                                                 \
+    X(U64, served, COUNTER, COUNT, NULL, "blocks served to peers")         \
+    X(U64, served_bytes, COUNTER, BYTES, NULL, "bytes served to peers")    \
+    X(U64, served_ram, COUNTER, COUNT, NULL,                               \
+      "blocks served from the RAM tier")                                   \
+    X(U64, served_disk, COUNTER, COUNT, NULL,                              \
+      "blocks served from the disk tier")                                  \
+    X(U64, served_store, COUNTER, COUNT, NULL,                             \
+      "blocks served after a read of the store")                           \
+    X(U64, serve_errors, COUNTER, COUNT, NULL,                             \
+      "peer requests answered with an error")                              \
+    X(U64, refused, COUNTER, COUNT, NULL,                                  \
+      "peer requests refused: authentication, replay, malformed")          \
+    X(U64, refused_store, COUNTER, COUNT, NULL,                            \
+      "peer requests for another store or block size (409)")               \
+    X(U64, reloads, COUNTER, COUNT, NULL, "member lists loaded")           \
+    X(U64, reload_errors, COUNTER, COUNT, NULL,                            \
+      "member lists refused (the old one kept)")
+
+#define TFS_GROUP_PEER_METRICS(X)                                          \
+    X(U64, member, GAUGE, COUNT, NULL, "1 while in the member list")       \
+    X(F64, weight, GAUGE, NONE, NULL, "its weight in the list")            \
+    X(U64, requests, COUNTER, COUNT, NULL, "block requests sent to it")    \
+    X(U64, bytes, COUNTER, BYTES, NULL, "block bytes received from it")    \
+    X(U64, errors, COUNTER, COUNT, NULL,                                   \
+      "requests that failed: connect, timeout, HTTP error, bad answer")    \
+    X(U64, timeouts, COUNTER, COUNT, NULL, "requests that timed out")      \
+    X(U64, corrupt, COUNTER, COUNT, NULL,                                  \
+      "answers that failed their checksum, id, version or length")         \
+    X(U64, inflight, GAUGE, COUNT, NULL, "requests to it now")             \
+    X(U64, suspect, GAUGE, COUNT, NULL, "1 while skipped after a failure") \
+    X(F64, suspect_seconds, COUNTER, SECONDS, NULL,                        \
+      "time it has been suspect, in all")                                  \
+    X(HIST, latency, SUMMARY, US, NULL, "block requests answered")
+
+struct tfs_group_metrics {
+    TFS_GROUP_METRICS(TFS_METRIC_FIELD)
+};
+struct tfs_group_peer_metrics {
+    TFS_GROUP_PEER_METRICS(TFS_METRIC_FIELD)
+};
+
+/* A snapshot: the group's figures, and a row per peer (owned). */
+struct tfs_group_snap {
+    struct tfs_group_metrics       g;
+    char                           self[TFS_GROUP_HOST_MAX + 8];
+    struct tfs_group_peer_metrics *peers;   /* n of them */
+    char                         **keys;    /* "host:port" of each */
+    size_t                         n;
+};
+
+/* 0 or -ENOMEM (then s is empty, fine to clean up). */
+int tfs_group_snap_get(struct tfs_group *g, struct tfs_group_snap *s);
+void tfs_group_snap_cleanup(struct tfs_group_snap *s);
 
 #endif /* TFS_GROUP_H */

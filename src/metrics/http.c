@@ -35,8 +35,8 @@ struct tfs_http {
 };
 
 /* Split addr into host and port strings (host "127.0.0.1" when absent). */
-static int http_split(const char *addr, char *host, size_t hsize,
-                      uint64_t *port)
+static int http_split(const char *addr, const char *what, char *host,
+                      size_t hsize, uint64_t *port)
 {
     const char *colon = strrchr(addr, ':');
     const char *h = "127.0.0.1";
@@ -52,15 +52,15 @@ static int http_split(const char *addr, char *host, size_t hsize,
     }
     if (hlen == 0 || hlen >= hsize ||
         tfs_parse_u64(colon ? colon + 1 : addr, port) < 0 || *port > 65535)
-        return tfs_err(TFS_EOPTION, "metrics address '%s': want HOST:PORT",
+        return tfs_err(TFS_EOPTION, "%s address '%s': want HOST:PORT", what,
                        addr);
     memcpy(host, h, hlen);
     host[hlen] = '\0';
     return 0;
 }
 
-/* A socket bound to addr and listening; *ipv6 says which family. */
-static int http_listen(const char *addr, int *fd_out, bool *ipv6)
+int tfs_http_listen(const char *addr, const char *what, int *fd_out,
+                    bool *ipv6)
 {
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -70,22 +70,22 @@ static int http_listen(const char *addr, int *fd_out, bool *ipv6)
     uint64_t port;
     int one = 1;
     int fd;
-    int rc = http_split(addr, host, sizeof(host), &port);
+    int rc = http_split(addr, what, host, sizeof(host), &port);
 
     if (rc < 0)
         return rc;
     snprintf(port_s, sizeof(port_s), "%u", (unsigned)port);
     if (getaddrinfo(host, port_s, &hints, &ai) != 0 || ai == NULL)
-        return tfs_err(TFS_EOPTION, "metrics address '%s': cannot resolve "
-                       "'%s'", addr, host);
+        return tfs_err(TFS_EOPTION, "%s address '%s': cannot resolve "
+                       "'%s'", what, addr, host);
     fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        rc = tfs_err(-errno, "metrics: socket");
+        rc = tfs_err(-errno, "%s: socket", what);
         goto out_free;
     }
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 64) < 0) {
-        rc = tfs_err(-errno, "metrics: cannot listen on %s", addr);
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 128) < 0) {
+        rc = tfs_err(-errno, "%s: cannot listen on %s", what, addr);
         close(fd);
         goto out_free;
     }
@@ -96,7 +96,7 @@ out_free:
     return rc;
 }
 
-static uint16_t http_bound_port(int fd)
+uint16_t tfs_http_bound_port(int fd)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
@@ -191,12 +191,12 @@ int tfs_http_start(const char *addr, tfs_http_fill_fn *fill, void *arg,
         return -ENOMEM;
     h->fill = fill;
     h->arg = arg;
-    rc = http_listen(addr, &fd, &ipv6);
+    rc = tfs_http_listen(addr, "metrics", &fd, &ipv6);
     if (rc < 0) {
         tfs_free(h);
         return rc;
     }
-    h->port = http_bound_port(fd);
+    h->port = tfs_http_bound_port(fd);
     if (ipv6)
         flags |= MHD_USE_IPv6;
     h->d = MHD_start_daemon(flags, 0, NULL, NULL, http_answer, h,

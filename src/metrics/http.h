@@ -7,6 +7,7 @@
 #ifndef TFS_METRICS_HTTP_H
 #define TFS_METRICS_HTTP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/util.h"
@@ -29,6 +30,15 @@ int tfs_http_start(const char *addr, tfs_http_fill_fn *fill, void *arg,
                    struct tfs_http **out);
 /* The port it listens on. */
 uint16_t tfs_http_port(const struct tfs_http *h);
+/*
+ * A socket bound to addr (as tfs_http_start takes it) and listening:
+ * for other servers (the cache group's).  what names it in errors.
+ * *ipv6 says which family.
+ */
+int tfs_http_listen(const char *addr, const char *what, int *fd,
+                    bool *ipv6);
+/* The port a bound socket listens on (0 when unknown). */
+uint16_t tfs_http_bound_port(int fd);
 /* Stop the thread, close the socket, free.  NULL is a no-op. */
 void tfs_http_stop(struct tfs_http *h);
 

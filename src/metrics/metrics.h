@@ -20,6 +20,8 @@
  *   writeback  "writeback", tierfs_wb_*    tfs_metrics_wb     wb/wb.c
  *   fault      "fault", tierfs_fault_*     tfs_metrics_fault  fault.c
  *   retry      "retry", tierfs_retry_*     tfs_metrics_retry  retry.c
+ *   group      "group", tierfs_group_*     tfs_metrics_group  group/group.c
+ *   peers      "peers", tierfs_peer_*{peer=}  tfs_metrics_peers  (a table)
  *
  * Histograms are in hist.h (also used by the CLI).
  */
@@ -170,6 +172,8 @@ extern const struct tfs_metric_section tfs_metrics_store;
 extern const struct tfs_metric_section tfs_metrics_wb;
 extern const struct tfs_metric_section tfs_metrics_fault;
 extern const struct tfs_metric_section tfs_metrics_retry;
+extern const struct tfs_metric_section tfs_metrics_group;
+extern const struct tfs_metric_section tfs_metrics_peers;
 
 /* Every section, in the control file's order. */
 extern const struct tfs_metric_section *const tfs_metric_registry[];
@@ -184,6 +188,9 @@ extern const size_t tfs_metric_registry_len;
     X(hit_bytes_ram, BYTES, "bytes served from the RAM tier")              \
     X(hit_bytes_disk, BYTES, "bytes served from the disk tier")            \
     X(miss_bytes, BYTES, "bytes that had to come from the store")          \
+    X(hit_bytes_peer, BYTES,                                               \
+      "bytes that came from a peer of the cache group")                    \
+    X(peer_blocks, COUNT, "blocks fetched from a peer of the cache group") \
     X(backend_get_count, COUNT, "ranged reads sent to the store")          \
     X(backend_get_bytes, BYTES, "bytes read from the store")               \
     X(backend_get_errors, COUNT, "failed reads from the store")            \

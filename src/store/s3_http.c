@@ -28,6 +28,7 @@
 
 #include <curl/curl.h>
 
+#include "store/curl.h"
 #include "store/s3_int.h"
 #include "tierfs/log.h"
 
@@ -71,6 +72,15 @@ static void http_global_init(void)
                                           tfs_calloc);
 }
 
+int tfs_curl_global_init(void)
+{
+    pthread_once(&http_once, http_global_init);
+    if (http_global_rc != CURLE_OK)
+        return tfs_err(-ENOMEM, "curl_global_init failed: %s",
+                       curl_easy_strerror(http_global_rc));
+    return 0;
+}
+
 /* ---- the pool ---- */
 
 static pthread_mutex_t *http_share_mutex(struct s3_pool *pool,
@@ -108,10 +118,8 @@ int tfs_s3_pool_init(struct s3_priv *p, unsigned max_conns)
     pthread_condattr_t ca;
     CURLSH *sh;
 
-    pthread_once(&http_once, http_global_init);
-    if (http_global_rc != CURLE_OK)
-        return tfs_err(-ENOMEM, "curl_global_init failed: %s",
-                       curl_easy_strerror(http_global_rc));
+    if (tfs_curl_global_init() < 0)
+        return -ENOMEM;
     sh = curl_share_init();
     if (sh == NULL)
         return -ENOMEM;

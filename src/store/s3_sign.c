@@ -19,6 +19,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "common/bytes.h"
 #include "store/s3_int.h"
 
 #define SIGN_MAX_ITEMS 16               /* query params or headers */
@@ -27,13 +28,7 @@
 
 static void sign_hex(const unsigned char *in, size_t len, char *out)
 {
-    static const char hex[] = "0123456789abcdef";
-
-    for (size_t i = 0; i < len; i++) {
-        out[2 * i] = hex[in[i] >> 4];
-        out[2 * i + 1] = hex[in[i] & 15];
-    }
-    out[2 * len] = '\0';
+    tfs_hex_lower(out, in, len);
 }
 
 void tfs_s3_sha256_hex(const void *data, size_t len, char out[65])

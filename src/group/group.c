@@ -1,0 +1,436 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cache group object (docs/group.md): the member list loaded into a
+ * view (each member with its peer: its connections, health and figures,
+ * kept across reloads by "host:port"), a watcher thread that re-reads
+ * the list when the file changes, the server when this node serves, and
+ * the figures.  The fetch engine asks the group through peer.c's source
+ * function; the view a request uses is pinned for it, so a reload never
+ * frees what a request holds.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/util.h"
+#include "group/group_int.h"
+#include "tierfs/log.h"
+
+/* ---- views ---- */
+
+struct gview *gview_get(struct tfs_group *g)
+{
+    struct gview *v;
+
+    pthread_mutex_lock(&g->lock);
+    v = g->view;
+    v->refs++;
+    pthread_mutex_unlock(&g->lock);
+    return v;
+}
+
+static void gview_free(struct gview *v)
+{
+    if (v == NULL)
+        return;
+    tfs_gmembers_cleanup(&v->m);
+    tfs_free(v->peer);
+    tfs_free(v);
+}
+
+void gview_put(struct tfs_group *g, struct gview *v)
+{
+    bool last;
+
+    pthread_mutex_lock(&g->lock);
+    last = --v->refs == 0;
+    pthread_mutex_unlock(&g->lock);
+    if (last)
+        gview_free(v);
+}
+
+void group_key(char *out, size_t size, const char *host, uint16_t port)
+{
+    bool v6 = strchr(host, ':') != NULL;
+
+    snprintf(out, size, "%s%s%s:%u", v6 ? "[" : "", host, v6 ? "]" : "",
+             (unsigned)port);
+}
+
+/* The peer of key, made when new (g->lock held); NULL: no memory. */
+static struct gpeer *group_peer(struct tfs_group *g,
+                                const struct tfs_gmember *m)
+{
+    char key[GROUP_KEY_MAX];
+    struct tfs_hstr *h;
+    struct gpeer *p;
+
+    group_key(key, sizeof(key), m->host, m->port);
+    h = tfs_hmap_find_str(&g->peers, key);
+    if (h != NULL)
+        return (struct gpeer *)(void *)h;
+    p = tfs_calloc(1, sizeof(*p));
+    if (p == NULL)
+        return NULL;
+    if (gpeer_init(p, m->host, m->port) < 0) {
+        tfs_free(p);
+        return NULL;
+    }
+    p->h.key = p->key;
+    if (tfs_hmap_insert_str(&g->peers, &p->h) < 0) {
+        gpeer_cleanup(p);
+        tfs_free(p);
+        return NULL;
+    }
+    p->next = g->all;
+    g->all = p;
+    g->n_all++;
+    return p;
+}
+
+/*
+ * Make members m (taken) the group's view.  Every listed member gets its
+ * peer (kept from earlier lists), this node none.
+ */
+static int group_install(struct tfs_group *g, struct tfs_gmembers *m)
+{
+    struct gview *v = tfs_calloc(1, sizeof(*v));
+    struct gview *old;
+    int rc = 0;
+
+    if (v == NULL || (v->peer = tfs_calloc(m->n, sizeof(*v->peer))) ==
+                         NULL) {
+        tfs_free(v);
+        return -ENOMEM;
+    }
+    v->refs = 1;
+    v->self = -1;
+    pthread_mutex_lock(&g->lock);
+    for (size_t i = 0; i < m->n && rc == 0; i++) {
+        char key[GROUP_KEY_MAX];
+
+        group_key(key, sizeof(key), m->m[i].host, m->m[i].port);
+        if (g->self_key[0] != '\0' && strcmp(key, g->self_key) == 0) {
+            v->self = (long)i;
+            continue;
+        }
+        v->peer[i] = group_peer(g, &m->m[i]);
+        if (v->peer[i] == NULL)
+            rc = -ENOMEM;
+    }
+    if (rc < 0) {
+        pthread_mutex_unlock(&g->lock);
+        tfs_free(v->peer);
+        tfs_free(v);
+        return rc;
+    }
+    for (struct gpeer *p = g->all; p != NULL; p = p->next)
+        p->member = false;
+    for (size_t i = 0; i < m->n; i++) {
+        if (v->peer[i] != NULL) {
+            v->peer[i]->member = true;
+            v->peer[i]->weight = m->m[i].weight;
+        }
+    }
+    v->m = *m;
+    memset(m, 0, sizeof(*m));
+    old = g->view;
+    g->view = v;
+    pthread_mutex_unlock(&g->lock);
+    if (old != NULL)
+        gview_put(g, old);
+    return 0;
+}
+
+/* Load the list file; install it if it parses.  st: the file's stat. */
+static int group_load(struct tfs_group *g, const struct stat *st)
+{
+    struct tfs_gmembers m = {0};
+    int rc = tfs_gmembers_load(g->members, &m);
+
+    if (rc == 0)
+        rc = group_install(g, &m);
+    tfs_gmembers_cleanup(&m);
+    if (rc < 0) {
+        atomic_fetch_add(&g->reload_errors, 1);
+        return rc;
+    }
+    if (st != NULL)
+        g->list_st = *st;
+    atomic_fetch_add(&g->reloads, 1);
+    return 0;
+}
+
+int tfs_group_reload(struct tfs_group *g)
+{
+    struct stat st;
+    int rc;
+
+    if (stat(g->members, &st) < 0)
+        return tfs_err(-errno, "group list '%s'", g->members);
+    rc = group_load(g, &st);
+    if (rc < 0)
+        TFS_WARN("group: list '%s' refused, keeping the one loaded: "
+                 TFS_CAUSE_FMT, g->members,
+                 TFS_CAUSE_ARGS(rc, tfs_errdetail()));
+    else
+        TFS_INFO("group: %zu members from '%s'", g->view->m.n, g->members);
+    return rc;
+}
+
+/* ---- the list watcher ---- */
+
+static bool group_changed(const struct stat *a, const struct stat *b)
+{
+    return a->st_ino != b->st_ino || a->st_dev != b->st_dev ||
+           a->st_size != b->st_size ||
+           a->st_mtim.tv_sec != b->st_mtim.tv_sec ||
+           a->st_mtim.tv_nsec != b->st_mtim.tv_nsec;
+}
+
+/* Every reload_ms: a list file that changed (or was replaced) is read. */
+static void *group_watch(void *arg)
+{
+    struct tfs_group *g = arg;
+
+    pthread_mutex_lock(&g->lock);
+    while (!g->stopping) {
+        struct stat st;
+
+        tfs_cond_wait_ms(&g->wake, &g->lock, g->reload_ms);
+        if (g->stopping)
+            break;
+        pthread_mutex_unlock(&g->lock);
+        if (stat(g->members, &st) == 0 && group_changed(&st, &g->list_st))
+            (void)tfs_group_reload(g);
+        pthread_mutex_lock(&g->lock);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return NULL;
+}
+
+/* ---- open and close ---- */
+
+static int group_cfg(struct tfs_group *g, const struct tfs_group_cfg *cfg)
+{
+    if (cfg->members == NULL || cfg->members[0] == '\0')
+        return tfs_err(TFS_EOPTION, "group: no member list given");
+    if (cfg->secret_file == NULL)
+        return tfs_err(TFS_EOPTION, "group: no secret file given "
+                       "(--group-secret-file)");
+    if (cfg->serve && (cfg->listen == NULL || cfg->listen[0] == '\0'))
+        return tfs_err(TFS_EOPTION, "group: serving needs the address "
+                       "this node is listed under (--group-listen "
+                       "HOST:PORT), or --group-serve off");
+    g->members = tfs_strdup(cfg->members);
+    g->listen = cfg->listen ? tfs_strdup(cfg->listen) : NULL;
+    if (g->members == NULL || (cfg->listen != NULL && g->listen == NULL))
+        return -ENOMEM;
+    g->serve = cfg->serve;
+    g->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : TFS_GROUP_TIMEOUT_MS;
+    g->inflight = cfg->inflight ? cfg->inflight : TFS_GROUP_INFLIGHT;
+    g->reload_ms = cfg->reload_ms ? cfg->reload_ms : 1000;
+    g->fault_corrupt = cfg->fault_corrupt;
+    return 0;
+}
+
+/*
+ * This node's key from its listen address, as the list spells members:
+ * "host:port" (the host as given), so "10.0.0.1:7070" matches the line
+ * "10.0.0.1:7070".  Checked against the list when serving.
+ */
+static int group_self(struct tfs_group *g)
+{
+    struct tfs_gmembers one = {0};
+    int rc;
+
+    if (g->listen == NULL)
+        return 0;
+    rc = tfs_gmembers_parse(g->listen, strlen(g->listen), "--group-listen",
+                            &one);
+    if (rc < 0)
+        return rc;
+    group_key(g->self_key, sizeof(g->self_key), one.m[0].host,
+              one.m[0].port);
+    tfs_gmembers_cleanup(&one);
+    return 0;
+}
+
+int tfs_group_open(struct tfs_group **out, const struct tfs_group_cfg *cfg,
+                   struct tfs_cache *c)
+{
+    struct tfs_group *g = tfs_calloc(1, sizeof(*g));
+    struct stat st;
+    int rc;
+
+    if (g == NULL)
+        return -ENOMEM;
+    g->c = c;
+    pthread_mutex_init(&g->lock, NULL);
+    tfs_cond_init_mono(&g->wake);
+    rc = group_cfg(g, cfg);
+    if (rc == 0)
+        rc = tfs_hmap_init(&g->peers, 0, tfs_hstr_eq);
+    if (rc == 0)
+        rc = group_self(g);
+    if (rc == 0)
+        rc = tfs_gauth_load(&g->auth, cfg->secret_file, TFS_GROUP_WINDOW_S);
+    if (rc == 0 && stat(g->members, &st) < 0)
+        rc = tfs_err(-errno, "group list '%s'", g->members);
+    if (rc == 0)
+        rc = group_load(g, &st);
+    if (rc == 0 && g->serve && g->view->self < 0)
+        rc = tfs_err(TFS_EOPTION, "group: this node (%s) is not in the "
+                     "list '%s'; add it, or --group-serve off for a "
+                     "client only", g->self_key, g->members);
+    if (rc == 0 && !g->serve && g->view->self >= 0)
+        rc = tfs_err(TFS_EOPTION, "group: %s is listed in '%s' but does "
+                     "not serve (--group-serve off): peers would ask it "
+                     "in vain", g->self_key, g->members);
+    if (rc == 0 && g->serve)
+        rc = gserve_start(g, &g->srv);
+    if (rc == 0) {
+        rc = pthread_create(&g->watcher, NULL, group_watch, g);
+        rc = rc ? tfs_err(-rc, "group: cannot start its watcher") : 0;
+        g->watching = rc == 0;
+    }
+    if (rc < 0) {
+        tfs_group_close(g);
+        return rc;
+    }
+    tfs_cache_set_source(c, gpeer_source, g);
+    TFS_INFO("group: %zu members from '%s'%s%s", g->view->m.n, g->members,
+             g->serve ? ", serving as " : ", client only",
+             g->serve ? g->self_key : "");
+    *out = g;
+    return 0;
+}
+
+void tfs_group_close(struct tfs_group *g)
+{
+    struct gpeer *p;
+
+    if (g == NULL)
+        return;
+    if (g->c != NULL && g->watching)
+        tfs_cache_set_source(g->c, NULL, NULL);
+    if (g->watching) {
+        pthread_mutex_lock(&g->lock);
+        g->stopping = true;
+        pthread_cond_broadcast(&g->wake);
+        pthread_mutex_unlock(&g->lock);
+        pthread_join(g->watcher, NULL);
+    }
+    gserve_stop(g->srv);
+    if (g->view != NULL)
+        gview_put(g, g->view);
+    while ((p = g->all) != NULL) {
+        g->all = p->next;
+        gpeer_cleanup(p);
+        tfs_free(p);
+    }
+    tfs_hmap_cleanup(&g->peers);
+    tfs_gauth_cleanup(&g->auth);
+    pthread_cond_destroy(&g->wake);
+    pthread_mutex_destroy(&g->lock);
+    tfs_free(g->members);
+    tfs_free(g->listen);
+    tfs_free(g);
+}
+
+uint16_t tfs_group_port(const struct tfs_group *g)
+{
+    return g->srv != NULL ? gserve_port(g->srv) : 0;
+}
+
+/* ---- figures ---- */
+
+#define GROUP_N(f) ((uint64_t)atomic_load(&g->f))
+
+int tfs_group_snap_get(struct tfs_group *g, struct tfs_group_snap *s)
+{
+    struct tfs_group_metrics *m = &s->g;
+    size_t i = 0;
+
+    memset(s, 0, sizeof(*s));
+    snprintf(s->self, sizeof(s->self), "%s", g->self_key);
+    m->self = s->self;
+    m->asked = GROUP_N(asked);
+    m->peer_hits = GROUP_N(peer_hits);
+    m->peer_bytes = GROUP_N(peer_bytes);
+    m->fallbacks = GROUP_N(fallbacks);
+    m->owned = GROUP_N(owned);
+    m->skipped = GROUP_N(skipped);
+    m->hit_rate = m->asked ? (double)m->peer_hits / (double)m->asked : 0;
+    m->served = GROUP_N(served);
+    m->served_bytes = GROUP_N(served_bytes);
+    m->served_ram = GROUP_N(served_ram);
+    m->served_disk = GROUP_N(served_disk);
+    m->served_store = GROUP_N(served_store);
+    m->serve_errors = GROUP_N(serve_errors);
+    m->refused = GROUP_N(refused);
+    m->refused_store = GROUP_N(refused_store);
+    m->reloads = GROUP_N(reloads);
+    m->reload_errors = GROUP_N(reload_errors);
+    pthread_mutex_lock(&g->lock);
+    m->members = g->view->m.n;
+    s->peers = tfs_calloc(g->n_all ? g->n_all : 1, sizeof(*s->peers));
+    s->keys = tfs_calloc(g->n_all ? g->n_all : 1, sizeof(*s->keys));
+    if (s->peers == NULL || s->keys == NULL) {
+        pthread_mutex_unlock(&g->lock);
+        tfs_group_snap_cleanup(s);
+        return -ENOMEM;
+    }
+    for (struct gpeer *p = g->all; p != NULL; p = p->next, i++) {
+        s->keys[i] = p->key;            /* lives as long as the group */
+        s->peers[i].member = p->member;
+        s->peers[i].weight = p->weight;
+    }
+    s->n = i;
+    i = 0;
+    for (struct gpeer *p = g->all; p != NULL; p = p->next, i++)
+        gpeer_metrics(p, &s->peers[i]);
+    pthread_mutex_unlock(&g->lock);
+    return 0;
+}
+
+void tfs_group_snap_cleanup(struct tfs_group_snap *s)
+{
+    tfs_free(s->peers);
+    tfs_free(s->keys);
+    memset(s, 0, sizeof(*s));
+}
+
+#define GROUP_DESC(kind, name, type, unit, prom, help)                     \
+    TFS_METRIC_DESC(struct tfs_group_metrics, kind, name, type, unit, prom, \
+                    help)
+#define GROUP_PEER_DESC(kind, name, type, unit, prom, help)                \
+    TFS_METRIC_DESC(struct tfs_group_peer_metrics, kind, name, type, unit, \
+                    prom, help)
+
+static const struct tfs_metric group_metric_table[] = {
+    TFS_GROUP_METRICS(GROUP_DESC)
+};
+static const struct tfs_metric group_peer_table[] = {
+    TFS_GROUP_PEER_METRICS(GROUP_PEER_DESC)
+};
+
+const struct tfs_metric_section tfs_metrics_group = {
+    .name = "group",
+    .prom_prefix = "group_",
+    .when = "mounts and cache nodes in a cache group (--group)",
+    .m = group_metric_table,
+    .n = TFS_ARRAY_LEN(group_metric_table),
+    .size = sizeof(struct tfs_group_metrics),
+};
+
+const struct tfs_metric_section tfs_metrics_peers = {
+    .name = "peers",
+    .prom_prefix = "peer_",
+    .when = "mounts and cache nodes in a cache group: a row a member",
+    .m = group_peer_table,
+    .n = TFS_ARRAY_LEN(group_peer_table),
+    .size = sizeof(struct tfs_group_peer_metrics),
+    .label = "peer",
+};

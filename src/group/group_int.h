@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cache group's insides, shared by group.c (the object, its view of
+ * the members, the list watcher, the figures), peer.c (the client) and
+ * serve.c (the server).  docs/group.md has the design.
+ *
+ * Locking: g->lock guards the view pointer, the peers map and list and
+ * each peer's list fields (member, weight); a view is immutable once
+ * published and lives while referenced.  Each peer's lock guards its
+ * connections, its in-flight count and its suspect state.  Never take
+ * g->lock while holding a peer's lock.
+ */
+#ifndef TFS_GROUP_INT_H
+#define TFS_GROUP_INT_H
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+
+#include "cache/peer.h"
+#include "group/group.h"
+#include "metrics/hist.h"
+
+#define GROUP_KEY_MAX (TFS_GROUP_HOST_MAX + 8)  /* "[host]:port" */
+#define GROUP_BACKOFF_MIN_NS 1000000000ull      /* 1 s after a failure */
+#define GROUP_BACKOFF_MAX_NS 30000000000ull     /* doubling up to 30 s */
+
+/* One member, once listed: kept (with its figures) until close. */
+struct gpeer {
+    struct tfs_hstr   h;                /* key: "host:port"; g->peers */
+    char              key[GROUP_KEY_MAX];
+    char              url[GROUP_KEY_MAX + 16]; /* "http://host:port" */
+    struct gpeer     *next;             /* every peer; g->lock */
+    bool              member;           /* in the current list; g->lock */
+    double            weight;           /* g->lock */
+
+    pthread_mutex_t   lock;
+    pthread_cond_t    cond;             /* a slot came free; lock */
+    unsigned          inflight;         /* lock */
+    CURL            **idle;             /* kept-alive handles; lock */
+    size_t            n_idle;           /* lock */
+    uint64_t          suspect_until;    /* ns; 0: not suspect; lock */
+    uint64_t          suspect_since;    /* ns, while suspect; lock */
+    uint64_t          suspect_ns;       /* in all, past spells; lock */
+    uint64_t          backoff_ns;       /* the next spell's; lock */
+    atomic_uint_fast64_t until;         /* suspect_until, read unlocked */
+    atomic_bool       probing;          /* one request tries it again */
+
+    atomic_uint_fast64_t requests, bytes, errors, timeouts, corrupt;
+    struct tfs_hist   latency;
+};
+
+/* The member list as loaded, with each member's peer (NULL: this node). */
+struct gview {
+    unsigned            refs;           /* g->lock */
+    struct tfs_gmembers m;
+    struct gpeer      **peer;           /* m.n of them */
+    long                self;           /* index of this node, or -1 */
+};
+
+struct gserve;
+
+struct tfs_group {
+    char               *members;        /* owned copies of the cfg */
+    char               *listen;
+    char                self_key[GROUP_KEY_MAX]; /* "" when client only */
+    bool                serve;
+    uint64_t            timeout_ms;
+    unsigned            inflight;
+    uint64_t            reload_ms;
+    unsigned            fault_corrupt;  /* every Nth answer; 0: none */
+    atomic_uint_fast64_t answers;       /* for fault_corrupt */
+    struct tfs_cache   *c;              /* borrowed */
+    struct tfs_gauth    auth;
+
+    pthread_mutex_t     lock;
+    struct gview       *view;           /* lock */
+    struct tfs_hmap     peers;          /* struct gpeer; lock */
+    struct gpeer       *all;            /* lock */
+    size_t              n_all;          /* lock */
+
+    pthread_t           watcher;
+    bool                watching;
+    pthread_cond_t      wake;           /* lock: stop or reload now */
+    bool                stopping;       /* lock */
+    struct stat         list_st;        /* the list loaded; watcher */
+
+    struct gserve      *srv;            /* NULL when not serving */
+
+    atomic_uint_fast64_t asked, peer_hits, peer_bytes, fallbacks, owned,
+                         skipped, served, served_bytes, served_ram,
+                         served_disk, served_store, serve_errors, refused,
+                         refused_store, reloads, reload_errors;
+};
+
+/* ---- group.c ---- */
+struct gview *gview_get(struct tfs_group *g);
+void gview_put(struct tfs_group *g, struct gview *v);
+
+/* ---- peer.c ---- */
+int gpeer_init(struct gpeer *p, const char *host, uint16_t port);
+void gpeer_cleanup(struct gpeer *p);
+/* Is p skipped now (suspect)? */
+bool gpeer_suspect(struct gpeer *p, uint64_t now_ns);
+/* The fetch engine's source (tfs_cache_source_fn) with arg the group. */
+int gpeer_source(void *arg, const struct tfs_peer_block *pb,
+                 uint64_t deadline_ns, unsigned char *dst);
+/* p's figures now. */
+void gpeer_metrics(struct gpeer *p, struct tfs_group_peer_metrics *m);
+
+/* "host:port", or "[v6]:port" when host holds a ':'. */
+void group_key(char *out, size_t size, const char *host, uint16_t port);
+
+/* The wire: headers of a request and of an answer. */
+#define GROUP_PATH "/v1/block/"
+#define GROUP_H_TIME "X-Tierfs-Time"
+#define GROUP_H_NONCE "X-Tierfs-Nonce"
+#define GROUP_H_SIG "X-Tierfs-Signature"
+#define GROUP_H_BLOCK "X-Tierfs-Block"
+#define GROUP_H_VERSION "X-Tierfs-Version"
+#define GROUP_H_SUM "X-Tierfs-Checksum"
+#define GROUP_H_SOURCE "X-Tierfs-Source"
+
+/* ---- serve.c ---- */
+int gserve_start(struct tfs_group *g, struct gserve **out);
+uint16_t gserve_port(const struct gserve *s);
+void gserve_stop(struct gserve *s);
+
+#endif /* TFS_GROUP_INT_H */
