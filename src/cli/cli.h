@@ -96,6 +96,7 @@ int cmd_put(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_mount(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_umount(int argc, char **argv);
 int cmd_sync(int argc, char **argv);
 int cmd_stats(int argc, char **argv);

@@ -32,6 +32,7 @@ static const struct cli_cmd cli_cmds[] = {
     {"rm", cmd_rm, "remove objects, or everything under a prefix"},
     {"mount", cmd_mount, "serve a store at a mount point (FUSE)"},
     {"umount", cmd_umount, "unmount a tierfs mount"},
+    {"serve", cmd_serve, "run a dedicated cache node of a cache group"},
     {"sync", cmd_sync, "wait until a mount's writes are in the store"},
     {"stats", cmd_stats, "show the cache counters of a mount"},
     {"warmup", cmd_warmup, "fill the cache ahead of a job, with progress"},

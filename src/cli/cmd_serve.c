@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tierfs serve URI --group FILE --group-listen HOST:PORT
+ *              --group-secret-file FILE [--cache-dir DIR ...]: a dedicated
+ * cache node of a cache group (docs/group.md), with no mount and no
+ * training on it: it answers peers' block requests from its RAM and
+ * disk tiers, reading the store once on a miss.  Runs in the foreground
+ * (a service manager or a pod keeps it): SIGTERM or SIGINT stops it,
+ * SIGHUP re-reads the member list.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/util.h"
+#include "group/group.h"
+#include "metrics/http.h"
+#include "metrics/metrics.h"
+#include "tierfs/cache.h"
+#include "tierfs/log.h"
+#include "tierfs/store.h"
+
+#define SERVE_MAX_SETS 32
+
+struct serve_args {
+    struct tfs_group_cfg g;
+    const char          *metrics;       /* ADDR:PORT or NULL */
+    const char          *names[SERVE_MAX_SETS];   /* cache settings */
+    const char          *values[SERVE_MAX_SETS];
+    size_t               n;
+};
+
+struct serve_node {
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    struct tfs_group *g;
+};
+
+static void serve_help(FILE *f)
+{
+    fprintf(f,
+            "usage: tierfs serve [options] URI\n\n"
+            "Run a dedicated cache node of a cache group: no mount; it "
+            "answers\nits peers' block requests from its RAM and disk "
+            "tiers and reads the\nstore at URI once on a miss "
+            "(docs/group.md).  Stays in the\nforeground: SIGTERM stops "
+            "it, SIGHUP re-reads the member list.\n\n"
+            "  --group FILE          the member list (host:port [weight])\n"
+            "  --group-listen HOST:PORT  this node's line in FILE; the\n"
+            "                        listener binds there\n"
+            "  --group-secret-file F the group's secret (mode 0600)\n"
+            "  --group-timeout MS    its own peer requests (default 3000)\n"
+            "  --cache-dir DIR       disk tier (default: RAM only)\n"
+            "  --cache-size SIZE     bytes of the disk tier (default 10G)\n"
+            "  --mem-cache SIZE      bytes of the RAM tier (default 1G)\n"
+            "  --block-size SIZE     block size: the group's (default 4M)\n"
+            "  --max-inflight N      concurrent store reads (default 32)\n"
+            "  --metrics ADDR:PORT   Prometheus endpoint\n"
+            "  --set NAME=VALUE      any cache option (docs/fuse.md)\n");
+}
+
+static int serve_set(struct serve_args *a, const char *name,
+                     const char *value)
+{
+    if (a->n == SERVE_MAX_SETS)
+        return cli_usage_error("serve", "too many options");
+    a->names[a->n] = name;
+    a->values[a->n++] = value;
+    return 0;
+}
+
+enum {
+    SERVE_GROUP = 1000, SERVE_LISTEN, SERVE_SECRET, SERVE_TIMEOUT,
+    SERVE_METRICS, SERVE_SET, SERVE_CACHE_DIR, SERVE_CACHE_SIZE,
+    SERVE_MEM, SERVE_BLOCK, SERVE_INFLIGHT,
+};
+
+static int serve_parse(int argc, char **argv, struct serve_args *a)
+{
+    static const struct option longopts[] = {
+        {"group", required_argument, NULL, SERVE_GROUP},
+        {"group-listen", required_argument, NULL, SERVE_LISTEN},
+        {"group-secret-file", required_argument, NULL, SERVE_SECRET},
+        {"group-timeout", required_argument, NULL, SERVE_TIMEOUT},
+        {"metrics", required_argument, NULL, SERVE_METRICS},
+        {"set", required_argument, NULL, SERVE_SET},
+        {"cache-dir", required_argument, NULL, SERVE_CACHE_DIR},
+        {"cache-size", required_argument, NULL, SERVE_CACHE_SIZE},
+        {"mem-cache", required_argument, NULL, SERVE_MEM},
+        {"block-size", required_argument, NULL, SERVE_BLOCK},
+        {"max-inflight", required_argument, NULL, SERVE_INFLIGHT},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    unsigned timeout = 0;
+    int rc = 0;
+    int c;
+
+    a->g.serve = true;
+    while (rc == 0 &&
+           (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        char *eq;
+
+        switch (c) {
+        case SERVE_GROUP:
+            a->g.members = optarg;
+            break;
+        case SERVE_LISTEN:
+            a->g.listen = optarg;
+            break;
+        case SERVE_SECRET:
+            a->g.secret_file = optarg;
+            break;
+        case SERVE_TIMEOUT:
+            rc = cli_parse_uint("serve", "--group-timeout", optarg, 1,
+                                600000, &timeout);
+            a->g.timeout_ms = timeout;
+            break;
+        case SERVE_METRICS:
+            a->metrics = optarg;
+            break;
+        case SERVE_SET:
+            eq = strchr(optarg, '=');
+            if (eq == NULL || eq == optarg)
+                return cli_usage_error("serve", "--set wants NAME=VALUE, "
+                                       "not '%s'", optarg);
+            *eq = '\0';
+            rc = serve_set(a, optarg, eq + 1);
+            break;
+        case SERVE_CACHE_DIR:
+            rc = serve_set(a, "cache_dir", optarg);
+            break;
+        case SERVE_CACHE_SIZE:
+            rc = serve_set(a, "cache_size", optarg);
+            break;
+        case SERVE_MEM:
+            rc = serve_set(a, "mem_cache", optarg);
+            break;
+        case SERVE_BLOCK:
+            rc = serve_set(a, "block_size", optarg);
+            break;
+        case SERVE_INFLIGHT:
+            rc = serve_set(a, "max_inflight", optarg);
+            break;
+        case 'h':
+            serve_help(stdout);
+            return -1;
+        default:
+            serve_help(stderr);
+            return CLI_USAGE;
+        }
+    }
+    if (rc == 0 && argc - optind != 1)
+        rc = cli_usage_error("serve", "want one URI");
+    if (rc == 0 && (a->g.members == NULL || a->g.listen == NULL ||
+                    a->g.secret_file == NULL))
+        rc = cli_usage_error("serve", "--group, --group-listen and "
+                             "--group-secret-file are required");
+    return rc;
+}
+
+/* /metrics: the cache's, the store's, the group's and its peers'. */
+static int serve_fill(void *arg, struct tfs_buf *out)
+{
+    struct serve_node *n = arg;
+    struct tfs_cache_metrics cm;
+    struct tfs_store_stats ss;
+    struct tfs_group_snap gs;
+    struct tfs_metric_src src[4];
+    int rc = tfs_group_snap_get(n->g, &gs);
+
+    if (rc < 0)
+        return rc;
+    tfs_cache_metrics_get(n->c, &cm);
+    tfs_store_get_stats(n->st, &ss);
+    src[0] = (struct tfs_metric_src){.sec = &tfs_metrics_cache, .data = &cm};
+    src[1] = (struct tfs_metric_src){.sec = &tfs_metrics_store, .data = &ss};
+    src[2] = (struct tfs_metric_src){.sec = &tfs_metrics_group,
+                                     .data = &gs.g};
+    src[3] = (struct tfs_metric_src){
+        .sec = &tfs_metrics_peers, .data = gs.peers,
+        .keys = (const char *const *)gs.keys, .rows = gs.n};
+    rc = tfs_metrics_prometheus(out, src, 4);
+    tfs_group_snap_cleanup(&gs);
+    return rc;
+}
+
+/* Wait for signals: SIGHUP reloads, SIGTERM/SIGINT return. */
+static void serve_wait(struct serve_node *n, const sigset_t *set)
+{
+    for (;;) {
+        int sig = 0;
+
+        if (sigwait(set, &sig) != 0)
+            continue;
+        if (sig == SIGHUP) {
+            (void)tfs_group_reload(n->g);
+            continue;
+        }
+        fprintf(stderr, "tierfs serve: %s: stopping\n", strsignal(sig));
+        return;
+    }
+}
+
+static int serve_run(const struct serve_args *a, const char *uri)
+{
+    struct serve_node n = {0};
+    struct tfs_http *http = NULL;
+    sigset_t set;
+    int rc;
+
+    /* Every thread made from here on leaves these to sigwait. */
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    rc = tfs_store_open(&n.st, uri, cli_store_options);
+    if (rc < 0)
+        return cli_fail("serve", uri, rc);
+    rc = tfs_cache_create(&n.c);
+    for (size_t i = 0; rc == 0 && i < a->n; i++) {
+        rc = tfs_cache_set(n.c, a->names[i], a->values[i]);
+        if (rc < 0) {
+            char what[160];
+
+            snprintf(what, sizeof(what), "option %s=%s", a->names[i],
+                     a->values[i]);
+            cli_fail("serve", what, rc);
+            goto out;
+        }
+    }
+    if (rc == 0)
+        rc = tfs_cache_open(n.c, n.st);
+    if (rc < 0) {
+        cli_fail("serve", uri, rc);
+        goto out;
+    }
+    rc = tfs_group_open(&n.g, &a->g, n.c);
+    if (rc < 0) {
+        cli_fail("serve", a->g.members, rc);
+        goto out;
+    }
+    if (a->metrics != NULL) {
+        rc = tfs_http_start(a->metrics, serve_fill, &n, &http);
+        if (rc < 0) {
+            cli_fail("serve", a->metrics, rc);
+            goto out;
+        }
+    }
+    fprintf(stderr, "tierfs serve: serving %s to the group of %s on %s "
+            "(port %u)%s%s\n", uri, a->g.members, a->g.listen,
+            (unsigned)tfs_group_port(n.g), http ? "; metrics on " : "",
+            http ? a->metrics : "");
+    serve_wait(&n, &set);
+out:
+    tfs_http_stop(http);
+    tfs_group_close(n.g);
+    tfs_cache_close(n.c);
+    tfs_store_close(n.st);
+    return rc < 0 ? CLI_FAIL : CLI_OK;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    struct serve_args a = {.n = 0};
+    int rc = serve_parse(argc, argv, &a);
+
+    if (rc != 0)
+        return rc < 0 ? CLI_OK : rc;
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);    /* as the mount: blocks reuse */
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);   /* mapped heap pages */
+    tfs_nofile_raise(NULL);
+    return serve_run(&a, argv[optind]);
+}
