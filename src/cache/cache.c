@@ -442,12 +442,31 @@ void tfs_cache_block_prefetch(struct tfs_cache *c,
 
 /* ---- the cache group's view (peer.h) ---- */
 
-void tfs_cache_set_source(struct tfs_cache *c, tfs_cache_source_fn *fn,
-                          void *arg)
+int tfs_cache_add_source(struct tfs_cache *c,
+                         const struct tfs_cache_source *s)
 {
+    int rc = 0;
+
     pthread_rwlock_wrlock(&c->source_lock);     /* no call in flight */
-    c->source_arg = arg;
-    c->source = fn;
+    if (c->n_sources == TFS_CACHE_SOURCES)
+        rc = -ENOSPC;
+    else
+        c->sources[c->n_sources++] = *s;
+    pthread_rwlock_unlock(&c->source_lock);
+    return rc;
+}
+
+void tfs_cache_remove_source(struct tfs_cache *c, void *arg)
+{
+    pthread_rwlock_wrlock(&c->source_lock);
+    for (unsigned i = 0; i < c->n_sources; i++) {
+        if (c->sources[i].arg == arg) {
+            memmove(&c->sources[i], &c->sources[i + 1],
+                    (c->n_sources - i - 1) * sizeof(c->sources[0]));
+            c->n_sources--;
+            break;
+        }
+    }
     pthread_rwlock_unlock(&c->source_lock);
 }
 
@@ -541,6 +560,8 @@ int tfs_cache_account(struct tfs_cache *c, struct tfs_block *b, size_t n)
         TFS_COUNT(&c->ctr, miss_bytes, from_src);
     else if (src == TFS_SRC_PEER)
         TFS_COUNT(&c->ctr, hit_bytes_peer, from_src);
+    else if (src == TFS_SRC_SHARED)
+        TFS_COUNT(&c->ctr, hit_bytes_shared, from_src);
     else if (src == TFS_SRC_DISK)
         TFS_COUNT(&c->ctr, hit_bytes_disk, from_src);
     else

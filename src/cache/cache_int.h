@@ -115,6 +115,7 @@ enum tfs_block_src {
     TFS_SRC_DISK,                       /* loaded from the disk tier */
     TFS_SRC_STORE,                      /* fetched from the store */
     TFS_SRC_PEER,                       /* from a peer of the group */
+    TFS_SRC_SHARED,                     /* from the shared cache tier */
 };
 
 struct tfs_block {
@@ -235,10 +236,10 @@ struct tfs_cache {
 
     struct tfs_trace    *trace;         /* NULL unless tracing */
 
-    pthread_rwlock_t     source_lock;   /* read: a call to source in
-                                           flight; write: (un)setting */
-    tfs_cache_source_fn *source;        /* the group, or NULL; lock */
-    void                *source_arg;    /* source_lock */
+    pthread_rwlock_t     source_lock;   /* read: a call to a source in
+                                           flight; write: adding one */
+    struct tfs_cache_source sources[TFS_CACHE_SOURCES]; /* source_lock */
+    unsigned             n_sources;     /* source_lock */
 
     struct tfs_counters  ctr;
     struct tfs_hist      get_latency;

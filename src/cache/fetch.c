@@ -64,9 +64,10 @@ struct fetch_job {
     struct fetch_job *run_next;         /* running list; fetch lock */
     bool              hedge;
     bool              fill;             /* warmup writes to disk itself */
-    bool              local;            /* ask no peer: for a peer, or a
-                                           hedge (its store read) */
-    bool              from_peer;        /* a peer's bytes won */
+    bool              local;            /* ask no other source: for a
+                                           peer, or a hedge (its store
+                                           read) */
+    int               src;              /* tfs_block_src of its bytes */
     bool              tried;            /* taken up before its deadline */
 };
 
@@ -169,6 +170,7 @@ static struct fetch_job *fetch_job_new(struct tfs_cache *c,
         return NULL;
     }
     j->b = b;
+    j->src = TFS_SRC_STORE;
     j->obj_size = r->obj_size;
     j->index = r->index;
     j->off = r->off;
@@ -292,7 +294,7 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
         return;
     if (j->hedge)
         TFS_COUNT(&c->ctr, hedge_wins, 1);
-    tfs_block_publish(c, b, 0, j->from_peer ? TFS_SRC_PEER : TFS_SRC_STORE);
+    tfs_block_publish(c, b, 0, j->src);
     if (!j->fill) {
         struct tfs_block_ref r = {
             .key = j->key, .version = j->version, .obj_size = j->obj_size,
@@ -332,30 +334,60 @@ static int fetch_read_verified(struct tfs_cache *c, struct fetch_job *j,
     return rc;
 }
 
-/*
- * Ask the cache group's source for j's block first: 0 when it answered
- * (checked, into j->dst), else the store is read.  Peer bytes count as
- * the group's (its own metrics), not as store reads.
- */
-static int fetch_from_peer(struct tfs_cache *c, struct fetch_job *j)
+/* j's block as the sources name it. */
+static struct tfs_peer_block fetch_pb(const struct fetch_job *j)
 {
     struct tfs_peer_block pb = {
         .key = j->key, .version = j->version, .obj_size = j->obj_size,
         .index = j->index, .off = j->off, .len = j->len};
-    int rc;
+
+    memcpy(pb.id, j->b->id, sizeof(pb.id));
+    return pb;
+}
+
+/*
+ * Ask the other sources for j's block first, in order (the group's
+ * owner peer, then the shared tier): 0 when one answered (checked, into
+ * j->dst), else the store is read.  Their bytes count as theirs (their
+ * own metrics), not as store reads.
+ */
+static int fetch_from_sources(struct tfs_cache *c, struct fetch_job *j)
+{
+    struct tfs_peer_block pb = fetch_pb(j);
+    int rc = -ENOENT;
 
     if (j->local)
         return -ENOENT;
-    memcpy(pb.id, j->b->id, sizeof(pb.id));
     pthread_rwlock_rdlock(&c->source_lock);
-    rc = c->source != NULL
-             ? c->source(c->source_arg, &pb, j->deadline, j->dst) : -ENOENT;
-    pthread_rwlock_unlock(&c->source_lock);
-    if (rc == 0) {
-        j->from_peer = true;
-        TFS_COUNT(&c->ctr, peer_blocks, 1);
+    for (unsigned i = 0; i < c->n_sources && rc != 0; i++) {
+        const struct tfs_cache_source *s = &c->sources[i];
+
+        rc = s->read(s->arg, &pb, j->deadline, j->dst);
+        if (rc == 0 && s->kind == TFS_SOURCE_SHARED) {
+            j->src = TFS_SRC_SHARED;
+            TFS_COUNT(&c->ctr, shared_blocks, 1);
+        } else if (rc == 0) {
+            j->src = TFS_SRC_PEER;
+            TFS_COUNT(&c->ctr, peer_blocks, 1);
+        }
     }
+    pthread_rwlock_unlock(&c->source_lock);
     return rc;
+}
+
+/* The store gave j's block: tell the sources that keep copies. */
+static void fetch_stored(struct tfs_cache *c, struct fetch_job *j)
+{
+    struct tfs_peer_block pb = fetch_pb(j);
+
+    pthread_rwlock_rdlock(&c->source_lock);
+    for (unsigned i = 0; i < c->n_sources; i++) {
+        const struct tfs_cache_source *s = &c->sources[i];
+
+        if (s->stored != NULL)
+            s->stored(s->arg, &pb, j->dst);
+    }
+    pthread_rwlock_unlock(&c->source_lock);
 }
 
 static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
@@ -379,7 +411,7 @@ static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
         uint64_t prev = tfs_deadline_set(j->deadline);
 
         j->tried = j->deadline == 0 || t0 < j->deadline;
-        rc = fetch_from_peer(c, j);
+        rc = fetch_from_sources(c, j);
         if (rc == 0) {
             tfs_deadline_set(prev);
             fetch_complete(c, j, 0);
@@ -399,6 +431,7 @@ static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
         tfs_hist_add(&c->get_latency, ns);
         if (j->len >= c->cfg.block_size / 2)
             fetch_note_latency(c->fetch, ns);
+        fetch_stored(c, j);
     } else {
         TFS_COUNT(&c->ctr, backend_get_errors, 1);
         tfs_log(TFS_LOG_WARNING, "fetch: block %llu of '%s': %s (%s)",

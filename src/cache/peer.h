@@ -28,24 +28,43 @@ struct tfs_peer_block {
 };
 
 /*
- * Another source: fill dst with pb's len bytes, checked, before
- * deadline_ns (absolute, 0: none).  0: dst holds the block; -ENOENT: not
- * asked (this node owns the block, or no member may be asked now): read
- * the store; another error: asked and failed (already counted and
- * logged by the source): read the store.  Called from fetch workers, at
- * once by many.
+ * Another source of blocks, tried by the fetch engine before the store
+ * (the cache group's peers, a shared cache tier).  read fills dst with
+ * pb's len bytes, checked, before deadline_ns (absolute, 0: none): 0 when
+ * dst holds the block; -ENOENT when not asked (this node owns the block,
+ * no member may be asked now, the shared tier lacks it): the next source
+ * or the store is read; another error: asked and failed (counted and
+ * logged by the source), likewise.  stored (may be NULL) is told of
+ * every block the store itself gave (a shared tier keeps a copy).  Both
+ * are called from fetch workers, at once by many.
  */
 typedef int tfs_cache_source_fn(void *arg, const struct tfs_peer_block *pb,
                                 uint64_t deadline_ns, unsigned char *dst);
+typedef void tfs_cache_stored_fn(void *arg, const struct tfs_peer_block *pb,
+                                 const unsigned char *data);
+
+enum tfs_source_kind {
+    TFS_SOURCE_PEER,                    /* counted as hit_bytes_peer */
+    TFS_SOURCE_SHARED,                  /* counted as hit_bytes_shared */
+};
+
+struct tfs_cache_source {
+    tfs_cache_source_fn  *read;
+    tfs_cache_stored_fn  *stored;       /* or NULL */
+    void                 *arg;
+    enum tfs_source_kind  kind;
+};
+
+#define TFS_CACHE_SOURCES 2             /* the group, then a shared tier */
 
 /*
- * Set (fn non-NULL) or clear the source, at any time: it returns once no
- * call of the old one is in flight, so arg may be freed after clearing.
+ * Add a source after those there (-ENOSPC past TFS_CACHE_SOURCES), or
+ * remove the one with arg, at any time: either returns once no call of
+ * a source is in flight, so arg may be freed after removing it.
  */
-void tfs_cache_set_source(struct tfs_cache *c, tfs_cache_source_fn *fn,
-                          void *arg);
-
-uint64_t tfs_cache_block_size_of(const struct tfs_cache *c);
+int tfs_cache_add_source(struct tfs_cache *c,
+                         const struct tfs_cache_source *s);
+void tfs_cache_remove_source(struct tfs_cache *c, void *arg);
 
 /*
  * Name block index of object key (version, obj_size bytes) as this

@@ -329,7 +329,7 @@ void tfs_ram_publish(struct tfs_cache *c, struct tfs_block *b, int err,
             b->state = TFS_BLK_READY;
             b->src = src;
             b->src_left = b->len;
-            b->probation = (src == TFS_SRC_STORE || src == TFS_SRC_PEER) &&
+            b->probation = src >= TFS_SRC_STORE &&
                            c->disk != NULL &&
                            b->len >= c->cfg.block_size;
             if (b->in_table) {

@@ -49,7 +49,7 @@ static const struct {
     {"group", "group"},             {"group-listen", "group_listen"},
     {"group-secret-file", "group_secret_file"},
     {"group-serve", "group_serve"}, {"group-timeout", "group_timeout_ms"},
-    {"group-inflight", "group_inflight"},
+    {"group-inflight", "group_inflight"}, {"shared-tier", "shared_tier"},
 };
 
 struct mount_args {
@@ -109,6 +109,9 @@ static void mount_help(FILE *f)
         "  --group-serve on|off  off: a client only, not in FILE\n"
         "  --group-timeout MS    one peer request (default 3000)\n"
         "  --group-inflight N    requests at once per peer (default 16)\n"
+        "  --shared-tier URI     a shared cache tier on a fast store\n"
+        "                        (s3://cache-bucket/prefix): read there\n"
+        "                        before the store, written back after\n"
         "  --set NAME=VALUE      any cache option (see docs/fuse.md)\n"
         "  -o OPTS               FUSE mount options (allow_other, ...)\n"
         "  --log FILE            daemon log (default: syslog)\n"

@@ -14,6 +14,7 @@
 
 #include "fuse/fuse_int.h"
 #include "metrics/metrics.h"
+#include "tier/shared.h"
 #include "tierfs/fault.h"
 #include "tierfs/retry.h"
 
@@ -81,7 +82,8 @@ struct ctl_snap {
     struct tfs_fault_stats   fault;
     struct tfs_retry_stats   retry;
     struct tfs_group_snap    group;
-    struct tfs_metric_src    src[8];
+    struct tfs_shared_metrics shared;
+    struct tfs_metric_src    src[9];
     size_t                   n;
 };
 
@@ -155,6 +157,10 @@ static int ctl_snapshot(struct tfs_fs *fs, struct ctl_snap *s)
         ctl_add(s, &tfs_metrics_peers, s->group.peers);
         s->src[s->n - 1].keys = (const char *const *)s->group.keys;
         s->src[s->n - 1].rows = s->group.n;
+    }
+    if (fs->shared != NULL) {
+        tfs_shared_metrics_get(fs->shared, &s->shared);
+        ctl_add(s, &tfs_metrics_shared, &s->shared);
     }
     return 0;
 }

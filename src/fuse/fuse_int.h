@@ -248,6 +248,7 @@ struct fs_handle {
 struct fuse_session;
 struct tfs_http;
 struct tfs_group;
+struct tfs_shared;
 
 /* The mount (fs.h). */
 struct tfs_fs {
@@ -272,6 +273,8 @@ struct tfs_fs {
     struct tfs_group_cfg gcfg;          /* the cache group's: its strings
                                            owned; members NULL: none */
     struct tfs_group    *group;         /* owned; NULL: not in a group */
+    char                *shared_uri;    /* owned; NULL: no shared tier */
+    struct tfs_shared   *shared;        /* owned */
     struct tfs_buf       fuse_opts;     /* ","-joined */
     bool                 debug;
     unsigned             max_threads;

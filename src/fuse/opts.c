@@ -102,6 +102,8 @@ static const struct tfs_opt_spec fs_opts[] = {
     FS_OPT("group_inflight", TFS_OPT_UINT, gcfg.inflight, 1, 1024),
     FS_OPT("group_fault_corrupt", TFS_OPT_UINT, gcfg.fault_corrupt, 0,
            1e9),
+    {"shared_tier", TFS_OPT_STR, offsetof(struct tfs_fs, shared_uri), 0,
+     TFS_OPT_NOMAX, fs_set_or_none, NULL},
     {"fuse_opts", TFS_OPT_CUSTOM, 0, 0, 0, fs_set_fuse_opts,
      "mount options"},
     FS_OPT("debug", TFS_OPT_BOOL, debug, 0, 1),

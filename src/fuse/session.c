@@ -29,6 +29,7 @@
 #include "common/fsutil.h"
 #include "fuse/fuse_int.h"
 #include "metrics/http.h"
+#include "tier/shared.h"
 #include "tierfs/log.h"
 
 #define FS_MAX_BACKGROUND 4096          /* the kernel's background requests */
@@ -295,6 +296,8 @@ int tfs_fs_open(struct tfs_fs *fs, struct tfs_store *st,
         rc = tfs_cache_open(fs->cache, st);
     if (rc == 0 && fs->gcfg.members != NULL)
         rc = tfs_group_open(&fs->group, &fs->gcfg, fs->cache);
+    if (rc == 0 && fs->shared_uri != NULL)
+        rc = tfs_shared_open(&fs->shared, fs->shared_uri, fs->cache);
     if (rc == 0)
         rc = fs_wb_open(fs);
     if (rc == 0)
@@ -378,6 +381,7 @@ void tfs_fs_close(struct tfs_fs *fs)
     }
     tfs_http_stop(fs->http);
     tfs_group_close(fs->group);         /* before the cache it serves */
+    tfs_shared_close(fs->shared);       /* writes what is queued */
     wb_stop(fs->wb);                    /* no more uploads */
     while (fs->handles != NULL)         /* the kernel let go unreleased: */
         fs_handle_free(fs, fs->handles, false);     /* nothing sealed */
@@ -395,5 +399,6 @@ void tfs_fs_close(struct tfs_fs *fs)
     tfs_free((char *)fs->gcfg.members);
     tfs_free((char *)fs->gcfg.listen);
     tfs_free((char *)fs->gcfg.secret_file);
+    tfs_free(fs->shared_uri);
     tfs_free(fs);
 }

@@ -299,7 +299,17 @@ int tfs_group_open(struct tfs_group **out, const struct tfs_group_cfg *cfg,
         tfs_group_close(g);
         return rc;
     }
-    tfs_cache_set_source(c, gpeer_source, g);
+    {
+        struct tfs_cache_source src = {.read = gpeer_source, .arg = g,
+                                       .kind = TFS_SOURCE_PEER};
+
+        rc = tfs_cache_add_source(c, &src);
+        if (rc < 0) {
+            tfs_group_close(g);
+            return tfs_err(rc, "group: the cache has its sources already");
+        }
+        g->sourced = true;
+    }
     TFS_INFO("group: %zu members from '%s'%s%s", g->view->m.n, g->members,
              g->serve ? ", serving as " : ", client only",
              g->serve ? g->self_key : "");
@@ -313,8 +323,8 @@ void tfs_group_close(struct tfs_group *g)
 
     if (g == NULL)
         return;
-    if (g->c != NULL && g->watching)
-        tfs_cache_set_source(g->c, NULL, NULL);
+    if (g->c != NULL && g->sourced)
+        tfs_cache_remove_source(g->c, g);
     if (g->watching) {
         pthread_mutex_lock(&g->lock);
         g->stopping = true;

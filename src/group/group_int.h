@@ -82,6 +82,7 @@ struct tfs_group {
 
     pthread_t           watcher;
     bool                watching;
+    bool                sourced;        /* added to the cache's sources */
     pthread_cond_t      wake;           /* lock: stop or reload now */
     bool                stopping;       /* lock */
     struct stat         list_st;        /* the list loaded; watcher */

@@ -22,6 +22,7 @@
  *   retry      "retry", tierfs_retry_*     tfs_metrics_retry  retry.c
  *   group      "group", tierfs_group_*     tfs_metrics_group  group/group.c
  *   peers      "peers", tierfs_peer_*{peer=}  tfs_metrics_peers  (a table)
+ *   shared     "shared", tierfs_shared_*   tfs_metrics_shared tier/shared.c
  *
  * Histograms are in hist.h (also used by the CLI).
  */
@@ -174,6 +175,7 @@ extern const struct tfs_metric_section tfs_metrics_fault;
 extern const struct tfs_metric_section tfs_metrics_retry;
 extern const struct tfs_metric_section tfs_metrics_group;
 extern const struct tfs_metric_section tfs_metrics_peers;
+extern const struct tfs_metric_section tfs_metrics_shared;
 
 /* Every section, in the control file's order. */
 extern const struct tfs_metric_section *const tfs_metric_registry[];
@@ -191,6 +193,9 @@ extern const size_t tfs_metric_registry_len;
     X(hit_bytes_peer, BYTES,                                               \
       "bytes that came from a peer of the cache group")                    \
     X(peer_blocks, COUNT, "blocks fetched from a peer of the cache group") \
+    X(hit_bytes_shared, BYTES,                                             \
+      "bytes that came from the shared cache tier")                        \
+    X(shared_blocks, COUNT, "blocks fetched from the shared cache tier")   \
     X(backend_get_count, COUNT, "ranged reads sent to the store")          \
     X(backend_get_bytes, BYTES, "bytes read from the store")               \
     X(backend_get_errors, COUNT, "failed reads from the store")            \
