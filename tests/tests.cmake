@@ -191,3 +191,14 @@ set_tests_properties(security.posix PROPERTIES LABELS "security;fuse"
 tfs_s3_test(security.s3 ${PROJECT_SOURCE_DIR}/tests/integ/security.sh
   $<TARGET_FILE:tierfs> $<TARGET_FILE:tierfs_shared> s3://tierfs-test/security)
 set_tests_properties(security.s3 PROPERTIES SKIP_RETURN_CODE 77)
+
+# The cache group with real parts (tests/integ/group.sh, docs/group-test.md):
+# 4 nodes, each a network namespace with its own mount and cache dir, the
+# group over veth (htb-capped links), the RGW reached through the relay,
+# which counts the store's egress; one shuffled epoch a node, every byte
+# checked.  Without group support in the binary, the group cases are
+# reported "# SKIP" and only the link and the no-group baseline run.
+# Needs root (namespaces, mounts); about 15 s without the group cases.
+tfs_s3_test(group.net ${PROJECT_SOURCE_DIR}/tests/integ/group.sh
+  $<TARGET_FILE:tierfs> $<TARGET_FILE:relay>)
+set_tests_properties(group.net PROPERTIES LABELS "s3;fuse;group" TIMEOUT 300)

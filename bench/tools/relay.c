@@ -5,7 +5,7 @@
  * the relay stands in for it on the path from tierfs to the S3 server.
  *
  *   relay [-d DELAY_MS] [-j JITTER_MS] [-s STALL_FILE] [-t SECONDS]
- *         [-p PIDFILE] LISTEN_IP:PORT TARGET_IP:PORT
+ *         [-p PIDFILE] [-c COUNT_FILE] LISTEN_IP:PORT TARGET_IP:PORT
  *
  * Every chunk read from one side is held DELAY_MS plus a uniform draw in
  * [0, JITTER_MS] before it is written to the other side, in both
@@ -13,6 +13,12 @@
  * chunk is never released before the one ahead of it.  While STALL_FILE
  * exists (or after SIGUSR1, until SIGUSR2) nothing is read or written on
  * any connection and nothing is closed: a stall, not a reset.
+ *
+ * With -c, COUNT_FILE holds the relay's counters as "NAME VALUE" lines:
+ * conns (accepted), refused, up (bytes written to the target: what the
+ * clients sent) and down (bytes written to the clients: what the target
+ * sent, e.g. a store's egress).  It is replaced whole (a rename) at most
+ * every COUNT_MS while the counters change, and once more at exit.
  *
  * Bounded: at most RELAY_MAX_CONNS connections (more are refused), at most
  * RELAY_MAX_QUEUED bytes held per direction (the relay stops reading that
@@ -42,6 +48,7 @@
 #define RELAY_CHUNK      (64u << 10)
 #define RELAY_TICK_MS    10             /* stall-file and deadline polling */
 #define NS_PER_MS        1000000ull
+#define COUNT_MS         100            /* -c: the file's refresh period */
 
 struct chunk {
     struct chunk *next;
@@ -73,6 +80,8 @@ static const char *stall_file;
 static struct sockaddr_in target;
 static unsigned long n_accepted, n_refused;
 static unsigned long long n_bytes;
+static unsigned long long n_dir[2];     /* written: 0 to the target, 1 back */
+static const char *count_file;
 
 static uint64_t now_ns(void)
 {
@@ -213,8 +222,8 @@ static int pipe_read(struct pipe *p, int from, uint64_t now)
     return 0;
 }
 
-/* Write what is due; 0 ok or would block, -1 to close. */
-static int pipe_write(struct pipe *p, int to, uint64_t now)
+/* Write what is due of direction d; 0 ok or would block, -1 to close. */
+static int pipe_write(struct pipe *p, int d, int to, uint64_t now)
 {
     while (p->head != NULL && p->head->due_ns <= now) {
         struct chunk *k = p->head;
@@ -225,6 +234,7 @@ static int pipe_write(struct pipe *p, int to, uint64_t now)
         k->off += (size_t)n;
         p->queued -= (size_t)n;
         n_bytes += (unsigned long long)n;
+        n_dir[d] += (unsigned long long)n;
         if (k->off < k->len)
             return 0;
         p->head = k->next;
@@ -264,7 +274,7 @@ static int conn_step(struct conn *c, const struct pollfd *pf, uint64_t now)
         if ((pf[d].revents & (POLLIN | POLLHUP | POLLERR)) && !p->eof &&
             p->queued < RELAY_MAX_QUEUED && pipe_read(p, c->fd[d], now) < 0)
             return -1;
-        if (pipe_write(p, c->fd[1 - d], now) < 0)
+        if (pipe_write(p, d, c->fd[1 - d], now) < 0)
             return -1;
     }
     return c->p[0].shut && c->p[1].shut ? -1 : 0;
@@ -301,6 +311,38 @@ static void conn_events(const struct conn *c, struct pollfd *pf, int stall,
             pf[d].fd = -1;
 }
 
+/* -c: COUNT_FILE replaced whole (written beside it, then renamed). */
+static void count_write(void)
+{
+    char tmp[4096];
+    FILE *f;
+
+    if (count_file == NULL ||
+        snprintf(tmp, sizeof(tmp), "%s.tmp", count_file) >= (int)sizeof(tmp))
+        return;
+    f = fopen(tmp, "w");
+    if (f == NULL)
+        return;
+    fprintf(f, "conns %lu\nrefused %lu\nup %llu\ndown %llu\n", n_accepted,
+            n_refused, n_dir[0], n_dir[1]);
+    if (fclose(f) == 0)
+        rename(tmp, count_file);
+}
+
+/* count_write when a counter changed and COUNT_MS have passed. */
+static void count_tick(uint64_t now)
+{
+    static uint64_t last_ns;
+    static unsigned long long last_sum = ~0ull;
+    unsigned long long sum = n_accepted + n_refused + n_bytes;
+
+    if (sum == last_sum || now - last_ns < COUNT_MS * NS_PER_MS)
+        return;
+    count_write();
+    last_ns = now;
+    last_sum = sum;
+}
+
 static int listen_on(const struct sockaddr_in *sa)
 {
     int one = 1;
@@ -328,6 +370,7 @@ static void loop(int lfd, uint64_t end_ns, pid_t parent)
 
         if (now >= end_ns)
             break;
+        count_tick(now);
         pf[0].fd = lfd;
         pf[0].events = POLLIN;
         pf[0].revents = 0;
@@ -357,7 +400,8 @@ static void loop(int lfd, uint64_t end_ns, pid_t parent)
 static int usage(void)
 {
     fprintf(stderr, "usage: relay [-d DELAY_MS] [-j JITTER_MS] [-s STALL_FILE] "
-            "[-t SECONDS] [-p PIDFILE] LISTEN_IP:PORT TARGET_IP:PORT\n");
+            "[-t SECONDS] [-p PIDFILE] [-c COUNT_FILE]\n"
+            "             LISTEN_IP:PORT TARGET_IP:PORT\n");
     return 2;
 }
 
@@ -370,13 +414,14 @@ int main(int argc, char **argv)
     pid_t parent = getppid();
     int opt, lfd;
 
-    while ((opt = getopt(argc, argv, "d:j:s:t:p:")) != -1) {
+    while ((opt = getopt(argc, argv, "d:j:s:t:p:c:")) != -1) {
         switch (opt) {
         case 'd': delay_ns = (uint64_t)(atof(optarg) * NS_PER_MS); break;
         case 'j': jitter_ns = (uint64_t)(atof(optarg) * NS_PER_MS); break;
         case 's': stall_file = optarg; break;
         case 't': secs = atof(optarg); break;
         case 'p': pidfile = optarg; break;
+        case 'c': count_file = optarg; break;
         default: return usage();
         }
     }
@@ -411,6 +456,7 @@ int main(int argc, char **argv)
         if (conns[i] != NULL)
             conn_free(conns[i]);
     close(lfd);
+    count_write();
     fprintf(stderr, "relay: %lu connections, %lu refused, %llu bytes\n",
             n_accepted, n_refused, n_bytes);
     return 0;

@@ -2,7 +2,8 @@
 # The fault matrix's TCP relay (bench/tools/relay.c), tested on its own:
 # bytes arrive exact and in order under jitter, the delay is added in
 # both directions, a stall holds bytes without closing the connection,
-# and the relay exits at its time bound and when its parent dies.
+# the relay exits at its time bound and when its parent dies, and -c
+# counts the bytes each way.
 #
 #   faults_relay.sh RELAY
 set -u
@@ -105,6 +106,15 @@ kill "${pids[-1]}"
 start_relay -t 60 -j 20
 out=$($py "$work/client.py" "$rport" bulk)
 check "16 MiB both ways under 0-20 ms jitter: $out" '[ "$out" = same ]'
+kill "${pids[-1]}"
+
+start_relay -t 60 -c "$work/count"
+out=$($py "$work/client.py" "$rport" bulk)
+sleep 0.3
+cnt=$(tr '\n' ' ' <"$work/count" 2>/dev/null)
+# (conns: the start probe and the client)
+check "-c: 16 MiB each way counted at the relay ($out; $cnt)" \
+    '[ "$out" = same ] && [ "$cnt" = "conns 2 refused 0 up 16777216 down 16777216 " ]'
 kill "${pids[-1]}"
 
 start_relay -t 60 -d 100

@@ -5,11 +5,16 @@
 #
 #   ok NAME, bad NAME [WHY]    count and print one result; bad also shows
 #                              the last lines of $tap_detail (a file)
-#   check NAME EXPR...         EXPR evaluated (a shell test)
+#   skip NAME WHY              a case that cannot run here: "ok - NAME
+#                              # SKIP WHY", counted apart
+#   check NAME EXPR...         EXPR evaluated (a shell test); also
+#                              check_expr (faults_lib.sh's check runs a
+#                              command)
 #   check_cmd NAME CMD...      CMD run; its exit status decides
 #   tap_end [WHAT]             the summary line; non-zero if any failed
 pass=0
 fail=0
+skipped=0
 tap_detail=""
 ok() { pass=$((pass + 1)); echo "ok - $1"; }
 bad() {
@@ -17,6 +22,13 @@ bad() {
     echo "FAIL - $1${2:+: $2}"
     [ -z "$tap_detail" ] || sed 's/^/    /' "$tap_detail" 2>/dev/null | tail -5
 }
-check() { local n=$1; shift; if eval "$@"; then ok "$n"; else bad "$n" "$*"; fi; }
+skip() { skipped=$((skipped + 1)); echo "ok - $1 # SKIP $2"; }
+check_expr() { local n=$1; shift; if eval "$@"; then ok "$n"; else bad "$n" "$*"; fi; }
+check() { check_expr "$@"; }
 check_cmd() { if "${@:2}"; then ok "$1"; else bad "$1"; fi; }
-tap_end() { echo "${1:+$1: }$pass passed, $fail failed"; [ "$fail" = 0 ]; }
+tap_end() {
+    local s=""
+    [ "$skipped" = 0 ] || s=", $skipped skipped"
+    echo "${1:+$1: }$pass passed, $fail failed$s"
+    [ "$fail" = 0 ]
+}
