@@ -220,9 +220,6 @@ static enum MHD_Result serve_answer(void *cls, struct MHD_Connection *conn,
         return serve_text(conn, MHD_HTTP_NOT_FOUND,
                           "not found; a tierfs group peer serves "
                           GROUP_PATH "<block id>\n");
-    if (!serve_id(hex, id))
-        return serve_refuse(s, conn, MHD_HTTP_BAD_REQUEST,
-                            "bad block id: want 32 lowercase hex digits");
     t = serve_arg(conn, MHD_HEADER_KIND, GROUP_H_TIME);
     nonce = serve_arg(conn, MHD_HEADER_KIND, GROUP_H_NONCE);
     sig = serve_arg(conn, MHD_HEADER_KIND, GROUP_H_SIG);
@@ -239,6 +236,10 @@ static enum MHD_Result serve_answer(void *cls, struct MHD_Connection *conn,
                             ? MHD_HTTP_SERVICE_UNAVAILABLE
                             : MHD_HTTP_FORBIDDEN, why);
     }
+    /* signed first: nothing of a request is looked at before that */
+    if (!serve_id(hex, id))
+        return serve_refuse(s, conn, MHD_HTTP_BAD_REQUEST,
+                            "bad block id: want 32 lowercase hex digits");
     key = serve_arg(conn, MHD_GET_ARGUMENT_KIND, "key");
     ver = serve_arg(conn, MHD_GET_ARGUMENT_KIND, "version");
     size_s = serve_arg(conn, MHD_GET_ARGUMENT_KIND, "size");

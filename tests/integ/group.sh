@@ -379,14 +379,14 @@ case_auth() {
         'node_exec 1 ss -ltnH | awk "{ print \$4 }" | grep -qx "$(node_ip 1):$gport" &&
          ! node_exec 1 ss -ltnH | awk "{ print \$4 }" | grep -qE "^(0\.0\.0\.0|\*|\[::\]):$gport\$"'
     # a real object of the dataset; the block id the client would send
-    # (GROUP_BLOCK_ID overrides: the protocol's id, 64 hex digits here)
+    # (GROUP_BLOCK_ID overrides; 32 hex digits: the id's form, not a real one)
     auth_key=$(awk 'NR == 1 { print $1 }' "$work/data/manifest")
     auth_size=$(awk 'NR == 1 { print $2 }' "$work/data/manifest")
     auth_ver=$("$tierfs" stat --json "$uri/$auth_key" 2>/dev/null |
         /usr/bin/python3 -c 'import json, sys
 v = json.load(sys.stdin); v = v[0] if isinstance(v, list) else v
 print(str(v.get("version", "x")).strip("\""))' 2>/dev/null || echo x)
-    auth_blk=${GROUP_BLOCK_ID:-$(printf '%s\n%s\n0' "$auth_key" "$auth_ver" | sha256sum | cut -c1-64)}
+    auth_blk=${GROUP_BLOCK_ID:-$(printf '%s\n%s\n0' "$auth_key" "$auth_ver" | sha256sum | cut -c1-32)}
     printf 'not-the-group-secret-0123456789' >"$work/wrong-secret"
     chmod 600 "$work/wrong-secret"
     now=$(date +%s)
