@@ -39,7 +39,7 @@ set -u
 tierfs=$(realpath "$1")
 relay=$(realpath "$2")
 shift 2
-cases=${*:-link baseline group warm kill rejoin auth}
+cases=${*:-link baseline group warm kill rejoin auth corrupt serve}
 [ "$(id -u)" = 0 ] || { echo "group: needs root (namespaces, mounts)"; exit 1; }
 : "${AWS_ENDPOINT_URL:?run under scripts/with-s3}" "${TFS_TEST_S3_BUCKET:?}"
 # What a run killed -9 left (its shell is gone, so no trap ran): its
@@ -405,13 +405,96 @@ print(str(v.get("version", "x")).strip("\""))' 2>/dev/null || echo x)
     check_expr "auth: the same request replayed refused ($s5)" '[ "$s5" = 403 ]'
 }
 
+# ---- a peer that lies ----
+# node 1 serves with every 3rd answer corrupted after its checksum; the
+# others read the dataset: every byte right, the lies counted
+case_corrupt() {
+    local i others=() sum
+    for i in $(seq "$nodes"); do
+        node_umount "$i"
+        node_wipe "$i"
+        [ "$i" = 1 ] || others+=("$i")
+    done
+    # shellcheck disable=SC2046
+    node_mount 1 "$uri" "${margs[@]}" $(group_args 1 "$work/members") \
+        --set group_fault_corrupt=3 || { bad "corrupt: mount 1"; return; }
+    for i in "${others[@]}"; do
+        # shellcheck disable=SC2046
+        node_mount "$i" "$uri" "${margs[@]}" $(group_args "$i" "$work/members") ||
+            { bad "corrupt: mount $i"; return; }
+    done
+    store_mark
+    epoch_start bad "${others[@]}"
+    epoch_wait bad "${others[@]}"
+    egress_line corrupt
+    epoch_report bad "${others[@]}"
+    sum=0
+    for i in "${others[@]}"; do
+        sum=$((sum + $(/usr/bin/python3 -c 'import json, sys
+p = json.load(open(sys.argv[1])).get("peers", {}).get(sys.argv[2], {})
+print(int(p.get("corrupt", 0)))' "${node_mnt[i]}/.tierfs-stats" "$(node_ip 1):$gport")))
+    done
+    echo "    corrupt: node 1 lied; its answers that failed their check, all nodes: $sum"
+    check_cmd "corrupt: the ${#others[@]} others read all $ds_files files, every byte right" \
+        epoch_clean bad "${others[@]}"
+    check_expr "corrupt: the corrupted answers were detected ($sum)" 'le 1 "$sum"'
+    umount_all
+}
+
+# ---- a dedicated cache node ----
+# node 1 runs tierfs serve (no mount), the others mount as clients only
+serve_pid=0
+case_serve() {
+    local i others=() served
+    for i in $(seq "$nodes"); do
+        node_umount "$i"
+        node_wipe "$i"
+        [ "$i" = 1 ] || others+=("$i")
+    done
+    echo "$(node_ip 1):$gport" >"$work/members-serve"
+    env AWS_ENDPOINT_URL="$(store_url)" nsenter --net="/run/netns/$(gnet_ns 1)" \
+        "$tierfs" serve "$uri" --cache-dir "$work/n1/cache" --mem-cache 32M \
+        --block-size "$bs" --set meta_ttl=600 --group "$work/members-serve" \
+        --group-listen "$(node_ip 1):$gport" --group-secret-file "$work/secret" \
+        --metrics "$(node_ip 1):9567" >"$work/serve.log" 2>&1 &
+    serve_pid=$!
+    group_pids="$group_pids $serve_pid"
+    for i in $(seq 100); do
+        node_exec 2 curl -s -o /dev/null -m 1 "http://$(node_ip 1):9567/metrics" && break
+        sleep 0.05
+    done
+    for i in "${others[@]}"; do
+        # shellcheck disable=SC2046
+        node_mount "$i" "$uri" "${margs[@]}" $(group_args "$i" "$work/members-serve" serve-off) ||
+            { bad "serve: mount $i"; return; }
+    done
+    store_mark
+    epoch_start srv "${others[@]}"
+    epoch_wait srv "${others[@]}"
+    egress_line serve
+    epoch_report srv "${others[@]}"
+    served=$(node_exec 2 curl -s -m 5 "http://$(node_ip 1):9567/metrics" |
+        awk '$1 == "tierfs_group_served_bytes_total" { print $2 }')
+    echo "    serve: the cache node served ${served:-?} bytes; $(head -1 "$work/serve.log")"
+    check_cmd "serve: ${#others[@]} client nodes read all $ds_files files from a tierfs serve node, every byte right" \
+        epoch_clean srv "${others[@]}"
+    check_expr "serve: one copy out of the store ($eg_text <= 1.05x)" 'le "$eg_ratio" 1.05'
+    check_expr "serve: every client byte came from the cache node (${served:-0} >= $((ds_bytes * ${#others[@]})))" \
+        '[ -n "$served" ] && le "$((ds_bytes * ${#others[@]}))" "$served"'
+    umount_all
+    kill "$serve_pid" 2>/dev/null
+    wait "$serve_pid" 2>/dev/null
+    serve_pid=0
+}
+
 skip_group_cases() {
     local c
     for c in "group: egress <= 1.05x dataset" "warm: from peers, every byte right" \
         "warm epoch from peers vs own cache; throughput vs link" \
         "kill -9 mid-epoch: 0 errors, 0 wrong bytes" "kill -9 mid-epoch: egress <= 1.3x" \
         "rejoin: hits from peers" "auth: listener on the address given" \
-        "auth: forged, stale, replayed requests refused"; do
+        "auth: forged, stale, replayed requests refused" \
+        "corrupt: a lying peer detected" "serve: a dedicated cache node"; do
         skip "$c" "$no_group"
     done
 }
@@ -426,7 +509,7 @@ chmod 600 "$work/secret"
 for i in $(seq "$nodes"); do echo "$(node_ip "$i"):$gport" >>"$work/members"; done
 echo "# $nodes nodes on $gnet_sub.0/24 (bridge $gnet_br), htb $gnet_rate a link; store $(store_url) -> $AWS_ENDPOINT_URL; group support: $([ $has_group = 1 ] && echo yes || echo no)"
 case " $cases " in
-*" baseline "* | *" group "* | *" warm "* | *" kill "* | *" rejoin "* | *" auth "*)
+*" baseline "* | *" group "* | *" warm "* | *" kill "* | *" rejoin "* | *" auth "* | *" corrupt "* | *" serve "*)
     ds_make || { bad "dataset: $mib MiB in $uri"; tap_end group; exit 1; }
     echo "# dataset: $ds_files files, $ds_bytes bytes ($(mibs "$ds_bytes") MiB), block size $bs, under $uri"
     ;;
@@ -436,7 +519,7 @@ for c in $cases; do
     echo "# $c"
     case $c in
     link | baseline) "case_$c" ;;
-    group | warm | kill | rejoin | auth)
+    group | warm | kill | rejoin | auth | corrupt | serve)
         if [ "$has_group" = 1 ]; then
             "case_$c"
         elif [ "$skipped_group" = 0 ]; then
