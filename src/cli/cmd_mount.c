@@ -102,7 +102,8 @@ static void mount_help(FILE *f)
         "  --upload-delay S      seconds after a close before uploading, so\n"
         "                        write-then-rename uploads once (default 1)\n"
         "  --group FILE          join the cache group listed in FILE\n"
-        "                        (host:port [weight] lines; docs/group.md)\n"
+        "                        (host:port [weight] lines; docs/group.md),\n"
+        "                        or dns:NAME:PORT (every address of NAME)\n"
         "  --group-listen HOST:PORT  serve peers here: this node's line\n"
         "                        in FILE (never 0.0.0.0 unless given)\n"
         "  --group-secret-file F the group's secret (mode 0600)\n"
@@ -141,7 +142,8 @@ static int mount_add(struct mount_args *a, const char *name,
     a->values[a->n] = strcmp(name, "cache_dir") == 0 ||
                               strcmp(name, "trace") == 0 ||
                               strcmp(name, "staging_dir") == 0 ||
-                              strcmp(name, "group") == 0 ||
+                              (strcmp(name, "group") == 0 &&
+                               strncmp(value, "dns:", 4) != 0) ||
                               strcmp(name, "group_secret_file") == 0
                           ? mount_abs(value)
                           : tfs_strdup(value);

@@ -8,10 +8,15 @@
  * function; the view a request uses is pinned for it, so a reload never
  * frees what a request holds.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 #include "common/util.h"
 #include "group/group_int.h"
@@ -143,12 +148,102 @@ static int group_install(struct tfs_group *g, struct tfs_gmembers *m)
     return 0;
 }
 
-/* Load the list file; install it if it parses.  st: the file's stat. */
-static int group_load(struct tfs_group *g, const struct stat *st)
+/* ---- members from DNS ---- */
+
+static int group_addr_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * "dns:NAME:PORT": every address NAME resolves to, a member each (weight
+ * 1), as list lines in b, sorted so that a change is told by the text.
+ */
+static int group_dns_text(struct tfs_group *g, struct tfs_buf *b)
+{
+    const char *spec = g->members + 4;
+    const char *colon = strrchr(spec, ':');
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
+    struct addrinfo *ai = NULL;
+    char name[TFS_GROUP_HOST_MAX];
+    char *addrs[256];
+    size_t n = 0;
+    uint64_t port;
+    int rc;
+
+    if (colon == NULL || colon == spec ||
+        (size_t)(colon - spec) >= sizeof(name) ||
+        tfs_parse_u64(colon + 1, &port) < 0 || port == 0 || port > 65535)
+        return tfs_err(TFS_EOPTION, "group '%s': want dns:NAME:PORT",
+                       g->members);
+    memcpy(name, spec, (size_t)(colon - spec));
+    name[colon - spec] = '\0';
+    rc = getaddrinfo(name, NULL, &hints, &ai);
+    if (rc != 0)
+        return tfs_err(-EHOSTUNREACH, "group '%s': %s", g->members,
+                       gai_strerror(rc));
+    for (struct addrinfo *a = ai; a != NULL && n < TFS_ARRAY_LEN(addrs);
+         a = a->ai_next) {
+        char ip[INET6_ADDRSTRLEN];
+        const void *at = a->ai_family == AF_INET6
+            ? (const void *)&((struct sockaddr_in6 *)a->ai_addr)->sin6_addr
+            : (const void *)&((struct sockaddr_in *)a->ai_addr)->sin_addr;
+        bool dup = false;
+
+        if (inet_ntop(a->ai_family, at, ip, sizeof(ip)) == NULL)
+            continue;
+        for (size_t i = 0; i < n && !dup; i++)
+            dup = strcmp(addrs[i], ip) == 0;
+        if (!dup && (addrs[n] = tfs_strdup(ip)) != NULL)
+            n++;
+    }
+    freeaddrinfo(ai);
+    qsort(addrs, n, sizeof(addrs[0]), group_addr_cmp);
+    for (size_t i = 0; i < n; i++) {
+        bool v6 = strchr(addrs[i], ':') != NULL;
+
+        tfs_buf_printf(b, "%s%s%s:%u\n", v6 ? "[" : "", addrs[i],
+                       v6 ? "]" : "", (unsigned)port);
+        tfs_free(addrs[i]);
+    }
+    if (n == 0)
+        return tfs_err(-EHOSTUNREACH, "group '%s': no address", g->members);
+    return tfs_buf_error(b);
+}
+
+static bool group_is_dns(const struct tfs_group *g)
+{
+    return strncmp(g->members, "dns:", 4) == 0;
+}
+
+/*
+ * Load the member list (the file, or the names DNS gives) and install it
+ * if it parses.  st: the file's stat.  *same: DNS gave what it gave last.
+ */
+static int group_load(struct tfs_group *g, const struct stat *st,
+                      bool *same)
 {
     struct tfs_gmembers m = {0};
-    int rc = tfs_gmembers_load(g->members, &m);
+    struct tfs_buf b;
+    uint64_t h = 0;
+    int rc;
 
+    *same = false;
+    tfs_buf_init(&b, 1u << 20);
+    if (group_is_dns(g)) {
+        rc = group_dns_text(g, &b);
+        h = rc == 0 ? XXH3_64bits(b.p, b.len) : 0;
+        if (rc == 0 && h == g->dns_hash && g->view != NULL) {
+            *same = true;
+            tfs_buf_cleanup(&b);
+            return 0;
+        }
+        if (rc == 0)
+            rc = tfs_gmembers_parse(b.p, b.len, g->members, &m);
+    } else {
+        rc = tfs_gmembers_load(g->members, &m);
+    }
+    tfs_buf_cleanup(&b);
     if (rc == 0)
         rc = group_install(g, &m);
     tfs_gmembers_cleanup(&m);
@@ -158,18 +253,22 @@ static int group_load(struct tfs_group *g, const struct stat *st)
     }
     if (st != NULL)
         g->list_st = *st;
+    g->dns_hash = h;
     atomic_fetch_add(&g->reloads, 1);
     return 0;
 }
 
 int tfs_group_reload(struct tfs_group *g)
 {
-    struct stat st;
+    struct stat st = {0};
+    bool same;
     int rc;
 
-    if (stat(g->members, &st) < 0)
+    if (!group_is_dns(g) && stat(g->members, &st) < 0)
         return tfs_err(-errno, "group list '%s'", g->members);
-    rc = group_load(g, &st);
+    rc = group_load(g, &st, &same);
+    if (rc == 0 && same)
+        return 0;
     if (rc < 0)
         TFS_WARN("group: list '%s' refused, keeping the one loaded: "
                  TFS_CAUSE_FMT, g->members,
@@ -189,10 +288,14 @@ static bool group_changed(const struct stat *a, const struct stat *b)
            a->st_mtim.tv_nsec != b->st_mtim.tv_nsec;
 }
 
-/* Every reload_ms: a list file that changed (or was replaced) is read. */
+/*
+ * Every reload_ms: a list file that changed (or was replaced) is read;
+ * a DNS name is resolved again every GROUP_DNS_TICKS of them.
+ */
 static void *group_watch(void *arg)
 {
     struct tfs_group *g = arg;
+    unsigned tick = 0;
 
     pthread_mutex_lock(&g->lock);
     while (!g->stopping) {
@@ -202,8 +305,13 @@ static void *group_watch(void *arg)
         if (g->stopping)
             break;
         pthread_mutex_unlock(&g->lock);
-        if (stat(g->members, &st) == 0 && group_changed(&st, &g->list_st))
+        if (group_is_dns(g)) {
+            if (++tick % GROUP_DNS_TICKS == 0)
+                (void)tfs_group_reload(g);
+        } else if (stat(g->members, &st) == 0 &&
+                   group_changed(&st, &g->list_st)) {
             (void)tfs_group_reload(g);
+        }
         pthread_mutex_lock(&g->lock);
     }
     pthread_mutex_unlock(&g->lock);
@@ -261,7 +369,8 @@ int tfs_group_open(struct tfs_group **out, const struct tfs_group_cfg *cfg,
                    struct tfs_cache *c)
 {
     struct tfs_group *g = tfs_calloc(1, sizeof(*g));
-    struct stat st;
+    struct stat st = {0};
+    bool same;
     int rc;
 
     if (g == NULL)
@@ -276,10 +385,10 @@ int tfs_group_open(struct tfs_group **out, const struct tfs_group_cfg *cfg,
         rc = group_self(g);
     if (rc == 0)
         rc = tfs_gauth_load(&g->auth, cfg->secret_file, TFS_GROUP_WINDOW_S);
-    if (rc == 0 && stat(g->members, &st) < 0)
+    if (rc == 0 && !group_is_dns(g) && stat(g->members, &st) < 0)
         rc = tfs_err(-errno, "group list '%s'", g->members);
     if (rc == 0)
-        rc = group_load(g, &st);
+        rc = group_load(g, &st, &same);
     if (rc == 0 && g->serve && g->view->self < 0)
         rc = tfs_err(TFS_EOPTION, "group: this node (%s) is not in the "
                      "list '%s'; add it, or --group-serve off for a "

@@ -136,7 +136,10 @@ struct tfs_group;
 #define TFS_GROUP_WINDOW_S 30           /* requests' clock skew allowed */
 
 struct tfs_group_cfg {
-    const char *members;                /* the member list's path */
+    const char *members;                /* the member list's path, or
+                                           "dns:NAME:PORT": every address
+                                           NAME resolves to, weight 1,
+                                           resolved every 10 reload_ms */
     const char *listen;                 /* HOST:PORT this node serves on,
                                            as the list names it; NULL
                                            with serve off */

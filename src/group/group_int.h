@@ -25,6 +25,7 @@
 #define GROUP_KEY_MAX (TFS_GROUP_HOST_MAX + 8)  /* "[host]:port" */
 #define GROUP_BACKOFF_MIN_NS 1000000000ull      /* 1 s after a failure */
 #define GROUP_BACKOFF_MAX_NS 30000000000ull     /* doubling up to 30 s */
+#define GROUP_DNS_TICKS 10              /* a DNS name: every 10 reloads */
 
 /* One member, once listed: kept (with its figures) until close. */
 struct gpeer {
@@ -86,6 +87,7 @@ struct tfs_group {
     pthread_cond_t      wake;           /* lock: stop or reload now */
     bool                stopping;       /* lock */
     struct stat         list_st;        /* the list loaded; watcher */
+    uint64_t            dns_hash;       /* of the list DNS gave last */
 
     struct gserve      *srv;            /* NULL when not serving */
 

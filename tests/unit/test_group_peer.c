@@ -18,6 +18,7 @@
  *                  reads its own store, right bytes
  *   reload         the member list rewritten: the new member is used
  *   client_only    a node that does not serve, not in the list
+ *   dns            members from a DNS name (dns:localhost:PORT)
  *   open_errors    the list must name a serving node, and not a client
  */
 #include <arpa/inet.h>
@@ -154,14 +155,17 @@ static void node_cache(struct node *n, const char *sub, uint64_t bs)
 static int node_join(struct node *n, const char *list, bool serve,
                      unsigned corrupt, uint64_t timeout_ms)
 {
-    char lpath[128];
+    char lpath[160];
     char spath[128];
     struct tfs_group_cfg cfg = {
         .members = lpath, .listen = serve ? n->listen : NULL,
         .secret_file = spath, .serve = serve, .timeout_ms = timeout_ms,
         .reload_ms = 50, .fault_corrupt = corrupt};
 
-    snprintf(lpath, sizeof(lpath), "%s/%s", dir, list);
+    if (strncmp(list, "dns:", 4) == 0)
+        snprintf(lpath, sizeof(lpath), "%s", list);
+    else
+        snprintf(lpath, sizeof(lpath), "%s/%s", dir, list);
     snprintf(spath, sizeof(spath), "%s/secret", dir);
     return tfs_group_open(&n->g, &cfg, n->c);
 }
@@ -608,6 +612,31 @@ TEST(client_only)
     node_close(&n[1]);
 }
 
+TEST(dns)
+{
+    struct node n[2];
+    struct tfs_group_snap s;
+    char list[64];
+
+    setup();
+    ports(n, 2);
+    snprintf(list, sizeof(list), "dns:localhost:%u", (unsigned)n[0].port);
+    node_cache(&n[0], "data", BS);
+    node_cache(&n[1], "data", BS);
+    CHECK_OK(node_join(&n[0], list, true, 0, 0));
+    CHECK_OK(node_join(&n[1], list, false, 0, 0));
+    CHECK_OK(node_read(&n[1], 9));
+    s = snap(&n[1]);
+    CHECK(s.g.members >= 1);            /* 127.0.0.1, maybe ::1 too */
+    CHECK(s.g.peer_hits >= 1);
+    tfs_group_snap_cleanup(&s);
+    CHECK_RC(node_join(&n[1], "dns:localhost", false, 0, 0), TFS_EOPTION);
+    CHECK_RC(node_join(&n[1], "dns:no-such-host.invalid:7", false, 0, 0),
+             -EHOSTUNREACH);
+    node_close(&n[0]);
+    node_close(&n[1]);
+}
+
 TEST(open_errors)
 {
     struct node n[2];
@@ -651,5 +680,5 @@ TEST(open_errors)
 }
 
 TESTS(T(one_copy), T(peer_lost), T(corrupt), T(hung_peer), T(refused),
-      T(other_store), T(reload), T(client_only), T(open_errors));
+      T(other_store), T(reload), T(client_only), T(dns), T(open_errors));
 TEST_MAIN()
