@@ -83,7 +83,17 @@ static void stats_meta(const struct tfs_json *meta, const char *name,
     const struct tfs_json *m = tfs_json_get(meta, name);
     const char *type = NULL;
     const char *unit = NULL;
+    const char *dot = strchr(name, '.');
+    const char *last = strrchr(name, '.');
+    char star[STATS_NAME_MAX + 4];
 
+    /* a table section's row: "peers.HOST:PORT.requests" is in meta as
+       "peers.*.requests" (its key may hold dots) */
+    if (m == NULL && dot != NULL && last != dot) {
+        snprintf(star, sizeof(star), "%.*s.*%s", (int)(dot - name), name,
+                 last);
+        m = tfs_json_get(meta, star);
+    }
     f->counter = false;
     f->unit = STATS_PLAIN;
     if (m == NULL || m->type != TFS_JSON_ARRAY || m->n != 2)
