@@ -36,6 +36,10 @@ tfs_s3_test(store.s3-retry $<TARGET_FILE:test_store_conf>
 if(TARGET test_s3_live)
   tfs_s3_test(unit.s3_live $<TARGET_FILE:test_s3_live>)
 endif()
+# Two RGW gateways of the one cluster, one killed -9 mid-read (issue 16).
+tfs_s3_test(s3.gateways ${PROJECT_SOURCE_DIR}/tests/integ/s3_gateways.sh
+  $<TARGET_FILE:test_s3_gateways> ${TFS_S3_SERVER})
+set_tests_properties(s3.gateways PROPERTIES TIMEOUT 120)
 
 # The Python binding, with Debian's python3 (python3-pytest, python3-torch).
 add_test(NAME python.store

@@ -11,6 +11,11 @@
  * numbers), which choose the format and whether -w shows a rate: the
  * per-second rate of each counter.  A figure meta does not name (a
  * daemon older than meta) shows as a plain number without a rate.
+ *
+ * A table section (meta names its figures "section.*.name": the s3
+ * store's "endpoints", one row per gateway) is printed after the rest as
+ * a table, a line per row, with each row's share of the requests, so a
+ * hot gateway shows at a glance; with -w its counters are rates.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,8 +31,11 @@
 #include "common/json.h"
 #include "common/util.h"
 
-#define STATS_MAX_FIELDS 256
-#define STATS_NAME_MAX 96
+#define STATS_MAX_FIELDS 2048
+#define STATS_NAME_MAX 160
+#define STATS_COL_MAX 40
+#define STATS_MAX_TABLES 8
+#define STATS_MAX_ROWS 256
 #define STATS_TEXT_MAX (4u << 20)
 #define STATS_DEPTH_MAX 8
 
@@ -46,11 +54,18 @@ struct stats_field {
     double          v;
     bool            counter;            /* -w shows its rate */
     enum stats_unit unit;
+    int             table;              /* index in tables, -1: none */
+    int             row;                /* index in rows (of a table) */
+    char            col[STATS_COL_MAX]; /* its name in the row */
 };
 
 struct stats_set {
     struct stats_field f[STATS_MAX_FIELDS];
     size_t             n;
+    char               tables[STATS_MAX_TABLES][STATS_COL_MAX];
+    size_t             n_tables;
+    char               rows[STATS_MAX_ROWS][STATS_NAME_MAX];
+    size_t             n_rows;
     uint64_t           t_ns;            /* when it was read */
 };
 
@@ -111,6 +126,59 @@ static int stats_value(const struct tfs_json *v, const char *name,
                        struct stats_set *s, const struct tfs_json *meta,
                        int depth);
 
+/* Does meta name figures "name.*.x": is section name a table? */
+static bool stats_is_table(const struct tfs_json *meta, const char *name)
+{
+    size_t len = strlen(name);
+
+    for (const struct tfs_json *m = meta ? meta->child : NULL; m != NULL;
+         m = m->next) {
+        if (strncmp(m->key, name, len) == 0 &&
+            strncmp(m->key + len, ".*.", 3) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* One row of table t: its numbers, typed by meta's "table.*.col". */
+static void stats_row(const struct tfs_json *v, const char *table, int t,
+                      struct stats_set *s, const struct tfs_json *meta)
+{
+    char mname[STATS_NAME_MAX];
+    int row = (int)s->n_rows;
+
+    if (v->type != TFS_JSON_OBJECT || s->n_rows == STATS_MAX_ROWS)
+        return;
+    snprintf(s->rows[s->n_rows++], STATS_NAME_MAX, "%s", v->key);
+    for (const struct tfs_json *m = v->child; m != NULL; m = m->next) {
+        struct stats_field *f = &s->f[s->n];
+
+        if (m->type != TFS_JSON_NUMBER || s->n == STATS_MAX_FIELDS)
+            continue;
+        s->n++;
+        snprintf(f->name, STATS_NAME_MAX, "%s.%s.%s", table, v->key, m->key);
+        snprintf(f->col, STATS_COL_MAX, "%s", m->key);
+        f->v = strtod(m->s, NULL);
+        f->table = t;
+        f->row = row;
+        snprintf(mname, sizeof(mname), "%s.*.%s", table, m->key);
+        stats_meta(meta, mname, f);
+    }
+}
+
+/* A table section: every member a row. */
+static void stats_table(const struct tfs_json *v, const char *name,
+                        struct stats_set *s, const struct tfs_json *meta)
+{
+    int t = (int)s->n_tables;
+
+    if (s->n_tables == STATS_MAX_TABLES)
+        return;
+    snprintf(s->tables[s->n_tables++], STATS_COL_MAX, "%s", name);
+    for (const struct tfs_json *r = v->child; r != NULL; r = r->next)
+        stats_row(r, name, t, s, meta);
+}
+
 /* An object's members, each value flattened under prefix "name." (a
    name cut to STATS_NAME_MAX - 1 bytes, as the names of old); the top
    level's "meta" is not a figure. */
@@ -123,6 +191,11 @@ static int stats_object(const struct tfs_json *v, const char *name,
     for (const struct tfs_json *m = v->child; m != NULL; m = m->next) {
         if (depth == 0 && strcmp(m->key, "meta") == 0)
             continue;
+        if (depth == 0 && s != NULL && m->type == TFS_JSON_OBJECT &&
+            stats_is_table(meta, m->key)) {
+            stats_table(m, m->key, s, meta);
+            continue;
+        }
         if ((size_t)snprintf(full, sizeof(full), "%s%s%.*s", name,
                              name[0] ? "." : "", STATS_NAME_MAX - 1,
                              m->key) >= sizeof(full))
@@ -158,6 +231,7 @@ static int stats_value(const struct tfs_json *v, const char *name,
 
         snprintf(f->name, STATS_NAME_MAX, "%s", name);
         f->v = strtod(v->s, NULL);
+        f->table = -1;
         stats_meta(meta, name, f);
     }
     return 0;
@@ -175,6 +249,8 @@ static int stats_parse(const char *text, size_t len, struct stats_set *s)
     int rc;
 
     s->n = 0;
+    s->n_tables = 0;
+    s->n_rows = 0;
     rc = tfs_json_parse(text, len, &lim, &doc);
     if (rc == 0 && (doc.root->type != TFS_JSON_OBJECT ||
                     stats_value(doc.root, "", s,
@@ -254,6 +330,185 @@ static const char *stats_fmt(char *buf, size_t size,
     return buf;
 }
 
+/* ---- tables ---- */
+
+#define STATS_TABLE_COLS 24
+#define STATS_CELL_MAX 32
+
+/* One table being printed: its columns, and the rate interval. */
+struct stats_tab {
+    const struct stats_set *s;
+    const struct stats_set *prev;       /* or NULL: totals */
+    double                  dt;         /* seconds since prev */
+    int                     t;
+    const char             *cols[STATS_TABLE_COLS];
+    int                     width[STATS_TABLE_COLS + 1]; /* + the key */
+    size_t                  n_cols;
+    int                     req_col;    /* "requests", -1: none */
+    double                  req_sum;    /* over the rows, for share */
+};
+
+/* A table's columns are its rows' figures but a summary's _count and
+   _p95_us: p50 and p99 say enough on one line. */
+static bool stats_col_shown(const char *col)
+{
+    size_t len = strlen(col);
+
+    return !(len > 6 && strcmp(col + len - 6, "_count") == 0) &&
+           !(len > 7 && strcmp(col + len - 7, "_p95_us") == 0);
+}
+
+/* A column's header: its name, a unit suffix cut ("latency_p50_us" is
+   "latency_p50", "down_seconds" "down_s"): the cells say the unit. */
+static const char *stats_col_head(const char *col, char *buf, size_t size)
+{
+    size_t len = strlen(col);
+
+    if (len > 3 && strcmp(col + len - 3, "_us") == 0)
+        snprintf(buf, size, "%.*s", (int)(len - 3), col);
+    else if (len > 8 && strcmp(col + len - 8, "_seconds") == 0)
+        snprintf(buf, size, "%.*s_s", (int)(len - 8), col);
+    else
+        snprintf(buf, size, "%s", col);
+    return buf;
+}
+
+static const struct stats_field *stats_cell_field(const struct stats_tab *tb,
+                                                  int row, const char *col)
+{
+    for (size_t i = 0; i < tb->s->n; i++) {
+        const struct stats_field *f = &tb->s->f[i];
+
+        if (f->table == tb->t && f->row == row && strcmp(f->col, col) == 0)
+            return f;
+    }
+    return NULL;
+}
+
+/* The value a cell shows: the figure, or with -w a counter's rate. */
+static double stats_cell_v(const struct stats_tab *tb,
+                           const struct stats_field *f, bool *rate)
+{
+    const struct stats_field *p = tb->prev ? stats_find(tb->prev, f->name)
+                                           : NULL;
+
+    *rate = p != NULL && tb->dt > 0 && f->counter;
+    return *rate ? (f->v - p->v) / tb->dt : f->v;
+}
+
+/* A cell's text, short: "1.2 MiB", "812 us", "3.4/s"; "-" when absent. */
+static const char *stats_cell(const struct stats_tab *tb, int row,
+                              const char *col, char *buf, size_t size)
+{
+    const struct stats_field *f = stats_cell_field(tb, row, col);
+    bool rate;
+    double v;
+
+    if (f == NULL)
+        return "-";
+    v = stats_cell_v(tb, f, &rate);
+    if (f->unit == STATS_US && !rate)
+        snprintf(buf, size, v >= 1000 ? "%.1f ms" : "%.0f us",
+                 v >= 1000 ? v / 1000 : v);
+    else if (f->unit == STATS_SECONDS && !rate)
+        snprintf(buf, size, "%.1f s", v);
+    else
+        stats_fmt(buf, size, f, v, rate);
+    return buf;
+}
+
+/* The share of the requests of row, as "41%"; "" for no column. */
+static const char *stats_share(const struct stats_tab *tb, int row,
+                               char *buf, size_t size)
+{
+    const struct stats_field *f;
+    bool rate;
+
+    buf[0] = '\0';
+    if (tb->req_col < 0)
+        return buf;
+    f = stats_cell_field(tb, row, tb->cols[tb->req_col]);
+    if (f != NULL && tb->req_sum > 0)
+        snprintf(buf, size, "%.0f%%",
+                 100.0 * stats_cell_v(tb, f, &rate) / tb->req_sum);
+    return buf;
+}
+
+/* Columns of table tb->t (its first row's), their widths, the sum of
+   the requests. */
+static void stats_tab_layout(struct stats_tab *tb)
+{
+    char buf[STATS_CELL_MAX];
+    int first = -1;
+    bool rate;
+
+    tb->n_cols = 0;
+    tb->req_col = -1;
+    tb->req_sum = 0;
+    tb->width[0] = (int)strlen(tb->s->tables[tb->t]);
+    for (size_t i = 0; i < tb->s->n; i++) {
+        const struct stats_field *f = &tb->s->f[i];
+
+        if (f->table != tb->t)
+            continue;
+        if (first < 0)
+            first = f->row;
+        if (f->row == first && stats_col_shown(f->col) &&
+            tb->n_cols < STATS_TABLE_COLS) {
+            if (strcmp(f->col, "requests") == 0)
+                tb->req_col = (int)tb->n_cols;
+            tb->width[tb->n_cols + 1] = (int)strlen(
+                stats_col_head(f->col, buf, sizeof(buf)));
+            tb->cols[tb->n_cols++] = f->col;
+        }
+        if (strcmp(f->col, "requests") == 0)
+            tb->req_sum += stats_cell_v(tb, f, &rate);
+    }
+    for (size_t r = 0; r < tb->s->n_rows; r++) {
+        tb->width[0] = TFS_MAX(tb->width[0], (int)strlen(tb->s->rows[r]));
+        for (size_t c = 0; c < tb->n_cols; c++)
+            tb->width[c + 1] = TFS_MAX(tb->width[c + 1], (int)strlen(
+                stats_cell(tb, (int)r, tb->cols[c], buf, sizeof(buf))));
+    }
+}
+
+/* Does row r belong to table tb->t? */
+static bool stats_row_in(const struct stats_tab *tb, size_t r)
+{
+    for (size_t i = 0; i < tb->s->n; i++) {
+        if (tb->s->f[i].table == tb->t && tb->s->f[i].row == (int)r)
+            return true;
+    }
+    return false;
+}
+
+static void stats_print_table(struct stats_tab *tb)
+{
+    char buf[STATS_CELL_MAX];
+    char share[16];
+
+    stats_tab_layout(tb);
+    printf("\n  %-*s", tb->width[0], tb->s->tables[tb->t]);
+    for (size_t c = 0; c < tb->n_cols; c++)
+        printf("  %*s%s", tb->width[c + 1],
+               stats_col_head(tb->cols[c], buf, sizeof(buf)),
+               (int)c == tb->req_col ? "  share" : "");
+    printf("\n");
+    for (size_t r = 0; r < tb->s->n_rows; r++) {
+        if (!stats_row_in(tb, r))
+            continue;
+        printf("  %-*s", tb->width[0], tb->s->rows[r]);
+        for (size_t c = 0; c < tb->n_cols; c++) {
+            printf("  %*s", tb->width[c + 1],
+                   stats_cell(tb, (int)r, tb->cols[c], buf, sizeof(buf)));
+            if ((int)c == tb->req_col)
+                printf("  %5s", stats_share(tb, (int)r, share,
+                                            sizeof(share)));
+        }
+        printf("\n");
+    }
+}
+
 static void stats_print(const char *mnt, const struct stats_set *s,
                         const struct stats_set *prev)
 {
@@ -269,6 +524,8 @@ static void stats_print(const char *mnt, const struct stats_set *s,
         const struct stats_field *f = &s->f[i];
         const struct stats_field *p = prev ? stats_find(prev, f->name) : NULL;
 
+        if (f->table >= 0)
+            continue;                   /* printed as a table below */
         r[0] = '\0';
         if (p != NULL && dt > 0 && f->counter)
             stats_fmt(r, sizeof(r), f, (f->v - p->v) / dt, true);
@@ -278,6 +535,11 @@ static void stats_print(const char *mnt, const struct stats_set *s,
     if (rd != NULL && ram != NULL && disk != NULL && rd->v > 0)
         printf("  %-32s %14.1f %%\n", "hit ratio",
                100.0 * (ram->v + disk->v) / rd->v);
+    for (size_t t = 0; t < s->n_tables; t++) {
+        struct stats_tab tb = {.s = s, .prev = prev, .dt = dt, .t = (int)t};
+
+        stats_print_table(&tb);
+    }
     fflush(stdout);
 }
 

@@ -4,9 +4,9 @@
  * and the body of the Prometheus /metrics endpoint.  Both are one
  * snapshot of the registry's sections (metrics/metrics.h) that a mount
  * has, rendered by the registry's renderers: the cache's figures, this
- * file's "fuse" section, the store's, the write-back's when writable, and
- * the fault and retry layers' when the URI has them.  Both read counters
- * only; nothing here blocks on the store.
+ * file's "fuse" section, the store's, the s3 store's endpoints (a table),
+ * the write-back's when writable, and the fault and retry layers' when the
+ * URI has them.  Both read counters only; nothing here blocks on the store.
  */
 #include <errno.h>
 #include <string.h>
@@ -14,6 +14,7 @@
 
 #include "fuse/fuse_int.h"
 #include "metrics/metrics.h"
+#include "store/s3_metrics.h"
 #include "tier/shared.h"
 #include "tierfs/fault.h"
 #include "tierfs/retry.h"
@@ -83,7 +84,9 @@ struct ctl_snap {
     struct tfs_retry_stats   retry;
     struct tfs_group_snap    group;
     struct tfs_shared_metrics shared;
-    struct tfs_metric_src    src[9];
+    struct tfs_s3_ep_metrics ep[TFS_S3_MAX_ENDPOINTS];
+    const char              *ep_keys[TFS_S3_MAX_ENDPOINTS];
+    struct tfs_metric_src    src[10];
     size_t                   n;
 };
 
@@ -129,6 +132,8 @@ static void ctl_add(struct ctl_snap *s, const struct tfs_metric_section *sec,
    -ENOMEM (then s holds nothing to free). */
 static int ctl_snapshot(struct tfs_fs *fs, struct ctl_snap *s)
 {
+    size_t rows;
+
     memset(s, 0, sizeof(*s));
     tfs_cache_metrics_get(fs->cache, &s->cache);
     ctl_add(s, &tfs_metrics_cache, &s->cache);
@@ -136,6 +141,13 @@ static int ctl_snapshot(struct tfs_fs *fs, struct ctl_snap *s)
     ctl_add(s, &tfs_metrics_fuse, &s->fuse);
     tfs_store_get_stats(fs->st, &s->store);
     ctl_add(s, &tfs_metrics_store, &s->store);
+    rows = tfs_s3_endpoint_metrics(fs->st, s->ep, s->ep_keys,
+                                   TFS_S3_MAX_ENDPOINTS);
+    if (rows > 0) {
+        ctl_add(s, &tfs_metrics_endpoint, s->ep);
+        s->src[s->n - 1].keys = s->ep_keys;
+        s->src[s->n - 1].rows = rows;
+    }
     if (fs->wb != NULL) {
         wb_metrics_get(fs->wb, &s->wb);
         ctl_add(s, &tfs_metrics_wb, &s->wb);

@@ -17,6 +17,9 @@
  *   cache      top-level members           tfs_metrics_cache  cache.c
  *   fuse       "fuse", tierfs_fuse_*       tfs_metrics_fuse   fuse/ctl.c
  *   store      "store", tierfs_store_*     tfs_metrics_store  store.c
+ *   endpoints  "endpoints", tierfs_s3_endpoint_*{endpoint=}
+ *                                          tfs_metrics_endpoint (a table)
+ *                                          store/s3_balance.c
  *   writeback  "writeback", tierfs_wb_*    tfs_metrics_wb     wb/wb.c
  *   fault      "fault", tierfs_fault_*     tfs_metrics_fault  fault.c
  *   retry      "retry", tierfs_retry_*     tfs_metrics_retry  retry.c
@@ -170,6 +173,7 @@ int tfs_metric_prom_name(const struct tfs_metric_section *sec,
 extern const struct tfs_metric_section tfs_metrics_cache;
 extern const struct tfs_metric_section tfs_metrics_fuse;
 extern const struct tfs_metric_section tfs_metrics_store;
+extern const struct tfs_metric_section tfs_metrics_endpoint;
 extern const struct tfs_metric_section tfs_metrics_wb;
 extern const struct tfs_metric_section tfs_metrics_fault;
 extern const struct tfs_metric_section tfs_metrics_retry;

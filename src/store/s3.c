@@ -432,17 +432,26 @@ static const char *s3_url_shown(const char *url, char *buf, size_t len)
     return buf;
 }
 
-/* Parse "http[s]://authority[/path]" of where into the base URL parts. */
-static int s3_set_endpoint(struct s3_priv *p, const char *url,
-                           const char *where)
+/* Does url start with "https://"?  (The scheme is checked elsewhere.) */
+static bool s3_is_https(const char *url)
 {
-    bool https = strncasecmp(url, "https://", 8) == 0;
+    return strncasecmp(url, "https://", 8) == 0;
+}
+
+/*
+ * Parse "http[s]://authority[/path]" of where into e's URL parts, in the
+ * addressing style p->path_style says (already final).
+ */
+static int s3_set_endpoint(struct s3_priv *p, struct s3_ep *e,
+                           const char *url, const char *where)
+{
+    bool https = s3_is_https(url);
     const char *auth = url + (https ? 8 : 7);
     size_t alen = strcspn(auth, "/?#");
     const char *path = auth + alen;
     size_t plen = strcspn(path, "?#");
+    size_t hlen = strlen(p->bucket) + alen + 2;
     char shown[256];
-    bool vhost;
 
     if (!https && strncasecmp(url, "http://", 7) != 0)
         return tfs_err(TFS_EOPTION, "S3 endpoint '%s' (%s) must start with "
@@ -455,21 +464,102 @@ static int s3_set_endpoint(struct s3_priv *p, const char *url,
                        s3_url_shown(url, shown, sizeof(shown)), where);
     while (plen > 0 && path[plen - 1] == '/')
         plen--;
-    /* a dotted bucket cannot be a TLS host name: use path style then */
-    vhost = !p->path_style && !(https && strchr(p->bucket, '.') != NULL);
-    p->path_style = !vhost;
-    p->base_path = tfs_strndup(path, plen);
-    p->host = tfs_malloc(strlen(p->bucket) + alen + 2);
-    p->base_url = tfs_malloc(strlen(p->bucket) + alen + 10);
-    if (p->base_path == NULL || p->host == NULL || p->base_url == NULL)
+    e->base_path = tfs_strndup(path, plen);
+    e->host = tfs_malloc(hlen);
+    e->base_url = tfs_malloc(hlen + 8);
+    e->name = tfs_malloc(alen + plen + 9);
+    if (e->base_path == NULL || e->host == NULL || e->base_url == NULL ||
+        e->name == NULL)
         return -ENOMEM;
-    snprintf(p->host, strlen(p->bucket) + alen + 2, "%s%s%.*s",
-             vhost ? p->bucket : "", vhost ? "." : "", (int)alen, auth);
-    for (char *h = p->host; *h; h++)
+    snprintf(e->host, hlen, "%s%s%.*s", p->path_style ? "" : p->bucket,
+             p->path_style ? "" : ".", (int)alen, auth);
+    for (char *h = e->host; *h; h++)
         *h = *h >= 'A' && *h <= 'Z' ? (char)(*h - 'A' + 'a') : *h;
-    snprintf(p->base_url, strlen(p->bucket) + alen + 10, "%s://%s",
-             https ? "https" : "http", p->host);
+    snprintf(e->base_url, hlen + 8, "%s://%s", https ? "https" : "http",
+             e->host);
+    snprintf(e->name, alen + plen + 9, "%s://%s%s", https ? "https" : "http",
+             e->host + (p->path_style ? 0 : strlen(p->bucket) + 1),
+             e->base_path);
     return 0;
+}
+
+/* The count of comma-separated items of list. */
+static unsigned s3_list_count(const char *list)
+{
+    unsigned n = 1;
+
+    for (const char *c = strchr(list, ','); c != NULL; c = strchr(c + 1, ','))
+        n++;
+    return n;
+}
+
+/* Item i of list into a copy, spaces around it trimmed; NULL: -ENOMEM. */
+static char *s3_list_item(const char *list, unsigned i)
+{
+    const char *s = list;
+    size_t len;
+
+    for (; i > 0; i--)
+        s = strchr(s, ',') + 1;
+    while (*s == ' ' || *s == '\t')
+        s++;
+    len = strcspn(s, ",");
+    while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+        len--;
+    return tfs_strndup(s, len);
+}
+
+/* Every endpoint of list after the first has its scheme, and none is
+   listed twice. */
+static int s3_endpoints_check(const struct s3_priv *p, const char *list,
+                              const char *where)
+{
+    const struct s3_ep *ep = p->bal.ep;
+
+    for (unsigned i = 1; i < p->bal.n; i++) {
+        if (s3_is_https(ep[i].base_url) != s3_is_https(ep[0].base_url))
+            return tfs_err(TFS_EOPTION, "S3 endpoints '%s' and '%s' (%s) "
+                           "mix http and https: list gateways of one "
+                           "scheme", ep[0].name, ep[i].name, where);
+        for (unsigned j = 0; j < i; j++) {
+            if (strcmp(ep[i].name, ep[j].name) == 0)
+                return tfs_err(TFS_EOPTION, "S3 endpoint '%s' is listed "
+                               "twice in '%.200s' (%s)", ep[i].name, list,
+                               where);
+        }
+    }
+    return 0;
+}
+
+/*
+ * The endpoint list of where ("http://a:7480,http://b:7480": gateways of
+ * one store) into p->bal, each parsed as one endpoint.  A dotted bucket
+ * cannot be a TLS host name: path style then.
+ */
+static int s3_set_endpoints(struct s3_priv *p, const char *list,
+                            const char *where)
+{
+    unsigned n = s3_list_count(list);
+    char *item;
+    int rc;
+
+    if (n > S3_MAX_ENDPOINTS)
+        return tfs_err(TFS_EOPTION, "%u S3 endpoints (%s): at most %d",
+                       n, where, S3_MAX_ENDPOINTS);
+    rc = tfs_s3_bal_init(&p->bal, n);
+    if (s3_is_https(list) && strchr(p->bucket, '.') != NULL)
+        p->path_style = true;
+    for (unsigned i = 0; i < n && rc == 0; i++) {
+        item = s3_list_item(list, i);
+        if (item == NULL)
+            return -ENOMEM;
+        rc = item[0] == '\0'
+                 ? tfs_err(TFS_EOPTION, "empty S3 endpoint in the list "
+                           "'%.200s' (%s)", list, where)
+                 : s3_set_endpoint(p, &p->bal.ep[i], item, where);
+        tfs_free(item);
+    }
+    return rc < 0 ? rc : s3_endpoints_check(p, list, where);
 }
 
 /* Region and endpoint, by the AWS order (docs/s3.md). */
@@ -507,10 +597,10 @@ static int s3_where(struct tfs_store *st, struct s3_priv *p,
                      p->region);
     snprintf(dflt, sizeof(dflt), "https://s3.%s.amazonaws.com", p->region);
     if (rc == 0)
-        rc = s3_set_endpoint(p, endpoint ? endpoint : dflt,
-                             opt_endpoint ? "option endpoint"
-                             : endpoint ? "from the environment or config"
-                                        : "default");
+        rc = s3_set_endpoints(p, endpoint ? endpoint : dflt,
+                              opt_endpoint ? "option endpoint"
+                              : endpoint ? "from the environment or config"
+                                         : "default");
     tfs_free(endpoint);
     return rc;
 }
@@ -604,15 +694,14 @@ static void s3_close(struct tfs_store *st)
 {
     struct s3_priv *p = tfs_store_priv(st);
 
+    tfs_s3_bal_stop(&p->bal);
     s3_aborts_close(p);
     pthread_mutex_destroy(&p->abort_lock);
     tfs_s3_pool_cleanup(p);
+    tfs_s3_bal_cleanup(&p->bal);
     tfs_s3_keycache_cleanup(&p->keys);
     tfs_free(p->bucket);
     tfs_free(p->root);
-    tfs_free(p->base_url);
-    tfs_free(p->base_path);
-    tfs_free(p->host);
     tfs_free(p->ident);
     tfs_free(p->region);
     tfs_free(p->ca_file);
@@ -647,18 +736,53 @@ static int s3_open_conf(struct tfs_store *st, struct s3_priv *p,
     return rc;
 }
 
+/* a then b in one new string; NULL: out of memory. */
+static char *s3_concat(const char *a, const char *b)
+{
+    size_t la = strlen(a);
+    size_t lb = strlen(b);
+    char *s = tfs_malloc(la + lb + 1);
+
+    if (s != NULL) {
+        memcpy(s, a, la);
+        memcpy(s + la, b, lb + 1);
+    }
+    return s;
+}
+
+static int s3_cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/*
+ * "s3://BASE/bucket/root", BASE the endpoint's base URL and path; with
+ * several endpoints, those of each, sorted, joined by ',': the same
+ * whatever order they are listed in and however many are up.
+ */
 static int s3_make_ident(struct s3_priv *p)
 {
+    char *base[S3_MAX_ENDPOINTS] = {NULL};
+    unsigned n = p->bal.n;
     struct tfs_buf b;
+    int rc = 0;
 
-    tfs_buf_init(&b, 0);
-    if (tfs_buf_printf(&b, "s3://%s%s/%s/%s", p->base_url,
-                       p->base_path ? p->base_path : "",
-                       p->bucket, p->root) < 0) {
-        tfs_buf_cleanup(&b);
-        return -ENOMEM;
+    for (unsigned i = 0; i < n && rc == 0; i++) {
+        base[i] = s3_concat(p->bal.ep[i].base_url, p->bal.ep[i].base_path);
+        rc = base[i] != NULL ? 0 : -ENOMEM;
     }
-    p->ident = tfs_buf_steal(&b);
+    tfs_buf_init(&b, 0);
+    if (rc == 0) {
+        qsort(base, n, sizeof(base[0]), s3_cmp_str);
+        tfs_buf_puts(&b, "s3://");
+        for (unsigned i = 0; i < n; i++)
+            tfs_buf_printf(&b, "%s%s", i > 0 ? "," : "", base[i]);
+        tfs_buf_printf(&b, "/%s/%s", p->bucket, p->root);
+        p->ident = tfs_buf_steal(&b);
+    }
+    tfs_buf_cleanup(&b);
+    for (unsigned i = 0; i < n; i++)
+        tfs_free(base[i]);
     return p->ident ? 0 : -ENOMEM;
 }
 
@@ -678,6 +802,8 @@ static int s3_open(struct tfs_store *st, const char *location)
         rc = tfs_s3_pool_init(p, (unsigned)max_conns);
     if (rc == 0)
         rc = s3_make_ident(p);
+    if (rc == 0 && p->bal.n > 1)
+        rc = tfs_s3_bal_start(&p->bal, tfs_s3_probe, p);
     if (rc < 0)
         s3_close(st);                   /* the core will not call close */
     return rc;

@@ -14,6 +14,12 @@
  * body goes straight into the caller's buffer (GET) or into a capped
  * buffer (XML), an error body into a small capped buffer for its <Error>.
  *
+ * Endpoints: each request goes to the endpoint the balancer picks
+ * (s3_balance.c) and reports back how it went there: a network error, a
+ * timeout or a 5xx counts against the endpoint, any other answer for it.
+ * The health check of an ejected endpoint (tfs_s3_probe) is a request
+ * like the others, sent to that endpoint alone.
+ *
  * Errors are mapped here, once: curl codes and HTTP status/S3 codes to
  * our error space, with the detail naming the S3 code, method and path.
  * Nothing here ever logs or reports a header value we sent: the
@@ -196,6 +202,8 @@ static void http_conn_setup(struct s3_priv *p, struct s3_conn *c)
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, http_on_body);
     curl_easy_setopt(h, CURLOPT_READFUNCTION, http_on_read);
     curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, http_on_seek);
+    /* a kept-alive connection to each endpoint (curl keeps 5) */
+    curl_easy_setopt(h, CURLOPT_MAXCONNECTS, (long)TFS_MAX(5u, p->bal.n));
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, p->tls_verify ? 1L : 0L);
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, p->tls_verify ? 2L : 0L);
     if (p->ca_file != NULL)
@@ -638,13 +646,13 @@ int tfs_s3_map_status(const struct s3_priv *p, const char *method,
 }
 
 /* Set the detail of a failed transfer: the curl text, method and URL. */
-static int http_fail_curl(const struct s3_priv *p, struct s3_conn *c,
+static int http_fail_curl(const struct s3_ep *e, struct s3_conn *c,
                           const struct s3_req *req, CURLcode cc)
 {
     const char *text = c->errbuf[0] ? c->errbuf : curl_easy_strerror(cc);
 
     return tfs_err(http_map_curl(cc), "%s (%s %s%s)", text, req->method,
-                   p->base_url, tfs_buf_str(&c->path));
+                   e->base_url, tfs_buf_str(&c->path));
 }
 
 /* ---- building and sending ---- */
@@ -659,16 +667,16 @@ int tfs_s3_req_hdr(struct s3_req *req, const char *name, const char *value)
     return 0;
 }
 
-/* The canonical URI, query and URL of req into c's buffers. */
-static int http_build_url(struct s3_priv *p, struct s3_conn *c,
-                          const struct s3_req *req)
+/* The canonical URI, query and URL of req at e into c's buffers. */
+static int http_build_url(struct s3_priv *p, const struct s3_ep *e,
+                          struct s3_conn *c, const struct s3_req *req)
 {
     int rc;
 
     tfs_buf_reset(&c->path);
     tfs_buf_reset(&c->query);
     tfs_buf_reset(&c->url);
-    rc = tfs_buf_puts(&c->path, p->base_path);
+    rc = tfs_buf_puts(&c->path, e->base_path);
     if (rc == 0 && p->path_style)
         rc = tfs_buf_printf(&c->path, "/%s", p->bucket);
     if (rc == 0 && (req->key != NULL || !p->path_style))
@@ -678,7 +686,7 @@ static int http_build_url(struct s3_priv *p, struct s3_conn *c,
     if (rc == 0)
         rc = tfs_s3_query(&c->query, req->query, req->n_query);
     if (rc == 0)
-        rc = tfs_buf_printf(&c->url, "%s%s%s%s", p->base_url,
+        rc = tfs_buf_printf(&c->url, "%s%s%s%s", e->base_url,
                             tfs_buf_str(&c->path), c->query.len ? "?" : "",
                             tfs_buf_str(&c->query));
     return rc;
@@ -703,9 +711,9 @@ static int http_add(struct s3_conn *c, struct curl_slist **list,
 }
 
 /* Sign req: fills the signed headers into *list, then Authorization. */
-static int http_sign(struct s3_priv *p, struct s3_conn *c,
-                     const struct s3_req *req, const char *payload_hash,
-                     struct curl_slist **list)
+static int http_sign(struct s3_priv *p, const struct s3_ep *e,
+                     struct s3_conn *c, const struct s3_req *req,
+                     const char *payload_hash, struct curl_slist **list)
 {
     struct s3_hdr h[S3_MAX_HDRS + 4];
     struct s3_sign_in in = {
@@ -724,7 +732,7 @@ static int http_sign(struct s3_priv *p, struct s3_conn *c,
 
     tfs_s3_amz_date(time(NULL), date);
     in.amz_date = date;
-    h[n++] = (struct s3_hdr){"host", p->host};
+    h[n++] = (struct s3_hdr){"host", e->host};
     h[n++] = (struct s3_hdr){"x-amz-content-sha256", payload_hash};
     h[n++] = (struct s3_hdr){"x-amz-date", date};
     if (p->session_token != NULL)
@@ -745,8 +753,9 @@ static int http_sign(struct s3_priv *p, struct s3_conn *c,
 }
 
 /* All request headers: signed ones (or plain ones when anonymous). */
-static int http_headers(struct s3_priv *p, struct s3_conn *c,
-                        const struct s3_req *req, struct curl_slist **list)
+static int http_headers(struct s3_priv *p, const struct s3_ep *e,
+                        struct s3_conn *c, const struct s3_req *req,
+                        struct curl_slist **list)
 {
     char hash[65];
     const char *payload = S3_EMPTY_SHA256;
@@ -759,11 +768,11 @@ static int http_headers(struct s3_priv *p, struct s3_conn *c,
         payload = S3_UNSIGNED_PAYLOAD;
     }
     if (p->anonymous) {
-        rc = http_add(c, list, "Host", p->host);
+        rc = http_add(c, list, "Host", e->host);
         for (size_t i = 0; i < req->n_hdrs && rc == 0; i++)
             rc = http_add(c, list, req->hdrs[i].name, req->hdrs[i].value);
     } else {
-        rc = http_sign(p, c, req, payload, list);
+        rc = http_sign(p, e, c, req, payload, list);
     }
     if (rc == 0)
         rc = http_add(c, list, "Expect", "");
@@ -840,9 +849,33 @@ static void http_set_request(struct s3_priv *p, struct s3_conn *c,
     curl_easy_setopt(h, CURLOPT_SEEKDATA, x);
 }
 
+/*
+ * Whether a transfer that ended with cc counts against its endpoint:
+ * it could not connect, timed out, or lost the connection (a gateway
+ * killed or hung).  An error our callbacks raised is ours.
+ */
+static bool http_ep_failed_curl(const struct s3_xfer *x, CURLcode cc)
+{
+    int rc;
+
+    if (x->cb_rc != 0 || cc == CURLE_OK ||
+        (cc == CURLE_WRITE_ERROR && x->full))
+        return false;
+    rc = http_map_curl(cc);
+    return rc == -ETIMEDOUT || rc == -ECONNREFUSED || rc == -ECONNRESET ||
+           rc == -EHOSTUNREACH || rc == -EPROTO || rc == TFS_ENETWORK;
+}
+
+/* A status that counts against the endpoint: a 5xx, but 501 (Not
+   Implemented is the store's answer, the same from every gateway). */
+static bool http_ep_failed_status(long status)
+{
+    return status >= 500 && status != 501;
+}
+
 /* Turn the outcome of a finished transfer into our error space. */
-static int http_outcome(struct s3_priv *p, struct s3_conn *c,
-                        struct s3_xfer *x, CURLcode cc)
+static int http_outcome(struct s3_priv *p, const struct s3_ep *e,
+                        struct s3_conn *c, struct s3_xfer *x, CURLcode cc)
 {
     const struct s3_req *req = x->req;
     struct s3_resp *resp = x->resp;
@@ -851,7 +884,7 @@ static int http_outcome(struct s3_priv *p, struct s3_conn *c,
     if (x->cb_rc != 0)
         return x->cb_rc;
     if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && x->full))
-        return http_fail_curl(p, c, req, cc);
+        return http_fail_curl(e, c, req, cc);
     curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &status);
     resp->status = status;
     if (status >= 200 && status <= 299)
@@ -861,10 +894,11 @@ static int http_outcome(struct s3_priv *p, struct s3_conn *c,
     return tfs_s3_map_status(p, req->method, req->key, status, &resp->err);
 }
 
-/* Run req on handle c. */
-static int http_perform(struct s3_priv *p, struct s3_conn *c,
-                        const struct s3_req *req, struct s3_resp *resp,
-                        uint64_t left_ms)
+/* Run req on handle c at endpoint e; *res says how it went there. */
+static int http_perform(struct s3_priv *p, const struct s3_ep *e,
+                        struct s3_conn *c, const struct s3_req *req,
+                        struct s3_resp *resp, uint64_t left_ms,
+                        struct s3_ep_result *res)
 {
     struct s3_xfer x = {.req = req, .resp = resp, .bw = p->conn_bw,
                         .t0_ns = tfs_now_ns()};
@@ -874,16 +908,20 @@ static int http_perform(struct s3_priv *p, struct s3_conn *c,
 
     tfs_buf_init(&x.errbody, 0);
     c->errbuf[0] = '\0';
-    rc = http_build_url(p, c, req);
+    rc = http_build_url(p, e, c, req);
     if (rc == 0)
-        rc = http_headers(p, c, req, &hdrs);
+        rc = http_headers(p, e, c, req, &hdrs);
     if (rc < 0)
         goto out_free;
     http_set_request(p, c, &x, left_ms);
     curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, hdrs);
     cc = curl_easy_perform(c->curl);
     curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, NULL);
-    rc = http_outcome(p, c, &x, cc);
+    rc = http_outcome(p, e, c, &x, cc);
+    res->failed = http_ep_failed_curl(&x, cc) ||
+                  (x.cb_rc == 0 && http_ep_failed_status(resp->status));
+    res->bytes_in = x.recvd;
+    res->bytes_out = x.sent + (req->body.mem != NULL ? req->body.len : 0);
 out_free:
     curl_slist_free_all(hdrs);
     tfs_buf_cleanup(&x.errbody);
@@ -919,11 +957,38 @@ static int http_injected(struct s3_priv *p, const struct s3_req *req)
                    p->bucket, req->key ? "/" : "", req->key ? req->key : "");
 }
 
-int tfs_s3_request(struct s3_priv *p, const struct s3_req *req,
-                   struct s3_resp *resp)
+/*
+ * Send req on c at the endpoint the balancer picks, or at endpoint
+ * forced (a health check: outside the balancer, *probe_ok says whether
+ * it answered).
+ */
+static int http_at_endpoint(struct s3_priv *p, struct s3_conn *c,
+                            const struct s3_req *req, struct s3_resp *resp,
+                            uint64_t left_ms, int forced, bool *probe_ok)
+{
+    struct s3_ep_result res = {.failed = false};
+    unsigned i;
+    int rc;
+
+    res.t0_ns = tfs_now_ns();
+    i = forced >= 0 ? (unsigned)forced : tfs_s3_bal_pick(&p->bal, res.t0_ns);
+    rc = http_perform(p, &p->bal.ep[i], c, req, resp, left_ms, &res);
+    TFS_DEBUG("s3: %s /%s/%s at %s -> %ld %s (%.1f ms)", req->method,
+              p->bucket, req->key ? req->key : "", p->bal.ep[i].name,
+              resp->status, tfs_errname(rc),
+              (double)(tfs_now_ns() - res.t0_ns) / 1e6);
+    if (forced >= 0)
+        *probe_ok = !res.failed && resp->status != 0;   /* it answered */
+    else
+        tfs_s3_bal_done(&p->bal, i, &res, tfs_now_ns());
+    return rc;
+}
+
+/* tfs_s3_request, at endpoint forced (-1: the balancer's pick). */
+static int http_request(struct s3_priv *p, const struct s3_req *req,
+                        struct s3_resp *resp, int forced, bool *probe_ok)
 {
     bool transfer = http_is_transfer(req);
-    uint64_t t0 = tfs_now_ns();
     struct s3_conn *c = NULL;
     uint64_t left_ms;
     int rc;
@@ -933,7 +998,7 @@ int tfs_s3_request(struct s3_priv *p, const struct s3_req *req,
         return tfs_err(-ETIMEDOUT, "deadline passed before sending (%s /%s"
                        "%s%s)", req->method, p->bucket, req->key ? "/" : "",
                        req->key ? req->key : "");
-    rc = http_injected(p, req);
+    rc = forced >= 0 ? 0 : http_injected(p, req);
     if (rc < 0)
         return rc;
     rc = http_pool_get(p, left_ms ? left_ms : p->timeout_ms, &c);
@@ -942,10 +1007,31 @@ int tfs_s3_request(struct s3_priv *p, const struct s3_req *req,
     rc = !http_time_left(p, transfer, &left_ms)
              ? tfs_err(-ETIMEDOUT, "deadline passed waiting for an S3 "
                        "connection")
-             : http_perform(p, c, req, resp, left_ms);
-    TFS_DEBUG("s3: %s /%s/%s -> %ld %s (%.1f ms)", req->method, p->bucket,
-              req->key ? req->key : "", resp->status, tfs_errname(rc),
-              (double)(tfs_now_ns() - t0) / 1e6);
+             : http_at_endpoint(p, c, req, resp, left_ms, forced, probe_ok);
     http_pool_put(p, c);
     return rc;
+}
+
+int tfs_s3_request(struct s3_priv *p, const struct s3_req *req,
+                   struct s3_resp *resp)
+{
+    return http_request(p, req, resp, -1, NULL);
+}
+
+#define HTTP_PROBE_MS 5000u             /* a health check's deadline */
+
+bool tfs_s3_probe(void *arg, unsigned i)
+{
+    struct s3_priv *p = arg;
+    struct s3_req req = {.method = "HEAD"};     /* the bucket */
+    struct s3_resp resp;
+    uint64_t ms = TFS_MIN(p->timeout_ms, (uint64_t)HTTP_PROBE_MS);
+    uint64_t prev = tfs_deadline_set(tfs_now_ns() + ms * 1000000u);
+    bool ok = false;
+
+    http_request(p, &req, &resp, (int)i, &ok);
+    tfs_deadline_set(prev);
+    TFS_DEBUG("s3: health check of %s: %s", p->bal.ep[i].name,
+              ok ? "up" : "still down");
+    return ok;
 }

@@ -1,16 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Internals of the s3 store, shared by its four files (not installed):
+ * Internals of the s3 store, shared by its five files (not installed):
  *
- *   s3.c       the ops table, configuration and credentials, operations
- *   s3_http.c  the pool of keep-alive curl handles, one request end to
- *              end (build, sign, send, parse headers), error mapping
- *   s3_sign.c  AWS Signature Version 4 on OpenSSL, URI/query encoding
- *   s3_xml.c   expat parsers for S3's XML response bodies
+ *   s3.c         the ops table, configuration and credentials, operations
+ *   s3_http.c    the pool of keep-alive curl handles, one request end to
+ *                end (build, sign, send, parse headers), error mapping,
+ *                the health check of an ejected endpoint
+ *   s3_balance.c the endpoints of the store and the client-side balancer
+ *                over them (least outstanding, ejection, back-off), and
+ *                their "endpoints" metrics; no network
+ *   s3_sign.c    AWS Signature Version 4 on OpenSSL, URI/query encoding
+ *   s3_xml.c     expat parsers for S3's XML response bodies
  *
  * Thread safety: the priv struct is written during open only; afterwards
- * its pool and signing-key cache carry their own locks and everything else
- * is read-only, so every function here may be called from many threads.
+ * its pool, balancer and signing-key cache carry their own locks and
+ * everything else is read-only, so every function here may be called from
+ * many threads.
  */
 #ifndef TFS_S3_INT_H
 #define TFS_S3_INT_H
@@ -21,6 +26,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "metrics/hist.h"
+#include "store/s3_metrics.h"
 #include "store/store_int.h"
 
 #define S3_XML_MAX      (16u << 20)     /* cap of any XML body we parse */
@@ -151,6 +158,119 @@ int tfs_s3_xml_parse_result(const char *body, size_t len, const char *root,
 /* "2009-10-12T17:50:30.000Z" to nanoseconds; TFS_EPROTO when malformed. */
 int tfs_s3_parse_iso8601(const char *s, int64_t *out_ns);
 
+/* ---- endpoints and the balancer (s3_balance.c) ---- */
+
+#define S3_MAX_ENDPOINTS   TFS_S3_MAX_ENDPOINTS
+#define S3_EJECT_BASE_MS   1000u        /* first back-off of an ejection */
+#define S3_EJECT_MAX_MS    30000u       /* cap of a doubling back-off */
+
+/*
+ * One endpoint (gateway) of the store.  The URL parts are written during
+ * open only; the balancer state is under bal->lock; the counters are
+ * relaxed atomics any thread adds to.
+ */
+struct s3_ep {
+    char    *name;                      /* "http://host:port[/path]",
+                                           host lowercased: metrics key */
+    char    *base_url;                  /* "http://[bucket.]host:port" */
+    char    *base_path;                 /* "" or "/path" */
+    char    *host;                      /* Host header value */
+    unsigned outstanding;               /* requests in flight; lock */
+    bool     down;                      /* ejected; lock */
+    bool     probing;                   /* a health check in flight; lock */
+    uint64_t down_until_ns;             /* end of the back-off; lock */
+    uint64_t backoff_ms;                /* the last back-off; lock */
+    uint64_t ejected_ns;                /* last ejection, 0 never; lock */
+    uint64_t up_ns;                     /* last came back; lock */
+    uint64_t down_ns;                   /* time spent down before the
+                                           current period; lock */
+    uint64_t last_pick_ns;              /* last request sent here; lock */
+    atomic_uint_fast64_t n_requests;
+    atomic_uint_fast64_t bytes_in;      /* 2xx body bytes received */
+    atomic_uint_fast64_t bytes_out;     /* body bytes sent */
+    atomic_uint_fast64_t n_errors;      /* requests that failed here */
+    atomic_uint_fast64_t n_ejections;
+    atomic_uint_fast64_t n_probes;      /* health checks sent */
+    struct tfs_hist      latency;       /* of every request here */
+};
+
+/* What one request did to its endpoint (tfs_s3_bal_done). */
+struct s3_ep_result {
+    bool     failed;                    /* connect error, timeout, reset,
+                                           a 5xx but 501 */
+    uint64_t t0_ns;                     /* when it was picked */
+    uint64_t bytes_in;
+    uint64_t bytes_out;
+};
+
+/* Send a health check to endpoint i; true when it answered. */
+typedef bool s3_probe_fn(void *arg, unsigned i);
+
+struct s3_bal {
+    pthread_mutex_t lock;
+    pthread_cond_t  cond;               /* wakes the health thread */
+    struct s3_ep   *ep;                 /* [n], owned */
+    unsigned        n;
+    unsigned        rr;                 /* next to look at first; lock */
+    uint64_t        base_ms;            /* back-off: first ... */
+    uint64_t        max_ms;             /* ... and cap */
+    bool            stop;               /* health thread: quit; lock */
+    bool            started;            /* a health thread runs */
+    pthread_t       thread;
+    s3_probe_fn    *probe;              /* for the health thread */
+    void           *probe_arg;
+};
+
+/* n (1..S3_MAX_ENDPOINTS) endpoints, all up, names NULL.  -ENOMEM. */
+int tfs_s3_bal_init(struct s3_bal *b, unsigned n);
+/* Free the endpoints; the health thread must be stopped. */
+void tfs_s3_bal_cleanup(struct s3_bal *b);
+
+/*
+ * The endpoint for the next request, counted as outstanding until
+ * tfs_s3_bal_done: of those up, the one with the fewest requests in
+ * flight, ties taken in turn (round robin); when every endpoint is down,
+ * the one whose back-off ends first, so requests still go out and the
+ * store's own errors reach the caller.  Thread-safe.
+ */
+unsigned tfs_s3_bal_pick(struct s3_bal *b, uint64_t now_ns);
+
+/*
+ * The request picked on endpoint i ended with r.  A failure ejects an
+ * endpoint that is up: marked down for a back-off that doubles from
+ * base_ms (1 s) up to max_ms (30 s) while it keeps failing, and starts
+ * again from base_ms after a quiet 2 * max_ms.  A request sent to a down
+ * endpoint (all were down) that succeeds brings it back; one that fails
+ * after its back-off ended doubles the back-off.  Thread-safe.
+ */
+void tfs_s3_bal_done(struct s3_bal *b, unsigned i,
+                     const struct s3_ep_result *r, uint64_t now_ns);
+
+/*
+ * A health check due: a down endpoint whose back-off has ended and that
+ * no check is probing yet.  True with *i set (and marked probing: report
+ * with tfs_s3_bal_probed); otherwise false with *wait_ns the time until
+ * the next back-off ends (UINT64_MAX when none is down).  Thread-safe.
+ */
+bool tfs_s3_bal_probe_due(struct s3_bal *b, uint64_t now_ns, unsigned *i,
+                          uint64_t *wait_ns);
+/* The check of i answered (ok: up again) or not (back-off doubled). */
+void tfs_s3_bal_probed(struct s3_bal *b, unsigned i, bool ok,
+                       uint64_t now_ns);
+
+/*
+ * Start the health thread: it sleeps until a back-off ends, then calls
+ * probe(arg, i) for that endpoint (probes of one endpoint never overlap).
+ * Only worth it with more than one endpoint.  -EAGAIN (no thread).
+ */
+int tfs_s3_bal_start(struct s3_bal *b, s3_probe_fn *probe, void *arg);
+/* Stop and join it (waits for a probe in flight); no-op if none. */
+void tfs_s3_bal_stop(struct s3_bal *b);
+
+/* Endpoint i's figures now, for the "endpoints" metrics section. */
+void tfs_s3_bal_metrics(struct s3_bal *b, unsigned i, uint64_t now_ns,
+                        struct tfs_s3_ep_metrics *out);
+
 /* ---- the store's state (filled by s3.c during open) ---- */
 
 struct s3_conn;
@@ -174,10 +294,9 @@ struct s3_abort {
 struct s3_priv {
     char    *bucket;                    /* owned */
     char    *root;                      /* "" or "prefix/", owned */
-    char    *base_url;                  /* "http://host:port", owned */
-    char    *base_path;                 /* "" or "/path" of the endpoint */
-    char    *host;                      /* Host header value, owned */
-    char    *ident;                     /* "s3://base_url/bucket/root" */
+    char    *ident;                     /* "s3://base_url/bucket/root";
+                                           several: "s3://a,b/bucket/root",
+                                           the endpoints sorted */
     char    *region;                    /* owned */
     char    *ca_file;                   /* AWS_CA_BUNDLE or NULL, owned */
     char    *access_key;                /* NULL when anonymous, owned */
@@ -211,6 +330,7 @@ struct s3_priv {
     bool               aborts_draining; /* a thread retries them */
     struct s3_keycache keys;
     struct s3_pool     pool;
+    struct s3_bal      bal;             /* the endpoints */
 };
 
 /* ---- requests (s3_http.c) ---- */
@@ -272,6 +392,14 @@ void tfs_s3_pool_cleanup(struct s3_priv *p);
  */
 int tfs_s3_request(struct s3_priv *p, const struct s3_req *req,
                    struct s3_resp *resp);
+
+/*
+ * The health check of endpoint i (an s3_probe_fn, arg the priv): HEAD
+ * of the bucket there, under a deadline of its own (at most 5 s).  True
+ * when it answered at all below 500: any status but a 5xx means the
+ * gateway serves (403 or 404 are the store's answers, not its failure).
+ */
+bool tfs_s3_probe(void *arg, unsigned i);
 
 /*
  * Map an S3 failure (status, and the S3 code when known) to an error
