@@ -191,3 +191,15 @@ set_tests_properties(security.posix PROPERTIES LABELS "security;fuse"
 tfs_s3_test(security.s3 ${PROJECT_SOURCE_DIR}/tests/integ/security.sh
   $<TARGET_FILE:tierfs> $<TARGET_FILE:tierfs_shared> s3://tierfs-test/security)
 set_tests_properties(security.s3 PROPERTIES SKIP_RETURN_CODE 77)
+
+# The cache group at scale, on paper (bench/group-sim --short,
+# docs/group-sim.md): the model's invariants at 4 nodes and at 64 with
+# unequal weights, placed by the real src/group/member.c: one store copy
+# a cold epoch with the group and N without, a leave and a join move the
+# changed member's share and nothing else, shares follow weights, the
+# egress of membership changes stays within its bound, a timeout and
+# suspect marks cut the slow peer's p99; and the calibration file.
+add_test(NAME bench.group-sim COMMAND ${PROJECT_SOURCE_DIR}/bench/group-sim
+  --short)
+set_tests_properties(bench.group-sim PROPERTIES LABELS unit TIMEOUT 120
+  ENVIRONMENT GROUPSIM=$<TARGET_FILE:groupsim>)
