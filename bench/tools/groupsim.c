@@ -1081,8 +1081,12 @@ static void gs_draw(const struct gs_lat *lt, size_t node, uint32_t o1,
                     uint64_t *rs, struct gs_draw *d)
 {
     const struct gs_model *md = lt->md;
-    double first = 1 / fmax(1, (double)md->n - 1);
-    double fb = 1 / fmax(1, (double)md->n - 2);
+    /* cold: the first of the R requests at the owner (its own read
+     * counted) misses; the slow peer's next member: the first of the
+     * N - 1 other readers falling back to it, in the epoch the peer
+     * turned slow */
+    double first = 1 / (1 + gs_others(md, o1));
+    double fb = 1 / fmax(1, (double)md->n - 1);
     double miss = 1 - md->hit_own[o1];
 
     d->peer1 = PV(P_RTT) + gs_lognormal(rs, PV(P_PEER50), PV(P_PEER99));
@@ -1181,7 +1185,7 @@ static void gs_lat_row(const struct gs_lacc *a, int mode, double n_nodes,
 
     p99[0] = gs_pct(all, n, 0.99);
     p99[1] = gs_pct(sl, ns, 0.99);
-    printf("  %-24s %7.2f %8.2f %8.2f | %8.2f %8.2f | %6.3f%% %6.3f%% "
+    printf("  %-24s %7.2f %8.2f %8.2f | %8.2f %8.2f | %7.4f%% %7.4f%% "
            "%8.4f\n", gs_mode_name[mode], gs_pct(all, n, 0.5), p99[0],
            gs_pct(all, n, 0.999), gs_pct(sl, ns, 0.5), p99[1],
            100.0 * (double)a->timeouts[mode] / (double)n,
@@ -1203,7 +1207,7 @@ static int gs_report_lat(const struct gs_model *md, bool cold)
            "one slow peer, %zu, +%.0f ms)\n", cold ? "cold" : "warm",
            (unsigned long long)lt.acc[0]->n[0][0], PV(P_LATSEC),
            (size_t)lt.slow, PV(P_SLOW));
-    printf("  %-24s %7s %8s %8s | %8s %8s | %7s %7s %8s\n", "", "p50",
+    printf("  %-24s %7s %8s %8s | %8s %8s | %8s %8s %8s\n", "", "p50",
            "p99", "p99.9", "slow p50", "slow p99", "cut", "falsecut",
            "copies");
     for (int mode = 0; mode < M_NMODES; mode++)
