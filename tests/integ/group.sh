@@ -38,8 +38,9 @@
 set -u
 tierfs=$(realpath "$1")
 relay=$(realpath "$2")
+s3srv=$(realpath "$(dirname "$0")/../../scripts/s3-server")
 shift 2
-cases=${*:-link baseline group warm kill rejoin auth corrupt serve}
+cases=${*:-link baseline group warm kill rejoin auth corrupt serve gateways}
 [ "$(id -u)" = 0 ] || { echo "group: needs root (namespaces, mounts)"; exit 1; }
 : "${AWS_ENDPOINT_URL:?run under scripts/with-s3}" "${TFS_TEST_S3_BUCKET:?}"
 # What a run killed -9 left (its shell is gone, so no trap ran): its
@@ -73,6 +74,7 @@ margs=(--block-size "$bs" --mem-cache 32M --meta-ttl 600)
 group_pids=""
 
 cleanup() {
+    [ "${gw2_pid:-0}" = 0 ] || "$s3srv" rgw2-stop --owner "$run" >/dev/null 2>&1
     group_cleanup
     "$tierfs" rm -r -f "$uri/" >/dev/null 2>&1
     rm -rf "$work"
@@ -487,6 +489,79 @@ case_serve() {
     serve_pid=0
 }
 
+# ---- two gateways, one killed ----
+# A second radosgw of the same cluster behind a second relay; every
+# node's store is retry+s3 over both; the second is killed -9 mid-epoch
+gw2_pid=0
+gw2_relay=0
+case_gateways() {
+    local server=$s3srv port out pid2 i t0 t_kill ms=-1 r1 r2 eg
+    for port in $(seq 17580 17599); do
+        out=$("$server" rgw2-start "$port" --owner "$run" 2>"$work/rgw2.err") && break
+        out=
+    done
+    [ -n "$out" ] || { bad "gateways: a second radosgw ($(tail -1 "$work/rgw2.err"))"; return; }
+    pid2=$(sed -n 's/^export TFS_TEST_RGW2_PID=//p' <<<"$out")
+    gw2_pid=$pid2
+    "$relay" -t 3600 -c "$work/relay2.count" "$(store_ip):$port" "127.0.0.1:$port" \
+        2>>"$work/relay2.log" &
+    gw2_relay=$!
+    group_pids="$group_pids $gw2_relay"
+    sleep 0.3
+    store_endpoints="$(store_url),http://$(store_ip):$port"
+    for i in $(seq "$nodes"); do
+        node_umount "$i"
+        node_wipe "$i"
+        # shellcheck disable=SC2046
+        node_mount "$i" "retry+$uri" "${margs[@]}" $(group_args "$i" "$work/members") ||
+            { bad "gateways: mount $i"; store_endpoints=; return; }
+    done
+    store_endpoints=
+    r1=$(relay_down_bytes)
+    r2=$(awk '$1 == "down" { print $2 }' "$work/relay2.count" 2>/dev/null || echo 0)
+    epoch_start gw $(seq "$nodes")
+    t0=$(now_ms)
+    while [ "$(cat "$work/n1/gw.prog" 2>/dev/null || echo 0)" -lt $((ds_bytes / 4)) ]; do
+        [ $(($(now_ms) - t0)) -lt 120000 ] || break
+        sleep 0.02
+    done
+    kill -9 "$pid2"
+    t_kill=$(now_ms)
+    local at_kill
+    at_kill=$(cat "$work/n1/gw.prog" 2>/dev/null)
+    # how long until node 1 sends it nothing more: down, none in flight
+    for i in $(seq 100); do
+        if /usr/bin/python3 -c 'import json, sys
+e = json.load(open(sys.argv[1])).get("endpoints", {})
+r = [v for k, v in e.items() if k.endswith(":" + sys.argv[2])]
+sys.exit(not (r and r[0].get("up") == 0 and r[0].get("outstanding") == 0))' \
+            "${node_mnt[1]}/.tierfs-stats" "$port" 2>/dev/null; then
+            ms=$(($(now_ms) - t_kill))
+            break
+        fi
+        sleep 0.05
+    done
+    epoch_wait gw $(seq "$nodes")
+    sleep 0.3
+    eg=$(( $(relay_down_bytes) - r1 + $(awk '$1 == "down" { print $2 }' "$work/relay2.count" 2>/dev/null || echo 0) - r2 ))
+    epoch_report gw $(seq "$nodes")
+    echo "    gateways: gateway 2 killed -9 after $at_kill bytes of node 1's epoch;" \
+        "node 1 had it down with nothing in flight ${ms} ms later; egress through both $(ratio "$eg" "$ds_bytes")x"
+    /usr/bin/python3 -c 'import json, sys
+e = json.load(open(sys.argv[1])).get("endpoints", {})
+for k, v in sorted(e.items()):
+    print("    node 1 endpoint %s: %d requests, %d errors, up %d" % (k, v["requests"], v["errors"], v["up"]))' \
+        "${node_mnt[1]}/.tierfs-stats" 2>/dev/null
+    check_cmd "gateways: one of two killed mid-epoch: 4 nodes read all $ds_files files, 0 errors, 0 wrong bytes" \
+        epoch_clean gw $(seq "$nodes")
+    check_expr "gateways: the survivor takes all requests within 2 s (${ms} ms)" \
+        '[ "$ms" -ge 0 ] && [ "$ms" -le 2000 ]'
+    umount_all
+    kill "$gw2_relay" 2>/dev/null
+    "$server" rgw2-stop --owner "$run" >/dev/null 2>&1
+    gw2_pid=0
+}
+
 skip_group_cases() {
     local c
     for c in "group: egress <= 1.05x dataset" "warm: from peers, every byte right" \
@@ -494,7 +569,8 @@ skip_group_cases() {
         "kill -9 mid-epoch: 0 errors, 0 wrong bytes" "kill -9 mid-epoch: egress <= 1.3x" \
         "rejoin: hits from peers" "auth: listener on the address given" \
         "auth: forged, stale, replayed requests refused" \
-        "corrupt: a lying peer detected" "serve: a dedicated cache node"; do
+        "corrupt: a lying peer detected" "serve: a dedicated cache node" \
+        "gateways: one of two killed mid-epoch"; do
         skip "$c" "$no_group"
     done
 }
@@ -509,7 +585,7 @@ chmod 600 "$work/secret"
 for i in $(seq "$nodes"); do echo "$(node_ip "$i"):$gport" >>"$work/members"; done
 echo "# $nodes nodes on $gnet_sub.0/24 (bridge $gnet_br), htb $gnet_rate a link; store $(store_url) -> $AWS_ENDPOINT_URL; group support: $([ $has_group = 1 ] && echo yes || echo no)"
 case " $cases " in
-*" baseline "* | *" group "* | *" warm "* | *" kill "* | *" rejoin "* | *" auth "* | *" corrupt "* | *" serve "*)
+*" baseline "* | *" group "* | *" warm "* | *" kill "* | *" rejoin "* | *" auth "* | *" corrupt "* | *" serve "* | *" gateways "*)
     ds_make || { bad "dataset: $mib MiB in $uri"; tap_end group; exit 1; }
     echo "# dataset: $ds_files files, $ds_bytes bytes ($(mibs "$ds_bytes") MiB), block size $bs, under $uri"
     ;;
@@ -519,7 +595,7 @@ for c in $cases; do
     echo "# $c"
     case $c in
     link | baseline) "case_$c" ;;
-    group | warm | kill | rejoin | auth | corrupt | serve)
+    group | warm | kill | rejoin | auth | corrupt | serve | gateways)
         if [ "$has_group" = 1 ]; then
             "case_$c"
         elif [ "$skipped_group" = 0 ]; then

@@ -184,7 +184,7 @@ node_mount() {
     local i=$1 uri=$2
     shift 2
     mkdir -p "$work/n$i/cache"
-    mnt_wrap="env AWS_ENDPOINT_URL=$(store_url) nsenter --net=/run/netns/$(gnet_ns "$i")"
+    mnt_wrap="env AWS_ENDPOINT_URL=${store_endpoints:-$(store_url)} nsenter --net=/run/netns/$(gnet_ns "$i")"
     mnt_start "$uri" "$work/n$i/mnt" --cache-dir "$work/n$i/cache" "$@" || return 1
     node_pid[i]=$mnt_pid
     node_mnt[i]=$mnt_dir
