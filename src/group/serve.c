@@ -40,7 +40,8 @@ struct gserve {
     uint16_t           port;
 };
 
-/* A block being sent: pinned until the response is freed. */
+/* A block being sent: pinned until the response is freed, which
+   libmicrohttpd does once the last byte is sent or the connection gone. */
 struct serve_body {
     struct tfs_group    *g;
     void                *pin;
@@ -48,18 +49,6 @@ struct serve_body {
     size_t               len;
     unsigned char       *spoilt;        /* fault_corrupt's copy, owned */
 };
-
-static ssize_t serve_read(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    struct serve_body *b = cls;
-    size_t n;
-
-    if (pos >= b->len)
-        return MHD_CONTENT_READER_END_OF_STREAM;
-    n = TFS_MIN(max, b->len - (size_t)pos);
-    memcpy(buf, b->data + pos, n);
-    return (ssize_t)n;
-}
 
 static void serve_free(void *cls)
 {
@@ -171,8 +160,9 @@ static enum MHD_Result serve_block(struct gserve *s,
         b->spoilt[b->len / 2] ^= 0x40;
         b->data = b->spoilt;
     }
-    r = MHD_create_response_from_callback(b->len, 256u << 10, serve_read, b,
-                                          serve_free);
+    /* sent from the pinned block itself (or the spoilt copy): no copy */
+    r = MHD_create_response_from_buffer_with_free_callback_cls(
+        b->len, (void *)b->data, serve_free, b);
     if (r == NULL) {
         serve_free(b);
         return MHD_NO;
