@@ -219,6 +219,16 @@ group_report() {  # group_report I: its "group" stats, compact
     echo "    node $1 group: $($gtool json "${node_mnt[$1]}/.tierfs-stats" group | cut -c1-400)"
 }
 
+# cpu_mark / cpu_busy: the share of all CPUs busy since the mark (from
+# /proc/stat), to tell a run bound by this machine's CPUs
+cpu_now() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
+cpu_mark() { read -r cpu_b0 cpu_t0 <<<"$(cpu_now)"; }
+cpu_busy() {
+    local b t
+    read -r b t <<<"$(cpu_now)"
+    awk -v b=$((b - cpu_b0)) -v t=$((t - cpu_t0)) 'BEGIN { printf "%.0f%%", (t > 0 ? 100 * b / t : 0) }'
+}
+
 # ---- the cases ----
 case_link() {
     link_bps=$(link_rate 1 2 2)
@@ -270,8 +280,10 @@ case_warm() {
     [ -n "${link_bps:-}" ] || link_bps=$(link_rate 1 2 2)
     # node 1 again: its own warm cache (it read the dataset in "group")
     store_mark
+    cpu_mark
     epoch_start own 1
     epoch_wait own 1
+    own_cpu=$(cpu_busy)
     egress_line "warm, own cache"
     epoch_report own 1
     check_cmd "warm: node 1 from its own cache, every byte right" epoch_clean own 1
@@ -285,8 +297,10 @@ case_warm() {
     node_mount "$last" "$uri" "${margs[@]}" $(group_args "$last" "$work/members-client" serve-off) ||
         { bad "warm: client mount"; return; }
     store_mark
+    cpu_mark
     epoch_start peer "$last"
     epoch_wait peer "$last"
+    peer_cpu=$(cpu_busy)
     egress_line "warm, from peers"
     epoch_report peer "$last"
     group_report "$last"
@@ -298,6 +312,7 @@ case_warm() {
     warm_ratio=$(ratio "$own_s" "$peer_s")
     link_ratio=$(ratio "$peer_bps" "${link_bps:-0}")
     echo "    warm epoch: from peers $peer_s s, own cache $own_s s: speed ${warm_ratio}x of the own cache's (target >= 0.8)"
+    echo "    CPUs busy ($(nproc) of them, every node, server and reader on this one machine): own cache $own_cpu, from peers $peer_cpu"
     echo "    per-node throughput from peers: $(mibs "$peer_bps") MiB/s / link $(mibs "${link_bps:-0}") MiB/s = ${link_ratio}x (target >= 0.8)"
     case $strict in *" warm "*)
         check_expr "warm: from peers ${warm_ratio}x the own-cache speed >= 0.8 (htb $gnet_rate)" \
