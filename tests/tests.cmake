@@ -202,3 +202,11 @@ set_tests_properties(security.s3 PROPERTIES SKIP_RETURN_CODE 77)
 tfs_s3_test(group.net ${PROJECT_SOURCE_DIR}/tests/integ/group.sh
   $<TARGET_FILE:tierfs> $<TARGET_FILE:relay>)
 set_tests_properties(group.net PROPERTIES LABELS "s3;fuse;group" TIMEOUT 300)
+
+# The shared cache tier (tests/integ/shared_tier.sh, docs/group.md) against
+# a second bucket of the S3 server: a node fills it, a cold node reads
+# every block from it and none from the store, a corrupted copy is caught
+# and healed, `tierfs tier gc` keeps what was read last.  About 30 s.
+tfs_s3_test(tier.s3 ${PROJECT_SOURCE_DIR}/tests/integ/shared_tier.sh
+  $<TARGET_FILE:tierfs>)
+set_tests_properties(tier.s3 PROPERTIES LABELS "s3;fuse" TIMEOUT 180)
