@@ -218,3 +218,11 @@ add_test(NAME bench.group-sim COMMAND ${PROJECT_SOURCE_DIR}/bench/group-sim
   --short)
 set_tests_properties(bench.group-sim PROPERTIES LABELS unit TIMEOUT 120
   ENVIRONMENT GROUPSIM=$<TARGET_FILE:groupsim>)
+
+# The shared cache tier (tests/integ/shared_tier.sh, docs/group.md) against
+# a second bucket of the S3 server: a node fills it, a cold node reads
+# every block from it and none from the store, a corrupted copy is caught
+# and healed, `tierfs tier gc` keeps what was read last.  About 30 s.
+tfs_s3_test(tier.s3 ${PROJECT_SOURCE_DIR}/tests/integ/shared_tier.sh
+  $<TARGET_FILE:tierfs>)
+set_tests_properties(tier.s3 PROPERTIES LABELS "s3;fuse" TIMEOUT 180)

@@ -105,5 +105,6 @@ int cmd_pack(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
+int cmd_tier(int argc, char **argv);
 
 #endif /* TFS_CLI_H */

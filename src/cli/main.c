@@ -40,6 +40,7 @@ static const struct cli_cmd cli_cmds[] = {
     {"profile", cmd_profile, "profile an access trace or a dataset"},
     {"bench", cmd_bench, "measure: seq, rand, mix, meta, small, train"},
     {"ckpt", cmd_ckpt, "list, show, verify, remove and gc checkpoints"},
+    {"tier", cmd_tier, "summarise and gc a shared cache tier"},
     {"version", cmd_version, "print version information"},
 };
 

@@ -119,10 +119,12 @@ void tfs_errdetail_clear(void)
 
 int tfs_err(int rc, const char *fmt, ...)
 {
+    char text[sizeof(err_detail)];      /* the old detail may be an arg */
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(err_detail, sizeof(err_detail), fmt, ap);
+    vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    memcpy(err_detail, text, sizeof(text));
     return rc;
 }

@@ -78,8 +78,12 @@ int tfs_gauth_load(struct tfs_gauth *a, const char *path, uint64_t window_s)
         n--;
     rc = tfs_gauth_init(a, buf, (size_t)n, window_s);
     OPENSSL_cleanse(buf, sizeof(buf));
-    if (rc < 0)
-        return tfs_err(rc, "group secret %s: %s", path, tfs_errdetail());
+    if (rc < 0) {
+        char why[256];
+
+        snprintf(why, sizeof(why), "%s", tfs_errdetail());
+        return tfs_err(rc, "group secret %s: %s", path, why);
+    }
     return 0;
 }
 

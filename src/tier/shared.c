@@ -5,14 +5,19 @@
  * a store the cluster runs close by, and a writer thread that puts there
  * the blocks the capacity store gave, from a queue bounded in bytes (a
  * full queue drops the copy, counted: the tier is a cache, the capacity
- * store holds the data).
+ * store holds the data); and the access log gc reads (shared.h): the ids
+ * of the blocks read from the tier, written by the same thread.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "cache/peer.h"
@@ -44,8 +49,15 @@ struct tfs_shared {
     struct shared_put  *head, *tail;    /* lock */
     size_t              queued;         /* bytes; lock */
     bool                stopping;       /* lock */
+    uint8_t            *seen;           /* ids read here since the last
+                                           access log, n_seen of them,
+                                           room for cap_seen; lock */
+    size_t              n_seen;         /* lock */
+    size_t              cap_seen;       /* lock */
+    uint64_t            seen_since_ns;  /* tfs_now_ns of the first; lock */
     atomic_uint_fast64_t hits, hit_bytes, misses, read_errors, corrupt,
-                         writes, write_bytes, write_errors, write_dropped;
+                         writes, write_bytes, write_errors, write_dropped,
+                         access_logs, access_log_errors;
     struct tfs_hist     latency;
 };
 
@@ -78,6 +90,140 @@ static bool shared_check(const unsigned char *obj, size_t n,
            tfs_get_le64(obj + 40) == XXH3_64bits(obj, 40) &&
            tfs_get_le64(obj + 32) ==
                XXH3_64bits(obj + TFS_SHARED_HDR, pb->len);
+}
+
+/* ---- the access log ---- */
+
+/*
+ * Note that block id was read from the tier.  Past twice the ids of one
+ * log (the writer is behind) the id is left out: the block then looks
+ * older to gc than it is, which costs a hit at worst.
+ */
+static void shared_seen(struct tfs_shared *s, const uint8_t *id)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->n_seen == s->cap_seen && s->cap_seen < 2 * TFS_SHARED_LOG_IDS) {
+        size_t cap = s->cap_seen ? 2 * s->cap_seen : 1024;
+        uint8_t *p = tfs_realloc(s->seen, cap * TFS_PEER_ID_LEN);
+
+        if (p != NULL) {
+            s->seen = p;
+            s->cap_seen = cap;
+        }
+    }
+    if (s->n_seen < s->cap_seen) {
+        memcpy(s->seen + s->n_seen * TFS_PEER_ID_LEN, id, TFS_PEER_ID_LEN);
+        if (s->n_seen++ == 0)
+            s->seen_since_ns = tfs_now_ns();
+        if (s->n_seen == 1 || s->n_seen == TFS_SHARED_LOG_IDS)
+            pthread_cond_signal(&s->cond);  /* arm the timer, or write */
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int shared_id_cmp(const void *a, const void *b)
+{
+    return memcmp(a, b, TFS_PEER_ID_LEN);
+}
+
+/* The log's text: the magic line, then each id once, in order. */
+static char *shared_log_text(uint8_t *ids, size_t n, size_t *len)
+{
+    size_t magic = strlen(TFS_SHARED_LOG_MAGIC);
+    char *text = tfs_malloc(magic + n * (2 * TFS_PEER_ID_LEN + 1));
+    char *p;
+
+    if (text == NULL)
+        return NULL;
+    qsort(ids, n, TFS_PEER_ID_LEN, shared_id_cmp);
+    memcpy(text, TFS_SHARED_LOG_MAGIC, magic);
+    p = text + magic;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *id = ids + i * TFS_PEER_ID_LEN;
+
+        if (i > 0 && memcmp(id, id - TFS_PEER_ID_LEN, TFS_PEER_ID_LEN) == 0)
+            continue;
+        tfs_hex_lower(p, id, TFS_PEER_ID_LEN);
+        p[2 * TFS_PEER_ID_LEN] = '\n';
+        p += 2 * TFS_PEER_ID_LEN + 1;
+    }
+    *len = (size_t)(p - text);
+    return text;
+}
+
+/* access/HOST-PID-UNIXTIME-SEQ: no two writers, no two logs, alike. */
+static void shared_log_key(char *key, size_t size)
+{
+    static atomic_uint seq;
+    char host[65] = "";
+
+    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0')
+        snprintf(host, sizeof(host), "host");
+    for (char *c = host; *c != '\0'; c++) {
+        if (!isalnum((unsigned char)*c) && *c != '-' && *c != '.')
+            *c = '_';
+    }
+    snprintf(key, size, TFS_SHARED_LOG_DIR "%s-%ld-%lld-%u", host,
+             (long)getpid(), (long long)(tfs_wall_ns() / 1000000000),
+             atomic_fetch_add(&seq, 1));
+}
+
+/* Write the ids seen so far as one log; called and returns with lock. */
+static void shared_log_write(struct tfs_shared *s)
+{
+    uint8_t *ids = s->seen;
+    size_t n = s->n_seen;
+    char key[160];
+    char *text;
+    size_t len = 0;
+    int rc = -ENOMEM;
+
+    s->seen = NULL;
+    s->n_seen = 0;
+    s->cap_seen = 0;
+    pthread_mutex_unlock(&s->lock);
+    shared_log_key(key, sizeof(key));
+    text = shared_log_text(ids, n, &len);
+    if (text != NULL)
+        rc = tfs_store_put(s->st, key, text, len, NULL);
+    if (rc == 0) {
+        atomic_fetch_add(&s->access_logs, 1);
+    } else {
+        atomic_fetch_add(&s->access_log_errors, 1);
+        TFS_WARN("shared tier: writing the access log %s: " TFS_CAUSE_FMT,
+                 key, TFS_CAUSE_ARGS(rc, tfs_errdetail()));
+    }
+    tfs_free(text);
+    tfs_free(ids);
+    pthread_mutex_lock(&s->lock);
+}
+
+/* Is a log due?  With lock. */
+static bool shared_log_due(const struct tfs_shared *s)
+{
+    uint64_t period = TFS_SHARED_LOG_PERIOD_S * 1000000000ull;
+
+    if (s->n_seen == 0)
+        return false;
+    return (s->stopping && s->head == NULL) ||
+           s->n_seen >= TFS_SHARED_LOG_IDS ||
+           tfs_now_ns() >= s->seen_since_ns + period;
+}
+
+/* Wait for work, or for the next log to fall due.  With lock. */
+static void shared_wait(struct tfs_shared *s)
+{
+    uint64_t due = s->seen_since_ns +
+                   TFS_SHARED_LOG_PERIOD_S * 1000000000ull;
+    struct timespec ts = {
+        .tv_sec = (time_t)(due / 1000000000u),
+        .tv_nsec = (long)(due % 1000000000u),
+    };
+
+    if (s->n_seen == 0)
+        pthread_cond_wait(&s->cond, &s->lock);
+    else
+        pthread_cond_timedwait(&s->cond, &s->lock, &ts);
 }
 
 /* ---- reading (the source) ---- */
@@ -117,6 +263,7 @@ static int shared_read(void *arg, const struct tfs_peer_block *pb,
         rc = TFS_ECORRUPT;
     } else {
         memcpy(dst, obj + TFS_SHARED_HDR, pb->len);
+        shared_seen(s, pb->id);
         atomic_fetch_add(&s->hits, 1);
         atomic_fetch_add(&s->hit_bytes, pb->len);
         tfs_hist_add(&s->latency, tfs_now_ns() - t0);
@@ -175,10 +322,14 @@ static void *shared_writer(void *arg)
         char key[64];
         int rc;
 
+        if (shared_log_due(s)) {
+            shared_log_write(s);
+            continue;
+        }
         if (p == NULL) {
             if (s->stopping)
                 break;
-            pthread_cond_wait(&s->cond, &s->lock);
+            shared_wait(s);
             continue;
         }
         s->head = p->next;
@@ -210,17 +361,25 @@ int tfs_shared_open(struct tfs_shared **out, const char *uri,
 {
     struct tfs_shared *s = tfs_calloc(1, sizeof(*s));
     struct tfs_cache_source src;
+    pthread_condattr_t ca;
     int rc;
 
     if (s == NULL)
         return -ENOMEM;
     s->c = c;
     pthread_mutex_init(&s->lock, NULL);
-    pthread_cond_init(&s->cond, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);   /* tfs_now_ns */
+    pthread_cond_init(&s->cond, &ca);
+    pthread_condattr_destroy(&ca);
     s->uri = tfs_strdup(uri);
     rc = s->uri ? tfs_store_open(&s->st, uri, NULL) : -ENOMEM;
-    if (rc < 0 && s->uri != NULL)
-        rc = tfs_err(rc, "shared tier '%s': %s", uri, tfs_errdetail());
+    if (rc < 0 && s->uri != NULL) {
+        char why[256];
+
+        snprintf(why, sizeof(why), "%s", tfs_errdetail());  /* not aliased */
+        rc = tfs_err(rc, "shared tier '%s': %s", uri, why);
+    }
     if (rc == 0) {
         rc = -pthread_create(&s->writer, NULL, shared_writer, s);
         s->writing = rc == 0;
@@ -258,6 +417,7 @@ void tfs_shared_close(struct tfs_shared *s)
         s->head = p->next;
         tfs_free(p);
     }
+    tfs_free(s->seen);
     tfs_store_close(s->st);
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->lock);
@@ -281,6 +441,8 @@ void tfs_shared_metrics_get(struct tfs_shared *s,
     m->write_bytes = atomic_load(&s->write_bytes);
     m->write_errors = atomic_load(&s->write_errors);
     m->write_dropped = atomic_load(&s->write_dropped);
+    m->access_logs = atomic_load(&s->access_logs);
+    m->access_log_errors = atomic_load(&s->access_log_errors);
     m->latency = &s->latency;
     pthread_mutex_lock(&s->lock);
     m->queued_bytes = s->queued;

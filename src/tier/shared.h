@@ -20,6 +20,15 @@
  *
  * Every read checks all of it; a copy that fails is counted, read from
  * the capacity store instead and written again.
+ *
+ * The access log, for `tierfs tier gc` (tier/gc.h): the ids of the blocks
+ * a node read from the tier are kept in memory and written, at most every
+ * TFS_SHARED_LOG_PERIOD_S seconds after the first of them (sooner past
+ * TFS_SHARED_LOG_IDS ids) and at close, as one small object
+ * PREFIX/access/HOST-PID-UNIXTIME-SEQ: the line "tierfs-access 1", then
+ * one 32-digit lowercase hex id per line.  Its LastModified is when those
+ * blocks were last read (within one period); no node ever reads another's
+ * log or writes an object twice, so nothing needs coordinating.
  */
 #ifndef TFS_TIER_SHARED_H
 #define TFS_TIER_SHARED_H
@@ -34,6 +43,10 @@ struct tfs_shared;
 #define TFS_SHARED_HDR 48
 #define TFS_SHARED_QUEUE_MAX (256u << 20)   /* bytes waiting to be written */
 #define TFS_SHARED_TIMEOUT_MS 5000          /* one read of the tier */
+#define TFS_SHARED_LOG_PERIOD_S 60          /* access log written */
+#define TFS_SHARED_LOG_IDS 65536            /* ids before it is written */
+#define TFS_SHARED_LOG_DIR "access/"
+#define TFS_SHARED_LOG_MAGIC "tierfs-access 1\n"
 
 /*
  * Open the tier at uri (any store URI: s3://bucket/prefix?endpoint=...)
@@ -61,6 +74,10 @@ void tfs_shared_close(struct tfs_shared *s);
     X(U64, write_dropped, COUNTER, COUNT, NULL,                            \
       "copies not written: the queue was full")                            \
     X(U64, queued_bytes, GAUGE, BYTES, NULL, "bytes waiting to be written") \
+    X(U64, access_logs, COUNTER, COUNT, NULL,                              \
+      "access-log objects written (for tierfs tier gc)")                   \
+    X(U64, access_log_errors, COUNTER, COUNT, NULL,                        \
+      "access-log objects not written (failed, or no memory)")             \
     X(HIST, latency, SUMMARY, US, NULL, "reads of it that hit")
 
 struct tfs_shared_metrics {

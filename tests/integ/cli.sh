@@ -39,7 +39,7 @@ expect "usage: get without URI" 2 "$tierfs" get
 expect "usage: bad option" 2 "$tierfs" ls --no-such-flag "$base"
 expect "usage: bad range" 2 "$tierfs" cat --range 9-3 "$base/x"
 expect "help exits 0" 0 "$tierfs" --help
-for c in ls stat cat get put rm version; do
+for c in ls stat cat get put rm tier version; do
     expect "$c --help" 0 "$tierfs" "$c" --help
     grep -q "usage: tierfs $c" "$out" || bad "$c --help text"
 done

@@ -8,10 +8,13 @@
  *   bad_copies      copies flipped, cut, or of another block: each is
  *                   detected, read from the capacity store, written again
  *   key             the object names: v1/XX/ID
+ *   access_log      the node that read from the tier wrote, at close, one
+ *                   access log naming each block it read there, once
  *
  * The same mode against a second bucket of the real S3 server runs in
  * tests/integ/shared_tier.sh.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
@@ -151,7 +154,75 @@ TEST(fill_then_hit)
     CHECK_EQ(cm.backend_get_count, 0);
     CHECK_EQ(cm.shared_blocks, NBLK);
     CHECK_EQ(cm.hit_bytes_shared, FSIZE);
+    CHECK_EQ(m.access_logs, 0);         /* written at close */
     node_close(&b);
+}
+
+/* The one access log under the tier's access/, into text; its name. */
+static size_t read_access_log(char *text, size_t size, char *name,
+                              size_t name_size)
+{
+    char path[512];
+    struct dirent *e;
+    DIR *d;
+    FILE *f;
+    size_t n;
+    int logs = 0;
+
+    snprintf(path, sizeof(path), "%s/tier/access", dir);
+    d = opendir(path);
+    CHECK(d != NULL);
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(name, name_size, "%s", e->d_name);
+        logs++;
+    }
+    closedir(d);
+    CHECK_EQ(logs, 1);
+    snprintf(path, sizeof(path), "%s/tier/access/%s", dir, name);
+    f = fopen(path, "r");
+    CHECK(f != NULL);
+    n = fread(text, 1, size - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    return n;
+}
+
+TEST(access_log)
+{
+    struct node a, b;
+    char path[256];
+    char text[4096];
+    char name[256];
+    char host[64] = "";
+    char want_name[128];
+    size_t magic = strlen(TFS_SHARED_LOG_MAGIC);
+    size_t n;
+
+    setup();
+    snprintf(path, sizeof(path), "%s/tier", dir);
+    CHECK(nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0);
+    CHECK(mkdir(path, 0755) == 0);
+    node_open(&a);
+    node_read(&a);                      /* misses: no log */
+    node_close(&a);
+    node_open(&b);
+    node_read(&b);                      /* 16 hits */
+    node_close(&b);
+    n = read_access_log(text, sizeof(text), name, sizeof(name));
+    CHECK(gethostname(host, sizeof(host) - 1) == 0);
+    snprintf(want_name, sizeof(want_name), "%s-%ld-", host, (long)getpid());
+    CHECK(strncmp(name, want_name, strlen(want_name)) == 0);
+    CHECK(strncmp(text, TFS_SHARED_LOG_MAGIC, magic) == 0);
+    CHECK_EQ(n, magic + NBLK * 33);     /* each block once */
+    for (size_t off = magic; off < n; off += 33) {
+        CHECK(text[off + 32] == '\n');
+        CHECK(off == magic || memcmp(text + off - 33, text + off, 32) < 0);
+        snprintf(path, sizeof(path), "%s/tier/v1/%.2s/%.32s", dir,
+                 text + off, text + off);
+        CHECK(access(path, F_OK) == 0); /* a block the tier holds */
+    }
 }
 
 /* The tier's file of block i of f.bin, as node n names it. */
@@ -215,5 +286,5 @@ TEST(key)
     CHECK_STR(key, "v1/a0/a0a1a2a3a4a5a6a7a8a9aaabacadaeaf");
 }
 
-TESTS(T(fill_then_hit), T(bad_copies), T(key));
+TESTS(T(fill_then_hit), T(access_log), T(bad_copies), T(key));
 TEST_MAIN()
