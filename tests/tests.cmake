@@ -218,3 +218,9 @@ add_test(NAME bench.group-sim COMMAND ${PROJECT_SOURCE_DIR}/bench/group-sim
   --short)
 set_tests_properties(bench.group-sim PROPERTIES LABELS unit TIMEOUT 120
   ENVIRONMENT GROUPSIM=$<TARGET_FILE:groupsim>)
+
+# The cache group's latency bench (bench/group-latency) in a short form:
+# that it runs, every read's bytes right and from the tier meant, and its
+# figures sane; the timed target is left to the bench (docs/group-latency.md).
+add_test(NAME bench.grouplat COMMAND grouplat --quick)
+set_tests_properties(bench.grouplat PROPERTIES LABELS bench TIMEOUT 120)
