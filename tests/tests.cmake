@@ -226,3 +226,9 @@ set_tests_properties(bench.group-sim PROPERTIES LABELS unit TIMEOUT 120
 tfs_s3_test(tier.s3 ${PROJECT_SOURCE_DIR}/tests/integ/shared_tier.sh
   $<TARGET_FILE:tierfs>)
 set_tests_properties(tier.s3 PROPERTIES LABELS "s3;fuse" TIMEOUT 180)
+
+# The cache group's latency bench (bench/group-latency) in a short form:
+# that it runs, every read's bytes right and from the tier meant, and its
+# figures sane; the timed target is left to the bench (docs/group-latency.md).
+add_test(NAME bench.grouplat COMMAND grouplat --quick)
+set_tests_properties(bench.grouplat PROPERTIES LABELS bench TIMEOUT 120)
