@@ -202,7 +202,18 @@ static enum MHD_Result serve_answer(void *cls, struct MHD_Connection *conn,
     (void)version;
     (void)upload_data;
     (void)upload_data_size;
-    (void)con_cls;
+    /*
+     * libmicrohttpd calls this once when the headers are in and again
+     * for the body; an answer queued on the first call closes the
+     * connection after it (0.9.75), which cost every peer request a new
+     * connection.  So the first call only marks the request.
+     */
+    if (*con_cls == NULL) {
+        static int seen;
+
+        *con_cls = &seen;
+        return MHD_YES;
+    }
     if (strcmp(method, "GET") != 0)
         return serve_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
                           "method not allowed\n");
