@@ -383,7 +383,7 @@ int tfs_cache_block(struct tfs_cache *c, const struct tfs_block_ref *r,
         tfs_ram_put(c, b);
         return 0;
     }
-    if (cache_is_loading(c, b)) {
+    if (cache_is_loading(c, b) && want != TFS_WANT_PEER) {
         rc = cache_wait(c, r, b);
         if (waited_ns != NULL)
             *waited_ns = tfs_now_ns() - t0;

@@ -252,7 +252,9 @@ enum tfs_want {
     TFS_WANT_PREFETCH,                  /* a hint: load in the background */
     TFS_WANT_FILL,                      /* warmup: load and keep on disk */
     TFS_WANT_PEER,                      /* a peer waits for it: a demand
-                                           read that asks no peer */
+                                           read that asks no peer and is
+                                           never hedged (a second GET
+                                           would be the group's egress) */
 };
 
 /* What identifies a block's bytes in the store. */
