@@ -490,8 +490,9 @@ case_serve() {
     epoch_wait srv "${others[@]}"
     egress_line serve
     epoch_report srv "${others[@]}"
-    served=$(node_exec 2 curl -s -m 5 "http://$(node_ip 1):9567/metrics" |
-        awk '$1 == "tierfs_group_served_bytes_total" { print $2 }')
+    node_exec 2 curl -s -m 5 "http://$(node_ip 1):9567/metrics" >"$work/serve.metrics"
+    served=$(awk '$1 == "tierfs_group_served_bytes_total" { print $2 }' "$work/serve.metrics")
+    echo "    serve: the cache node's store reads: $(awk '$1 ~ /^tierfs_(backend_get_count|hedged_gets|admission_rejects|disk_write_dropped|evicted_bytes)_total$/ { printf "%s %s; ", $1, $2 }' "$work/serve.metrics")"
     echo "    serve: the cache node served ${served:-?} bytes; $(head -1 "$work/serve.log")"
     check_cmd "serve: ${#others[@]} client nodes read all $ds_files files from a tierfs serve node, every byte right" \
         epoch_clean srv "${others[@]}"
