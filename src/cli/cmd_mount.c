@@ -50,6 +50,8 @@ static const struct {
     {"group-secret-file", "group_secret_file"},
     {"group-serve", "group_serve"}, {"group-timeout", "group_timeout_ms"},
     {"group-inflight", "group_inflight"}, {"shared-tier", "shared_tier"},
+    {"group-tls-ca", "group_tls_ca"}, {"group-tls-cert", "group_tls_cert"},
+    {"group-tls-key", "group_tls_key"},
 };
 
 struct mount_args {
@@ -110,6 +112,9 @@ static void mount_help(FILE *f)
         "  --group-serve on|off  off: a client only, not in FILE\n"
         "  --group-timeout MS    one peer request (default 3000)\n"
         "  --group-inflight N    requests at once per peer (default 16)\n"
+        "  --group-tls-ca F      peers over TLS, checked against this CA\n"
+        "  --group-tls-cert F    this node's certificate (PEM; IP SANs\n"
+        "  --group-tls-key F     for IP members) and key (0600)\n"
         "  --shared-tier URI     a shared cache tier on a fast store\n"
         "                        (s3://cache-bucket/prefix): read there\n"
         "                        before the store, written back after\n"
@@ -144,7 +149,8 @@ static int mount_add(struct mount_args *a, const char *name,
                               strcmp(name, "staging_dir") == 0 ||
                               (strcmp(name, "group") == 0 &&
                                strncmp(value, "dns:", 4) != 0) ||
-                              strcmp(name, "group_secret_file") == 0
+                              strcmp(name, "group_secret_file") == 0 ||
+                              strncmp(name, "group_tls_", 10) == 0
                           ? mount_abs(value)
                           : tfs_strdup(value);
     if (a->values[a->n] == NULL)

@@ -55,6 +55,9 @@ static void serve_help(FILE *f)
             "                        listener binds there\n"
             "  --group-secret-file F the group's secret (mode 0600)\n"
             "  --group-timeout MS    its own peer requests (default 3000)\n"
+            "  --group-tls-ca F      peers over TLS, checked against F\n"
+            "  --group-tls-cert F, --group-tls-key F   its certificate\n"
+            "                        and key (PEM; the key 0600)\n"
             "  --cache-dir DIR       disk tier (default: RAM only)\n"
             "  --cache-size SIZE     bytes of the disk tier (default 10G)\n"
             "  --mem-cache SIZE      bytes of the RAM tier (default 1G)\n"
@@ -77,7 +80,8 @@ static int serve_set(struct serve_args *a, const char *name,
 enum {
     SERVE_GROUP = 1000, SERVE_LISTEN, SERVE_SECRET, SERVE_TIMEOUT,
     SERVE_METRICS, SERVE_SET, SERVE_CACHE_DIR, SERVE_CACHE_SIZE,
-    SERVE_MEM, SERVE_BLOCK, SERVE_INFLIGHT,
+    SERVE_MEM, SERVE_BLOCK, SERVE_INFLIGHT, SERVE_TLS_CA, SERVE_TLS_CERT,
+    SERVE_TLS_KEY,
 };
 
 static int serve_parse(int argc, char **argv, struct serve_args *a)
@@ -94,6 +98,9 @@ static int serve_parse(int argc, char **argv, struct serve_args *a)
         {"mem-cache", required_argument, NULL, SERVE_MEM},
         {"block-size", required_argument, NULL, SERVE_BLOCK},
         {"max-inflight", required_argument, NULL, SERVE_INFLIGHT},
+        {"group-tls-ca", required_argument, NULL, SERVE_TLS_CA},
+        {"group-tls-cert", required_argument, NULL, SERVE_TLS_CERT},
+        {"group-tls-key", required_argument, NULL, SERVE_TLS_KEY},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -146,6 +153,15 @@ static int serve_parse(int argc, char **argv, struct serve_args *a)
             break;
         case SERVE_INFLIGHT:
             rc = serve_set(a, "max_inflight", optarg);
+            break;
+        case SERVE_TLS_CA:
+            a->g.tls_ca = optarg;
+            break;
+        case SERVE_TLS_CERT:
+            a->g.tls_cert = optarg;
+            break;
+        case SERVE_TLS_KEY:
+            a->g.tls_key = optarg;
             break;
         case 'h':
             serve_help(stdout);

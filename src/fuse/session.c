@@ -399,6 +399,9 @@ void tfs_fs_close(struct tfs_fs *fs)
     tfs_free((char *)fs->gcfg.members);
     tfs_free((char *)fs->gcfg.listen);
     tfs_free((char *)fs->gcfg.secret_file);
+    tfs_free((char *)fs->gcfg.tls_ca);
+    tfs_free((char *)fs->gcfg.tls_cert);
+    tfs_free((char *)fs->gcfg.tls_key);
     tfs_free(fs->shared_uri);
     tfs_free(fs);
 }

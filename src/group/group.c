@@ -16,6 +16,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "common/util.h"
@@ -78,7 +81,7 @@ static struct gpeer *group_peer(struct tfs_group *g,
     p = tfs_calloc(1, sizeof(*p));
     if (p == NULL)
         return NULL;
-    if (gpeer_init(p, m->host, m->port) < 0) {
+    if (gpeer_init(p, m->host, m->port, g->tls_ca != NULL) < 0) {
         tfs_free(p);
         return NULL;
     }
@@ -340,6 +343,31 @@ static int group_cfg(struct tfs_group *g, const struct tfs_group_cfg *cfg)
     g->inflight = cfg->inflight ? cfg->inflight : TFS_GROUP_INFLIGHT;
     g->reload_ms = cfg->reload_ms ? cfg->reload_ms : 1000;
     g->fault_corrupt = cfg->fault_corrupt;
+    if ((cfg->tls_cert != NULL || cfg->tls_key != NULL) &&
+        cfg->tls_ca == NULL)
+        return tfs_err(TFS_EOPTION, "group: a TLS certificate wants the "
+                       "CA that peers check it with (--group-tls-ca)");
+    if (cfg->tls_ca != NULL && cfg->serve &&
+        (cfg->tls_cert == NULL || cfg->tls_key == NULL))
+        return tfs_err(TFS_EOPTION, "group: serving over TLS wants "
+                       "--group-tls-cert and --group-tls-key");
+    if (cfg->tls_ca != NULL) {
+        int rc;
+
+        g->tls_ca = tfs_strdup(cfg->tls_ca);
+        if (g->tls_ca == NULL)
+            return -ENOMEM;
+        rc = access(g->tls_ca, R_OK) == 0 ? 0
+             : tfs_err(-errno, "group TLS CA %s: %s", g->tls_ca,
+                       strerror(errno));
+        if (rc == 0 && cfg->serve)
+            rc = group_read_pem(cfg->tls_cert, "certificate", false,
+                                &g->tls_cert);
+        if (rc == 0 && cfg->serve)
+            rc = group_read_pem(cfg->tls_key, "key", true, &g->tls_key);
+        if (rc < 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -455,7 +483,52 @@ void tfs_group_close(struct tfs_group *g)
     pthread_mutex_destroy(&g->lock);
     tfs_free(g->members);
     tfs_free(g->listen);
+    tfs_free(g->tls_ca);
+    tfs_free(g->tls_cert);
+    if (g->tls_key != NULL)
+        OPENSSL_cleanse(g->tls_key, strlen(g->tls_key));
+    tfs_free(g->tls_key);
     tfs_free(g);
+}
+
+int group_read_pem(const char *path, const char *what, bool private,
+                   char **out)
+{
+    struct stat sb;
+    char *text = NULL;
+    ssize_t n = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int rc = 0;
+
+    if (fd < 0)
+        return tfs_err(-errno, "group TLS %s %s: %s", what, path,
+                       strerror(errno));
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) ||
+        sb.st_size > (1 << 20))
+        rc = tfs_err(-EINVAL, "group TLS %s %s: not a PEM file of at most "
+                     "1 MiB", what, path);
+    else if (private && (sb.st_uid != geteuid() || (sb.st_mode & 077)))
+        rc = tfs_err(-EPERM, "group TLS %s %s may be read by others (mode "
+                     "%03o): make it 0600 and yours", what, path,
+                     (unsigned)(sb.st_mode & 0777));
+    else if ((text = tfs_malloc((size_t)sb.st_size + 1)) == NULL)
+        rc = -ENOMEM;
+    else if ((n = read(fd, text, (size_t)sb.st_size)) != sb.st_size)
+        rc = tfs_err(n < 0 ? -errno : -EIO, "group TLS %s %s: cannot read "
+                     "it", what, path);
+    close(fd);
+    if (rc == 0 && strstr(text, "-----BEGIN ") == NULL)
+        rc = tfs_err(-EINVAL, "group TLS %s %s: no PEM block in it", what,
+                     path);
+    if (rc < 0) {
+        if (text != NULL)
+            OPENSSL_cleanse(text, (size_t)sb.st_size + 1);
+        tfs_free(text);
+        return rc;
+    }
+    text[n] = '\0';
+    *out = text;
+    return 0;
 }
 
 uint16_t tfs_group_port(const struct tfs_group *g)

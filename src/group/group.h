@@ -149,6 +149,12 @@ struct tfs_group_cfg {
     unsigned    inflight;               /* 0: TFS_GROUP_INFLIGHT */
     uint64_t    reload_ms;              /* how often the list is looked
                                            at; 0: 1000 */
+    const char *tls_ca;                 /* PEM CA file: peers over https,
+                                           their certificates checked
+                                           against it; NULL: plain http */
+    const char *tls_cert;               /* PEM: this node's certificate
+                                           (serving with tls_ca) */
+    const char *tls_key;                /* PEM: its key, mode 0600 */
     unsigned    fault_corrupt;          /* fault injection, for tests:
                                            flip a byte of every Nth
                                            answer after its checksum */

@@ -71,6 +71,9 @@ struct tfs_group {
     unsigned            inflight;
     uint64_t            reload_ms;
     unsigned            fault_corrupt;  /* every Nth answer; 0: none */
+    char               *tls_ca;         /* owned path; NULL: plain http */
+    char               *tls_cert;       /* owned PEM text (serving) */
+    char               *tls_key;        /* owned PEM text, cleansed */
     atomic_uint_fast64_t answers;       /* for fault_corrupt */
     struct tfs_cache   *c;              /* borrowed */
     struct tfs_gauth    auth;
@@ -102,7 +105,8 @@ struct gview *gview_get(struct tfs_group *g);
 void gview_put(struct tfs_group *g, struct gview *v);
 
 /* ---- peer.c ---- */
-int gpeer_init(struct gpeer *p, const char *host, uint16_t port);
+int gpeer_init(struct gpeer *p, const char *host, uint16_t port,
+               bool tls);
 void gpeer_cleanup(struct gpeer *p);
 /* Is p skipped now (suspect)? */
 bool gpeer_suspect(struct gpeer *p, uint64_t now_ns);
@@ -124,6 +128,11 @@ void group_key(char *out, size_t size, const char *host, uint16_t port);
 #define GROUP_H_VERSION "X-Tierfs-Version"
 #define GROUP_H_SUM "X-Tierfs-Checksum"
 #define GROUP_H_SOURCE "X-Tierfs-Source"
+
+/* A PEM file's text (at most 1 MiB), NUL-terminated, tfs_malloc'd;
+   private: refused unless mode 0600/0400 and ours (a key). */
+int group_read_pem(const char *path, const char *what, bool private,
+                   char **out);
 
 /* ---- serve.c ---- */
 int gserve_start(struct tfs_group *g, struct gserve **out);

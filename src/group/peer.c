@@ -31,14 +31,15 @@
 
 /* ---- peers ---- */
 
-int gpeer_init(struct gpeer *p, const char *host, uint16_t port)
+int gpeer_init(struct gpeer *p, const char *host, uint16_t port, bool tls)
 {
     int rc = tfs_curl_global_init();
 
     if (rc < 0)
         return rc;
     group_key(p->key, sizeof(p->key), host, port);
-    snprintf(p->url, sizeof(p->url), "http://%s", p->key);
+    snprintf(p->url, sizeof(p->url), "%s://%s", tls ? "https" : "http",
+             p->key);
     pthread_mutex_init(&p->lock, NULL);
     tfs_cond_init_mono(&p->cond);
     return 0;
@@ -342,7 +343,14 @@ static int gpeer_get(struct tfs_group *g, struct gpeer *p,
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &a);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L << 10);
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+    if (g->tls_ca != NULL) {            /* the peer's certificate, checked */
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
+        curl_easy_setopt(h, CURLOPT_CAINFO, g->tls_ca);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+    } else {
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+    }
     atomic_fetch_add(&p->requests, 1);
     cc = curl_easy_perform(h);
     curl_slist_free_all(hdrs);

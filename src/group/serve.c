@@ -283,17 +283,34 @@ int gserve_start(struct tfs_group *g, struct gserve **out)
     s->port = tfs_http_bound_port(fd);
     if (ipv6)
         flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, serve_answer, s,
-                            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-                            MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)SERVE_CONN_LIMIT,
-                            MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)SERVE_IDLE_S, MHD_OPTION_END);
+    if (g->tls_cert != NULL && !MHD_is_feature_supported(MHD_FEATURE_TLS)) {
+        close(fd);
+        tfs_free(s);
+        return tfs_err(TFS_EOPTION, "group: this libmicrohttpd has no TLS");
+    }
+    if (g->tls_cert != NULL)
+        s->d = MHD_start_daemon(flags | MHD_USE_TLS, 0, NULL, NULL,
+                                serve_answer, s, MHD_OPTION_LISTEN_SOCKET,
+                                (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
+                                (unsigned)SERVE_CONN_LIMIT,
+                                MHD_OPTION_CONNECTION_TIMEOUT,
+                                (unsigned)SERVE_IDLE_S,
+                                MHD_OPTION_HTTPS_MEM_CERT, g->tls_cert,
+                                MHD_OPTION_HTTPS_MEM_KEY, g->tls_key,
+                                MHD_OPTION_END);
+    else
+        s->d = MHD_start_daemon(flags, 0, NULL, NULL, serve_answer, s,
+                                MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+                                MHD_OPTION_CONNECTION_LIMIT,
+                                (unsigned)SERVE_CONN_LIMIT,
+                                MHD_OPTION_CONNECTION_TIMEOUT,
+                                (unsigned)SERVE_IDLE_S, MHD_OPTION_END);
     if (s->d == NULL) {
         close(fd);
         tfs_free(s);
-        return tfs_err(-EIO, "group: cannot start the peer server on %s",
-                       g->listen);
+        return tfs_err(-EIO, "group: cannot start the peer server on %s%s",
+                       g->listen, g->tls_cert ? " (check the TLS "
+                       "certificate and key: they must be a pair)" : "");
     }
     *out = s;
     return 0;

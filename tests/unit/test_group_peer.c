@@ -19,6 +19,8 @@
  *   reload         the member list rewritten: the new member is used
  *   client_only    a node that does not serve, not in the list
  *   dns            members from a DNS name (dns:localhost:PORT)
+ *   tls            peers over https, the certificate checked against the
+ *                  CA; a wrong CA refused (the store serves); bad options
  *   open_errors    the list must name a serving node, and not a client
  */
 #include <arpa/inet.h>
@@ -152,6 +154,10 @@ static void node_cache(struct node *n, const char *sub, uint64_t bs)
     CHECK_OK(tfs_cache_open(n->c, n->st));
 }
 
+static const char *tls_ca_;            /* node_join's TLS, when set */
+static const char *tls_cert_;
+static const char *tls_key_;
+
 static int node_join(struct node *n, const char *list, bool serve,
                      unsigned corrupt, uint64_t timeout_ms)
 {
@@ -160,7 +166,8 @@ static int node_join(struct node *n, const char *list, bool serve,
     struct tfs_group_cfg cfg = {
         .members = lpath, .listen = serve ? n->listen : NULL,
         .secret_file = spath, .serve = serve, .timeout_ms = timeout_ms,
-        .reload_ms = 50, .fault_corrupt = corrupt};
+        .reload_ms = 50, .fault_corrupt = corrupt, .tls_ca = tls_ca_,
+        .tls_cert = tls_cert_, .tls_key = tls_key_};
 
     if (strncmp(list, "dns:", 4) == 0)
         snprintf(lpath, sizeof(lpath), "%s", list);
@@ -637,6 +644,103 @@ TEST(dns)
     node_close(&n[1]);
 }
 
+/* A self-signed certificate for 127.0.0.1 as NAME.crt/NAME.key in dir. */
+static void make_cert(const char *name)
+{
+    char cmd[768];
+
+    snprintf(cmd, sizeof(cmd),
+             "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "
+             "/CN=tierfs-test -addext subjectAltName=IP:127.0.0.1 "
+             "-keyout %s/%s.key -out %s/%s.crt >/dev/null 2>&1 && "
+             "chmod 600 %s/%s.key", dir, name, dir, name, dir, name);
+    CHECK(system(cmd) == 0);
+}
+
+/* Node n again as a cold client-only node, over TLS with ca (or not). */
+static void tls_client(struct node *n, const char *ca)
+{
+    tfs_group_close(n->g);
+    tfs_cache_close(n->c);
+    tfs_store_close(n->st);
+    node_cache(n, "data", BS);
+    tls_ca_ = ca;
+    tls_cert_ = tls_key_ = NULL;
+    CHECK_OK(node_join(n, "tls", false, 0, 0));
+}
+
+TEST(tls)
+{
+    struct node n[2];
+    struct tfs_group_snap s;
+    const struct tfs_group_peer_metrics *p;
+    char ca[128], cert[128], key[128], other[128];
+
+    setup();
+    make_cert("peer");
+    make_cert("other");
+    snprintf(ca, sizeof(ca), "%s/peer.crt", dir);
+    snprintf(cert, sizeof(cert), "%s/peer.crt", dir);
+    snprintf(key, sizeof(key), "%s/peer.key", dir);
+    snprintf(other, sizeof(other), "%s/other.crt", dir);
+    ports(n, 2);
+    write_list("tls", n, 1);            /* node 1: a client only */
+    node_cache(&n[0], "data", BS);
+    node_cache(&n[1], "data", BS);
+    tls_ca_ = ca;
+    tls_cert_ = cert;
+    tls_key_ = key;
+    CHECK_OK(node_join(&n[0], "tls", true, 0, 0));
+    tls_cert_ = tls_key_ = NULL;
+    CHECK_OK(node_join(&n[1], "tls", false, 0, 0));
+    CHECK_OK(node_read(&n[1], 6));      /* over https, its cert checked */
+    s = snap(&n[1]);
+    CHECK_EQ(s.g.peer_hits, NBLK);
+    tfs_group_snap_cleanup(&s);
+    /* a CA that did not sign the peer's certificate: refused, the store
+       serves, every byte right */
+    tls_client(&n[1], other);
+    CHECK_OK(node_read(&n[1], 7));
+    s = snap(&n[1]);
+    p = row(&s, &n[0]);
+    CHECK(p != NULL && p->errors >= 1 && p->bytes == 0);
+    CHECK_EQ(s.g.peer_hits, 0);
+    tfs_group_snap_cleanup(&s);
+    /* plain http to a TLS server: refused likewise */
+    tls_client(&n[1], NULL);
+    CHECK_OK(node_read(&n[1], 8));
+    s = snap(&n[1]);
+    p = row(&s, &n[0]);
+    CHECK(p != NULL && p->errors >= 1 && p->bytes == 0);
+    tfs_group_snap_cleanup(&s);
+    /* options that do not go together */
+    tls_ca_ = NULL;
+    tls_cert_ = cert;
+    tls_key_ = key;
+    {
+        struct tfs_group *g = NULL;
+        char lpath[128], spath[128];
+        struct tfs_group_cfg cfg = {.members = lpath, .secret_file = spath,
+                                    .listen = n[0].listen, .serve = true,
+                                    .tls_cert = cert, .tls_key = key};
+
+        snprintf(lpath, sizeof(lpath), "%s/tls", dir);
+        snprintf(spath, sizeof(spath), "%s/secret", dir);
+        CHECK_RC(tfs_group_open(&g, &cfg, n[1].c), TFS_EOPTION);
+        cfg.tls_ca = ca;
+        cfg.tls_key = NULL;
+        CHECK_RC(tfs_group_open(&g, &cfg, n[1].c), TFS_EOPTION);
+        cfg.tls_key = key;
+        chmod(key, 0644);
+        CHECK_RC(tfs_group_open(&g, &cfg, n[1].c), -EPERM);
+        chmod(key, 0600);
+        CHECK(g == NULL);
+    }
+    tls_ca_ = tls_cert_ = tls_key_ = NULL;
+    node_close(&n[0]);
+    node_close(&n[1]);
+}
+
 TEST(open_errors)
 {
     struct node n[2];
@@ -680,5 +784,6 @@ TEST(open_errors)
 }
 
 TESTS(T(one_copy), T(peer_lost), T(corrupt), T(hung_peer), T(refused),
-      T(other_store), T(reload), T(client_only), T(dns), T(open_errors));
+      T(other_store), T(reload), T(client_only), T(dns), T(tls),
+      T(open_errors));
 TEST_MAIN()
