@@ -40,6 +40,20 @@ int cli_parse_size(const char *cmd, const char *opt, const char *s,
 int cli_parse_uint(const char *cmd, const char *opt, const char *s,
                    unsigned min, unsigned max, unsigned *out);
 
+/* A subcommand of a command with several ("tierfs ckpt ls"). */
+struct cli_sub {
+    const char *name;
+    int       (*run)(int argc, char **argv);
+};
+
+/*
+ * Run the subcommand argv[1] names, with argv from it on; "--help", "-h"
+ * or "help" print help to stdout; none or an unknown one prints help to
+ * stderr (usage, exit 2).
+ */
+int cli_subcommand(const char *cmd, const struct cli_sub *subs, size_t n,
+                   void (*help)(FILE *f), int argc, char **argv);
+
 /* ---- target.c ---- */
 
 /* A store URI split into the store's own URI and a key (or prefix). */

@@ -412,34 +412,13 @@ static int ckpt_gc(int argc, char **argv)
 
 /* ---- the command ---- */
 
-struct ckpt_sub {
-    const char *name;
-    int (*run)(int argc, char **argv);
-};
-
-static const struct ckpt_sub ckpt_subs[] = {
+static const struct cli_sub ckpt_subs[] = {
     {"ls", ckpt_ls},     {"show", ckpt_show}, {"verify", ckpt_verify},
     {"rm", ckpt_rm},     {"gc", ckpt_gc},
 };
 
 int cmd_ckpt(int argc, char **argv)
 {
-    if (argc < 2) {
-        ckpt_help(stderr);
-        return CLI_USAGE;
-    }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-        strcmp(argv[1], "help") == 0) {
-        ckpt_help(stdout);
-        return CLI_OK;
-    }
-    for (size_t i = 0; i < TFS_ARRAY_LEN(ckpt_subs); i++) {
-        if (strcmp(argv[1], ckpt_subs[i].name) == 0) {
-            optind = 0;
-            return ckpt_subs[i].run(argc - 1, argv + 1);
-        }
-    }
-    fprintf(stderr, "tierfs: ckpt: '%s' is not a subcommand\n", argv[1]);
-    ckpt_help(stderr);
-    return CLI_USAGE;
+    return cli_subcommand("ckpt", ckpt_subs, TFS_ARRAY_LEN(ckpt_subs), ckpt_help,
+                          argc, argv);
 }

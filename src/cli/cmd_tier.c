@@ -302,34 +302,13 @@ static int tier_gc(int argc, char **argv)
 
 /* ---- the command ---- */
 
-struct tier_sub {
-    const char *name;
-    int (*run)(int argc, char **argv);
-};
-
-static const struct tier_sub tier_subs[] = {
+static const struct cli_sub tier_subs[] = {
     {"ls", tier_ls},
     {"gc", tier_gc},
 };
 
 int cmd_tier(int argc, char **argv)
 {
-    if (argc < 2) {
-        tier_help(stderr);
-        return CLI_USAGE;
-    }
-    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-        strcmp(argv[1], "help") == 0) {
-        tier_help(stdout);
-        return CLI_OK;
-    }
-    for (size_t i = 0; i < TFS_ARRAY_LEN(tier_subs); i++) {
-        if (strcmp(argv[1], tier_subs[i].name) == 0) {
-            optind = 0;
-            return tier_subs[i].run(argc - 1, argv + 1);
-        }
-    }
-    fprintf(stderr, "tierfs: tier: '%s' is not a subcommand\n", argv[1]);
-    tier_help(stderr);
-    return CLI_USAGE;
+    return cli_subcommand("tier", tier_subs, TFS_ARRAY_LEN(tier_subs), tier_help,
+                          argc, argv);
 }

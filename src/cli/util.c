@@ -4,6 +4,7 @@
  * password, usage errors, and option values parsed into numbers; and the
  * global options main.c parses before the command name.
  */
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -85,4 +86,27 @@ int cli_parse_uint(const char *cmd, const char *opt, const char *s,
                                opt, s, min, max);
     *out = (unsigned)v;
     return 0;
+}
+
+int cli_subcommand(const char *cmd, const struct cli_sub *subs, size_t n,
+                   void (*help)(FILE *f), int argc, char **argv)
+{
+    if (argc < 2) {
+        help(stderr);
+        return CLI_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        help(stdout);
+        return CLI_OK;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(argv[1], subs[i].name) == 0) {
+            optind = 0;
+            return subs[i].run(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "tierfs: %s: '%s' is not a subcommand\n", cmd, argv[1]);
+    help(stderr);
+    return CLI_USAGE;
 }

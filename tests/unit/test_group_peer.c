@@ -103,18 +103,9 @@ static void write_list(const char *name, struct node *n, size_t k)
     write_file(name, text, strlen(text), 0644);
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag,
-                  struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void cleanup(void)
 {
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    test_rmtree(dir);
     free(want);
 }
 

@@ -39,18 +39,9 @@
 static char dir[64];
 static unsigned char *want;
 
-static int rm_one(const char *path, const struct stat *st, int flag,
-                  struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void cleanup(void)
 {
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    test_rmtree(dir);
     free(want);
 }
 
@@ -202,7 +193,7 @@ TEST(access_log)
 
     setup();
     snprintf(path, sizeof(path), "%s/tier", dir);
-    CHECK(nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0);
+    CHECK(test_rmtree(path) == 0);
     CHECK(mkdir(path, 0755) == 0);
     node_open(&a);
     node_read(&a);                      /* misses: no log */

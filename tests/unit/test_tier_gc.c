@@ -32,19 +32,10 @@
 
 static char dir[64];
 
-static int rm_one(const char *path, const struct stat *st, int flag,
-                  struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void cleanup(void)
 {
     if (dir[0] != '\0')
-        nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        test_rmtree(dir);
 }
 
 /* Write name (under the tier) with len bytes of text, mtime T0 + t s. */
