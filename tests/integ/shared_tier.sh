@@ -74,14 +74,24 @@ make_bucket() {
     local code
     (umask 077; printf 'user = "%s:%s"\n' "$AWS_ACCESS_KEY_ID" \
         "$AWS_SECRET_ACCESS_KEY" >"$work/curl.cfg")
-    code=$(curl -s --noproxy '*' -m 10 -K "$work/curl.cfg" \
-        -o "$work/bucket.out" -w '%{http_code}' \
-        --aws-sigv4 "aws:amz:${AWS_REGION:-us-east-1}:s3" \
-        -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
-        -X PUT "$AWS_ENDPOINT_URL/$tbucket" </dev/null)
+    # A fresh cluster's first bucket after the RGW's own makes pools
+    # placement needs: seconds, on one OSD.  So a minute, and again on a
+    # time-out or a 5xx.
+    local try
+    for try in 1 2 3; do
+        code=$(curl -s --noproxy '*' -m 60 -K "$work/curl.cfg" \
+            -o "$work/bucket.out" -w '%{http_code}' \
+            --aws-sigv4 "aws:amz:${AWS_REGION:-us-east-1}:s3" \
+            -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
+            -X PUT "$AWS_ENDPOINT_URL/$tbucket" </dev/null)
+        case $code in 200 | 409) break ;; 000 | 5??) sleep 1 ;; *) break ;; esac
+    done
     rm -f "$work/curl.cfg"
-    [ "$code" = 200 ] || [ "$code" = 409 ] ||
-        { cat "$work/bucket.out" >"$work/log"; return 1; }
+    [ "$code" = 200 ] || [ "$code" = 409 ] || {
+        echo "# creating $tbucket: HTTP ${code:-none} after $try tries"
+        cat "$work/bucket.out" 2>/dev/null >"$work/log"
+        return 1
+    }
 }
 
 # ---- the dataset: FILES files of FILE_MIB MiB, whole blocks ----
