@@ -64,9 +64,9 @@ struct fetch_job {
     struct fetch_job *run_next;         /* running list; fetch lock */
     bool              hedge;
     bool              fill;             /* warmup writes to disk itself */
-    bool              local;            /* ask no other source: for a
-                                           peer, or a hedge (its store
-                                           read) */
+    bool              local;            /* ask no peer (the shared tier
+                                           still): for a peer, or a
+                                           hedge */
     int               src;              /* tfs_block_src of its bytes */
     bool              tried;            /* taken up before its deadline */
 };
@@ -356,12 +356,12 @@ static int fetch_from_sources(struct tfs_cache *c, struct fetch_job *j)
     struct tfs_peer_block pb = fetch_pb(j);
     int rc = -ENOENT;
 
-    if (j->local)
-        return -ENOENT;
     pthread_rwlock_rdlock(&c->source_lock);
     for (unsigned i = 0; i < c->n_sources && rc != 0; i++) {
         const struct tfs_cache_source *s = &c->sources[i];
 
+        if (j->local && s->kind == TFS_SOURCE_PEER)
+            continue;                   /* a peer's read, or a hedge */
         rc = s->read(s->arg, &pb, j->deadline, j->dst);
         if (rc == 0 && s->kind == TFS_SOURCE_SHARED) {
             j->src = TFS_SRC_SHARED;

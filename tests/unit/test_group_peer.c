@@ -21,6 +21,8 @@
  *   dns            members from a DNS name (dns:localhost:PORT)
  *   tls            peers over https, the certificate checked against the
  *                  CA; a wrong CA refused (the store serves); bad options
+ *   with_shared_tier  an owner asked by a peer reads the shared tier, not
+ *                  its store
  *   open_errors    the list must name a serving node, and not a client
  */
 #include <arpa/inet.h>
@@ -43,6 +45,7 @@
 #include "common/util.h"
 #include "group/group.h"
 #include "metrics/metrics.h"
+#include "tier/shared.h"
 #include "tierfs/cache.h"
 #include "tierfs/store.h"
 
@@ -732,6 +735,51 @@ TEST(tls)
     node_close(&n[1]);
 }
 
+/* The owner of a block asked by a peer looks in the shared tier before
+   its store: a peer's read skips peers, not the tier. */
+TEST(with_shared_tier)
+{
+    struct node n[2];
+    struct node w;
+    struct tfs_shared *sh[3] = {NULL, NULL, NULL};
+    struct tfs_shared_metrics m;
+    struct tfs_group_snap s;
+    char uri[160];
+    char path[128];
+
+    setup();
+    snprintf(path, sizeof(path), "%s/tier2", dir);
+    CHECK(mkdir(path, 0755) == 0 || errno == EEXIST);
+    snprintf(uri, sizeof(uri), "file://%s", path);
+    memset(&w, 0, sizeof(w));           /* fill the tier, no group */
+    node_cache(&w, "data", BS);
+    CHECK_OK(tfs_shared_open(&sh[0], uri, w.c));
+    CHECK_OK(node_read(&w, 1));
+    tfs_shared_close(sh[0]);            /* its queue written */
+    tfs_cache_close(w.c);
+    tfs_store_close(w.st);
+    ports(n, 2);
+    write_list("tiered", n, 1);         /* node 0 owns every block */
+    node_cache(&n[0], "data", BS);
+    node_cache(&n[1], "data", BS);
+    CHECK_OK(node_join(&n[0], "tiered", true, 0, 0));
+    CHECK_OK(tfs_shared_open(&sh[1], uri, n[0].c));
+    CHECK_OK(node_join(&n[1], "tiered", false, 0, 0));
+    CHECK_OK(tfs_shared_open(&sh[2], uri, n[1].c));
+    CHECK_OK(node_read(&n[1], 2));
+    s = snap(&n[1]);
+    CHECK_EQ(s.g.peer_hits, NBLK);      /* the peer first */
+    tfs_group_snap_cleanup(&s);
+    tfs_shared_metrics_get(sh[1], &m);
+    CHECK_EQ(m.hits, NBLK);             /* the owner: from the tier */
+    CHECK_EQ(store_gets(&n[0]), 0);
+    CHECK_EQ(store_gets(&n[1]), 0);
+    tfs_shared_close(sh[2]);
+    tfs_shared_close(sh[1]);
+    node_close(&n[1]);
+    node_close(&n[0]);
+}
+
 TEST(open_errors)
 {
     struct node n[2];
@@ -776,5 +824,5 @@ TEST(open_errors)
 
 TESTS(T(one_copy), T(peer_lost), T(corrupt), T(hung_peer), T(refused),
       T(other_store), T(reload), T(client_only), T(dns), T(tls),
-      T(open_errors));
+      T(with_shared_tier), T(open_errors));
 TEST_MAIN()
