@@ -38,6 +38,7 @@ struct gserve {
     struct MHD_Daemon *d;
     struct tfs_group  *g;               /* borrowed */
     uint16_t           port;
+    atomic_uint_fast64_t logged_ns;     /* the last refusal logged */
 };
 
 /* A block being sent: pinned until the response is freed, which
@@ -81,14 +82,16 @@ static enum MHD_Result serve_refuse(struct gserve *s,
                                     unsigned status, const char *why)
 {
     char text[320];
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    (void)ci;
 
     atomic_fetch_add(status == MHD_HTTP_CONFLICT ? &s->g->refused_store
                      : &s->g->refused, 1);
     snprintf(text, sizeof(text), "%s\n", why);
-    TFS_WARN("group: refused a peer request (%u): %s", status, why);
+    if (tfs_now_ns() - atomic_load(&s->logged_ns) >= 1000000000ull) {
+        atomic_store(&s->logged_ns, tfs_now_ns());  /* one a second: a
+                                                       flood stays out */
+        TFS_WARN("group: refused a peer request (%u): %s (more are "
+                 "counted in group.refused)", status, why);
+    }
     return serve_text(conn, status, text);
 }
 
