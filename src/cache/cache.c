@@ -19,6 +19,7 @@
 
 #include "cache/cache_int.h"
 #include "common/bytes.h"
+#include "common/csum.h"
 #include "tierfs/log.h"
 #include "tierfs/retry.h"
 
@@ -499,7 +500,7 @@ int tfs_cache_peer_ref(struct tfs_cache *c, const char *key,
 
 int tfs_cache_peer_get(struct tfs_cache *c, const struct tfs_peer_block *pb,
                        void **pin, const unsigned char **data,
-                       enum tfs_peer_src *from)
+                       uint64_t *digest, enum tfs_peer_src *from)
 {
     struct tfs_block_ref r = {
         .key = pb->key, .version = pb->version, .obj_size = pb->obj_size,
@@ -526,6 +527,21 @@ int tfs_cache_peer_get(struct tfs_cache *c, const struct tfs_peer_block *pb,
         return tfs_err(TFS_ECHANGED, "block %llu of '%s': %zu bytes, not "
                        "%zu", (unsigned long long)pb->index, pb->key, b->len,
                        pb->len);
+    }
+    pthread_mutex_lock(&c->ram_lock);
+    rc = b->has_digest ? 1 : 0;
+    *digest = b->digest;
+    pthread_mutex_unlock(&c->ram_lock);
+    if (rc == 0) {                      /* first served: hash it once */
+        rc = tfs_csum_digest(b->data, b->len, digest);
+        if (rc < 0) {
+            tfs_ram_put(c, b);
+            return rc;
+        }
+        pthread_mutex_lock(&c->ram_lock);
+        b->digest = *digest;
+        b->has_digest = true;
+        pthread_mutex_unlock(&c->ram_lock);
     }
     *pin = b;
     *data = b->data;

@@ -150,6 +150,10 @@ struct tfs_block {
     struct tfs_waiter *waiters;         /* called once it left LOADING
                                            (tfs_block_publish); ram_lock */
     size_t             len;             /* bytes of data */
+    uint64_t           digest;          /* tfs_csum_digest of data, when */
+    bool               has_digest;      /* known: set once while LOADING
+                                           (a disk load) or under
+                                           c->ram_lock when READY */
     uint64_t           load_start_ns;   /* when loading began, then when
                                            its store read began; written
                                            under ram_lock, read with

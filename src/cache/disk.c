@@ -48,11 +48,14 @@
 
 #include "cache/cache_int.h"
 #include "cache/tinylfu.h"
+#include "common/csum.h"
 #include "common/bytes.h"
 #include "tierfs/log.h"
 
 #define DISK_MAGIC "TFSBLK1\n"
 #define DISK_CHUNK 65536u
+_Static_assert(DISK_CHUNK == TFS_CSUM_CHUNK,
+               "a block file's chunk sums are its digest's (common/csum.h)");
 #define DISK_FIXED 56u
 #define DISK_QUEUE_MAX 64
 #define DISK_PAGE 4096u                 /* O_DIRECT alignment */
@@ -151,7 +154,8 @@ static void disk_encode(uint8_t *h, size_t hlen, const uint8_t *id,
  * and reused for another block while we were opening it).
  */
 static int disk_verify(const uint8_t *h, size_t hlen, const uint8_t *id,
-                       const struct tfs_block_ref *r, const uint8_t *data)
+                       const struct tfs_block_ref *r, const uint8_t *data,
+                       uint64_t *digest)
 {
     size_t klen = strlen(r->key);
     size_t vlen = strlen(r->version);
@@ -178,6 +182,8 @@ static int disk_verify(const uint8_t *h, size_t hlen, const uint8_t *id,
         if (tfs_get_le64(p) != XXH3_64bits(data + off, n))
             return TFS_ECORRUPT;
     }
+    *digest = tfs_csum_of_sums(h + DISK_FIXED + klen + vlen,
+                               (r->len + DISK_CHUNK - 1) / DISK_CHUNK);
     return 0;
 }
 
@@ -313,10 +319,11 @@ int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
                        : -ENOMEM;
     }
     if (rc == 0)
-        rc = disk_verify(h, hlen, id, r, data);
+        rc = disk_verify(h, hlen, id, r, data, &b->digest);
     tfs_free(h);
     if (rc == 0) {
         b->data = data;
+        b->has_digest = true;           /* from the chunk sums: free */
         return 0;
     }
     tfs_blockbuf_put(c, data, r->len);

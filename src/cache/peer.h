@@ -86,11 +86,13 @@ enum tfs_peer_src {
  * peer (so views of the member list that differ cannot send a request
  * round in circles).  Concurrent requests for one block share one load
  * (single flight).  *data: its pb->len bytes, valid until
- * tfs_cache_peer_put(c, *pin).  Errors: the store's.
+ * tfs_cache_peer_put(c, *pin); *digest: their tfs_csum_digest
+ * (common/csum.h), computed once a block and kept with it (a block from
+ * the disk tier has it from its chunk sums).  Errors: the store's.
  */
 int tfs_cache_peer_get(struct tfs_cache *c, const struct tfs_peer_block *pb,
                        void **pin, const unsigned char **data,
-                       enum tfs_peer_src *from);
+                       uint64_t *digest, enum tfs_peer_src *from);
 void tfs_cache_peer_put(struct tfs_cache *c, void *pin);
 
 #endif /* TFS_CACHE_PEER_H */

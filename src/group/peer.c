@@ -10,7 +10,8 @@
  *
  * An answer is used only when it is whole and right: status 200, the
  * block's exact length, the block id and version asked for, and the
- * XXH3-64 of the bytes the server sent.  Anything else counts against
+ * chunked digest (common/csum.h) of the bytes the server sent, computed
+ * chunk by chunk as they arrive.  Anything else counts against
  * the peer, which is then suspect: skipped for a back-off (1 s, doubling
  * to 30 s while failures go on), after which one request goes through as
  * a probe.  A lost peer costs hits, never errors: every failure here is
@@ -21,9 +22,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
-#include <xxhash.h>
 
 #include "common/bytes.h"
+#include "common/csum.h"
 #include "common/util.h"
 #include "group/group_int.h"
 #include "store/curl.h"
@@ -175,6 +176,7 @@ struct gpeer_answer {
     unsigned char *dst;
     size_t         len;                 /* wanted */
     size_t         got;
+    struct tfs_csum csum;               /* of dst, while it arrives */
     bool           over;                /* more than len came */
     char           block[2 * TFS_PEER_ID_LEN + 1];
     char           version[TFS_VERSION_MAX];
@@ -192,6 +194,7 @@ static size_t gpeer_body(char *data, size_t size, size_t n, void *arg)
     }
     memcpy(a->dst + a->got, data, len);
     a->got += len;
+    tfs_csum_feed(&a->csum, a->dst, a->got);    /* still in the cache */
     return len;
 }
 
@@ -278,7 +281,7 @@ static struct curl_slist *gpeer_sign(struct tfs_group *g, const char *hex)
  * Check an answer: -EPROTO (with a detail) unless it is the block asked
  * for, whole, with the checksum its bytes have.
  */
-static int gpeer_check(const struct gpeer_answer *a,
+static int gpeer_check(struct gpeer_answer *a,
                        const struct tfs_peer_block *pb, const char *hex)
 {
     char sum[17];
@@ -291,8 +294,8 @@ static int gpeer_check(const struct gpeer_answer *a,
     if (strcmp(a->version, pb->version) != 0)
         return tfs_err(-EPROTO, "version '%s', not '%s'", a->version,
                        pb->version);
-    snprintf(sum, sizeof(sum), "%016" PRIx64,
-             (uint64_t)XXH3_64bits(a->dst, a->len));
+    snprintf(sum, sizeof(sum), "%016" PRIx64, tfs_csum_end(&a->csum,
+                                                           a->dst));
     if (strcmp(a->sum, sum) != 0)
         return tfs_err(-EPROTO, "checksum %s, the bytes' is %s",
                        a->sum[0] ? a->sum : "(none)", sum);
@@ -324,8 +327,10 @@ static int gpeer_get(struct tfs_group *g, struct gpeer *p,
         curl_easy_reset(h);             /* keeps its live connection */
     tfs_hex_lower(hex, pb->id, TFS_PEER_ID_LEN);
     tfs_buf_init(&url, 0);
-    if (h == NULL || gpeer_url(h, p, pb, hex, &url) < 0 ||
+    if (h == NULL || tfs_csum_begin(&a.csum, a.len) < 0 ||
+        gpeer_url(h, p, pb, hex, &url) < 0 ||
         (hdrs = gpeer_sign(g, hex)) == NULL) {
+        tfs_csum_cleanup(&a.csum);
         tfs_buf_cleanup(&url);
         gpeer_give(g, p, h, false, probe);
         return tfs_err(-ENOMEM, "group: no memory for a request to %s",
@@ -379,6 +384,7 @@ static int gpeer_get(struct tfs_group *g, struct gpeer *p,
         if (status != 404)              /* the object is gone: not p's */
             gpeer_fail(p);
     }
+    tfs_csum_cleanup(&a.csum);
     gpeer_give(g, p, h, rc == 0, probe);
     return rc;
 }

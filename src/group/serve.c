@@ -13,15 +13,16 @@
  * version and index with its own store identity and block size (409
  * otherwise), so a peer configured for another store, or another block
  * size, is refused rather than served the wrong bytes.  The answer
- * carries the block id, the version and the XXH3-64 of the bytes, which
- * the requester checks (peer.c).
+ * carries the block id, the version and the block's chunked digest
+ * (common/csum.h: kept with the block, so it is hashed at most once a
+ * block, and not at all when it came from the disk tier), which the
+ * requester checks (peer.c).
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <microhttpd.h>
 
@@ -138,6 +139,7 @@ static enum MHD_Result serve_block(struct gserve *s,
     struct MHD_Response *r;
     enum tfs_peer_src from = TFS_PEER_FROM_STORE;
     enum MHD_Result ret;
+    uint64_t digest;
     char sum[17];
     char text[320];
     int rc;
@@ -146,7 +148,7 @@ static enum MHD_Result serve_block(struct gserve *s,
         return serve_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "no memory\n");
     b->g = g;
     b->len = pb->len;
-    rc = tfs_cache_peer_get(g->c, pb, &b->pin, &b->data, &from);
+    rc = tfs_cache_peer_get(g->c, pb, &b->pin, &b->data, &digest, &from);
     if (rc < 0) {
         atomic_fetch_add(&g->serve_errors, 1);
         snprintf(text, sizeof(text), "%s: %s\n", tfs_strerror(rc),
@@ -154,8 +156,7 @@ static enum MHD_Result serve_block(struct gserve *s,
         tfs_free(b);
         return serve_text(conn, serve_status(rc), text);
     }
-    snprintf(sum, sizeof(sum), "%016" PRIx64,
-             (uint64_t)XXH3_64bits(b->data, b->len));
+    snprintf(sum, sizeof(sum), "%016" PRIx64, digest);
     if (g->fault_corrupt != 0 && b->len > 0 &&
         (atomic_fetch_add(&g->answers, 1) + 1) % g->fault_corrupt == 0 &&
         (b->spoilt = tfs_malloc(b->len)) != NULL) {

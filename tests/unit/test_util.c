@@ -10,12 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "test.h"
 #include "tierfs/log.h"
 #include "tierfs/mem.h"
 #include "tierfs/store.h"
 #include "common/bytes.h"
+#include "common/csum.h"
 #include "common/fsutil.h"
 #include "common/hmap.h"
 #include "common/json.h"
@@ -746,9 +748,53 @@ TEST(positional_io)
     CHECK_RC(tfs_pwrite_all(fd, out, 10, 0), -EBADF);
 }
 
+/* The chunked digest (common/csum.h): its definition, computed here
+ * independently, and the incremental form fed in odd pieces. */
+TEST(chunked_digest)
+{
+    static const size_t lens[] = {0, 1, 65535, 65536, 65537, 3 * 65536,
+                                  (1u << 20) + 17};
+    size_t max = (1u << 20) + 17;
+    uint8_t *data = malloc(max);
+    uint8_t *sums = malloc(8 * 20);
+
+    CHECK(data != NULL && sums != NULL);
+    for (size_t i = 0; i < max; i++)
+        data[i] = (uint8_t)(i * 2654435761u >> 13);
+    for (size_t k = 0; k < TFS_ARRAY_LEN(lens); k++) {
+        size_t len = lens[k], n = 0, have = 0;
+        uint64_t d = 1, want;
+        struct tfs_csum s;
+
+        for (size_t off = 0; off < len; off += 65536, n++)
+            tfs_put_le64(sums + 8 * n,
+                         XXH3_64bits(data + off, TFS_MIN(len - off,
+                                                         (size_t)65536)));
+        want = XXH3_64bits(sums, 8 * n);
+        CHECK_OK(tfs_csum_digest(data, len, &d));
+        CHECK_EQ(d, want);
+        CHECK_EQ(tfs_csum_of_sums(sums, n), want);
+        CHECK_OK(tfs_csum_begin(&s, len));
+        while (have < len) {            /* pieces of 1 byte to ~100 KiB */
+            have = TFS_MIN(len, have + 1 + (have * 7919 % 100000));
+            tfs_csum_feed(&s, data, have);
+        }
+        CHECK_EQ(tfs_csum_end(&s, data), want);
+        tfs_csum_cleanup(&s);
+        if (len > 0) {                  /* one flipped bit shows */
+            data[len / 2] ^= 0x10;
+            CHECK_OK(tfs_csum_digest(data, len, &d));
+            CHECK(d != want);
+            data[len / 2] ^= 0x10;
+        }
+    }
+    free(sums);
+    free(data);
+}
+
 TESTS(T(sizes), T(numbers), T(pct), T(bytes), T(mountinfo_unescape),
       T(uris), T(option_bags), T(option_tables), T(capped_buffer), T(errors),
       T(error_range), T(deadline), T(allocation_failures), T(hmap_million),
       T(hmap_u64), T(hmap_collisions), T(hmap_remove_while_walking),
-      T(hmap_allocation_failures), T(positional_io));
+      T(hmap_allocation_failures), T(positional_io), T(chunked_digest));
 TEST_MAIN()
