@@ -118,6 +118,15 @@ add_test(NAME python.pack
 set_tests_properties(python.pack PROPERTIES LABELS "python;pack" TIMEOUT 600
   FIXTURES_REQUIRED s3 RESOURCE_LOCK s3)
 
+# Order hints (MOUNT/.tierfs-prefetch) and tierfs.torch.OrderedPrefetch
+# through a real mount of a directory store at 20 ms a request.
+add_test(NAME python.hint
+  COMMAND env TIERFS=$<TARGET_FILE:tierfs>
+          PYTHONPATH=${PROJECT_SOURCE_DIR}/python PYTHONDONTWRITEBYTECODE=1
+          /usr/bin/python3 -m pytest -q -p no:cacheprovider
+          ${PROJECT_SOURCE_DIR}/python/tests/test_hint.py)
+set_tests_properties(python.hint PROPERTIES LABELS "python;fuse" TIMEOUT 300)
+
 # Write-back in the mount (tests/integ/fuse_wb.c).
 # Writes through the mounted binary, checked in the store itself: the
 # semantics (read-your-writes, renames, deletes, sync), backpressure, 20

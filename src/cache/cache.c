@@ -668,6 +668,40 @@ int tfs_cache_prefetch(struct tfs_cache *c, const char *const *keys,
     return 0;
 }
 
+int tfs_cache_prefetch_misses(struct tfs_cache *c, const char *key,
+                              uint64_t *size, uint64_t *queued)
+{
+    struct tfs_stat st;
+    uint64_t n_blocks;
+    int rc = tfs_cache_stat(c, key, &st);
+
+    *size = *queued = 0;
+    if (rc < 0)
+        return rc;
+    *size = st.size;
+    if (c->cfg.mem_cache == 0)
+        return 0;                       /* prefetch needs a RAM tier */
+    n_blocks = (st.size + c->cfg.block_size - 1) / c->cfg.block_size;
+    for (uint64_t i = 0; i < n_blocks; i++) {
+        uint8_t id[TFS_BLOCK_ID_LEN];
+        struct tfs_block_ref r;
+        struct tfs_block *b;
+
+        tfs_block_ref_init(c, &r, key, &st, i);
+        tfs_block_id(c, &r, id);
+        b = tfs_ram_find(c, id);
+        if (b != NULL) {                /* there, or loading */
+            tfs_ram_put(c, b);
+            continue;
+        }
+        if (c->disk != NULL && tfs_disk_has(c, id))
+            continue;
+        if (tfs_cache_block(c, &r, TFS_WANT_PREFETCH, &b, NULL) == 0)
+            *queued += r.len;
+    }
+    return 0;
+}
+
 void tfs_cache_flush(struct tfs_cache *c)
 {
     tfs_disk_flush(c);

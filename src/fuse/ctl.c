@@ -74,10 +74,57 @@ const struct tfs_metric_section tfs_metrics_fuse = {
     .size = sizeof(struct ctl_fuse),
 };
 
+/* The "hints" section (hint.c): X(kind, name, type, unit, prom, help). */
+#define CTL_HINT_METRICS(X)                                                \
+    X(U64, streams, GAUGE, COUNT, NULL, "order-hint streams open now")     \
+    X(U64, streams_opened, COUNTER, COUNT, NULL,                           \
+      "opens of " FS_HINT_NAME)                                            \
+    X(U64, streams_dropped, COUNTER, COUNT, NULL,                          \
+      "streams dropped: their reader stopped following them")              \
+    X(U64, paths, COUNTER, COUNT, NULL, "hinted paths taken")              \
+    X(U64, bad_writes, COUNTER, COUNT, NULL,                               \
+      "writes refused (a bad path; nothing of the write taken)")           \
+    X(U64, opens_hinted, COUNTER, COUNT, NULL,                             \
+      "opens of hinted files (the readers' position)")                     \
+    X(U64, files_issued, COUNTER, COUNT, NULL,                             \
+      "hinted files whose misses were asked for ahead of the reader")      \
+    X(U64, files_cached, COUNTER, COUNT, NULL,                             \
+      "of those, all cached already: nothing to fetch")                    \
+    X(U64, files_missing, COUNTER, COUNT, NULL,                            \
+      "hinted paths that name no file")                                    \
+    X(U64, files_passed, COUNTER, COUNT, NULL,                             \
+      "hinted files opened before their turn came (read on demand)")       \
+    X(U64, bytes_queued, COUNTER, BYTES, "fuse_hint_queued_bytes_total",        \
+      "bytes the hints asked of the fetch engine")                         \
+    X(U64, bytes_used, COUNTER, BYTES, "fuse_hint_used_bytes_total",            \
+      "bytes of issued files that were then opened")                       \
+    X(U64, bytes_abandoned, COUNTER, BYTES, "fuse_hint_abandoned_bytes_total",  \
+      "bytes of issued files never opened before their stream ended")      \
+    X(U64, window_files, GAUGE, COUNT, NULL,                               \
+      "hinted files a stream keeps issued ahead of its reader, at most")   \
+    X(U64, window_bytes, GAUGE, BYTES, NULL,                               \
+      "bytes a stream keeps issued ahead of its reader, at most")
+
+static const struct tfs_metric ctl_hint_table[] = {
+#define X(...) TFS_METRIC_DESC(struct fs_hint_counters, __VA_ARGS__)
+    CTL_HINT_METRICS(X)
+#undef X
+};
+
+const struct tfs_metric_section tfs_metrics_hints = {
+    .name = "hints",
+    .prom_prefix = "fuse_hint_",
+    .when = "every mount",
+    .m = ctl_hint_table,
+    .n = TFS_ARRAY_LEN(ctl_hint_table),
+    .size = sizeof(struct fs_hint_counters),
+};
+
 /* One snapshot of every section the mount has. */
 struct ctl_snap {
     struct tfs_cache_metrics cache;
     struct ctl_fuse          fuse;
+    struct fs_hint_counters  hints;
     struct tfs_store_stats   store;
     struct wb_metrics        wb;
     struct tfs_fault_stats   fault;
@@ -86,7 +133,7 @@ struct ctl_snap {
     struct tfs_shared_metrics shared;
     struct tfs_s3_ep_metrics ep[TFS_S3_MAX_ENDPOINTS];
     const char              *ep_keys[TFS_S3_MAX_ENDPOINTS];
-    struct tfs_metric_src    src[10];
+    struct tfs_metric_src    src[12];
     size_t                   n;
 };
 
@@ -139,6 +186,8 @@ static int ctl_snapshot(struct tfs_fs *fs, struct ctl_snap *s)
     ctl_add(s, &tfs_metrics_cache, &s->cache);
     ctl_fuse_get(fs, &s->fuse);
     ctl_add(s, &tfs_metrics_fuse, &s->fuse);
+    fs_hints_get(fs, &s->hints);
+    ctl_add(s, &tfs_metrics_hints, &s->hints);
     tfs_store_get_stats(fs->st, &s->store);
     ctl_add(s, &tfs_metrics_store, &s->store);
     rows = tfs_s3_endpoint_metrics(fs->st, s->ep, s->ep_keys,

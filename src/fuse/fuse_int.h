@@ -50,8 +50,10 @@
 
 #define FS_ROOT_INO 1                   /* FUSE_ROOT_ID */
 #define FS_CTL_INO 2                    /* the control file */
-#define FS_FIRST_INO 3                  /* the first one handed out */
+#define FS_HINT_INO 3                   /* the order-hint file */
+#define FS_FIRST_INO 4                  /* the first one handed out */
 #define FS_CTL_NAME ".tierfs-stats"
+#define FS_HINT_NAME ".tierfs-prefetch"
 #define FS_KEY_MAX 1024                 /* bytes, as the store checks */
 #define FS_MAX_READ (1u << 20)          /* the largest read request */
 
@@ -80,6 +82,7 @@ struct fs_itable {
     uint64_t          next_ino;         /* lock */
     struct fs_inode  *root;             /* never freed */
     struct fs_inode  *ctl;              /* never freed, not in the maps */
+    struct fs_inode  *hint;             /* the same */
     uid_t             uid;              /* owner of every inode */
     gid_t             gid;
     int64_t           dir_mtime_ns;     /* directories' mtime: mount time */
@@ -225,6 +228,7 @@ enum fs_handle_kind {
     FS_H_FILE,
     FS_H_DIR,
     FS_H_CTL,
+    FS_H_HINT,                          /* a stream of order hints */
     FS_H_NODE,                          /* a staged file (write-back) */
 };
 
@@ -241,8 +245,72 @@ struct fs_handle {
                                            object landed; read at the
                                            inode's key (read.c) */
     struct tfs_buf      ctl;            /* FS_H_CTL: the text */
+    struct fs_hstream  *hint;           /* FS_H_HINT; hint.c frees it */
     struct fs_handle   *prev;           /* protected by fs->hlock */
     struct fs_handle   *next;           /* protected by fs->hlock */
+};
+
+/* ---- order hints (hint.c) ---- */
+
+#define FS_HINT_IDLE_MS 60000           /* a stream unfollowed this long is
+                                           dropped */
+#define FS_HINT_WINDOW_FILES 256        /* hinted files issued ahead */
+#define FS_HINT_WINDOW_MAX (1ull << 30) /* bytes ahead, at most (default:
+                                           half the RAM tier) */
+
+struct fs_hint_entry;
+
+/* One open of the hint file: its paths in order; fs->hints.lock. */
+struct fs_hstream {
+    struct fs_hstream     *prev, *next; /* fs->hints.streams */
+    struct fs_hint_entry **e;           /* n hinted files, in order */
+    size_t                 n, cap;
+    struct tfs_hmap        by_key;      /* first occurrence of each key */
+    struct tfs_hmap        dirs;        /* directories listed for it; the
+                                           hint thread's alone */
+    size_t                 consumed;    /* the reader is past [0, this) */
+    size_t                 issued;      /* [0, this) issued or passed */
+    uint64_t               ahead;       /* bytes issued at >= consumed */
+    uint64_t               last_ns;     /* last write or hinted open */
+    bool                   closed;      /* released: the thread frees it */
+    bool                   dropped;     /* not followed: emptied */
+    bool                   busy;        /* the thread is issuing for it */
+    bool                   part_nul;    /* part holds a NUL byte */
+    size_t                 plen;        /* bytes of an unfinished line */
+    char                   part[FS_KEY_MAX + 512];
+};
+
+/* The mount's figures of its hints (the "hints" section). */
+struct fs_hint_counters {
+    uint64_t streams;                   /* open now */
+    uint64_t streams_opened;
+    uint64_t streams_dropped;
+    uint64_t paths;                     /* hinted paths taken */
+    uint64_t bad_writes;                /* writes refused */
+    uint64_t opens_hinted;              /* opens of hinted files */
+    uint64_t files_issued;              /* their misses asked for */
+    uint64_t files_cached;              /* of those, nothing to fetch */
+    uint64_t files_missing;             /* no such file */
+    uint64_t files_passed;              /* opened before their turn */
+    uint64_t bytes_queued;              /* asked of the fetch engine */
+    uint64_t bytes_used;                /* of issued files later opened */
+    uint64_t bytes_abandoned;           /* issued, never opened */
+    uint64_t window_files;
+    uint64_t window_bytes;
+};
+
+struct fs_hints {
+    pthread_mutex_t         lock;
+    pthread_cond_t          cond;       /* work for the thread */
+    pthread_t               thread;
+    bool                    started;    /* lock */
+    bool                    stopping;   /* lock */
+    struct fs_hstream      *streams;    /* lock */
+    atomic_uint             live;       /* streams open: opens look */
+    uint64_t                window_bytes; /* settings (0: the default) */
+    unsigned                window_files;
+    uint64_t                idle_ms;
+    struct fs_hint_counters c;          /* lock */
 };
 
 struct fuse_session;
@@ -262,6 +330,7 @@ struct tfs_fs {
     struct fs_counters   n;
     struct fs_async      async;
     struct fs_spath      spath;
+    struct fs_hints      hints;
     pthread_mutex_t      hlock;
     struct fs_handle    *handles;       /* open handles; hlock */
     size_t               nhandles;      /* hlock */
@@ -398,6 +467,29 @@ int fs_open_write(struct tfs_fs *fs, struct fs_inode *in,
                   struct fuse_file_info *fi);
 /* Start the write-back when the mount is writable (tfs_fs_open). */
 int fs_wb_open(struct tfs_fs *fs);
+
+/* ---- hint.c: order hints ---- */
+
+void fs_hints_init(struct tfs_fs *fs);
+/* Size the window from the cache (after its open). */
+void fs_hints_size(struct tfs_fs *fs);
+/* Stop the thread (at close, before the cache's), then, once no handle
+   is left, free every stream. */
+void fs_hints_stop(struct tfs_fs *fs);
+void fs_hints_cleanup(struct fs_hints *hs);
+/* A new stream for handle h (an open of the hint file); -ENOMEM. */
+int fs_hint_open(struct tfs_fs *fs, struct fs_handle *h);
+/* The stream's file was closed: it ends (the thread frees it). */
+void fs_hint_close(struct tfs_fs *fs, struct fs_hstream *s);
+/* A write to the hint file: taken, or refused with a logged reason. */
+void fs_hint_write(struct tfs_fs *fs, fuse_req_t req, struct fs_handle *h,
+                   const char *buf, size_t size);
+/* key was opened for reading: the readers' position in every stream. */
+void fs_hint_opened(struct tfs_fs *fs, const char *key);
+/* The stream's state as one JSON line into buf: its length, -ENOMEM. */
+int fs_hint_render(struct tfs_fs *fs, const struct fs_hstream *s,
+                   char *buf, size_t size);
+void fs_hints_get(struct tfs_fs *fs, struct fs_hint_counters *out);
 
 /* ---- ctl.c ---- */
 

@@ -57,6 +57,7 @@ void fs_handle_free(struct tfs_fs *fs, struct fs_handle *h, bool seal)
         wb_node_close(fs->wb, h->node, h->writer, seal);
         wb_node_put(h->node);
     }
+    fs_hint_close(fs, h->hint);
     tfs_buf_cleanup(&h->ctl);
     tfs_free(h);
 }

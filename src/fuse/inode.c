@@ -158,13 +158,16 @@ int fs_itable_init(struct fs_itable *t)
     t->root = itable_new_inode("", true, NULL, NULL);
     t->ctl = itable_new_inode(FS_CTL_NAME, false, &(struct tfs_stat){0},
                               NULL);
-    if (rc < 0 || t->root == NULL || t->ctl == NULL) {
+    t->hint = itable_new_inode(FS_HINT_NAME, false, &(struct tfs_stat){0},
+                               NULL);
+    if (rc < 0 || t->root == NULL || t->ctl == NULL || t->hint == NULL) {
         fs_itable_cleanup(t);
         return -ENOMEM;
     }
     t->root->ino = FS_ROOT_INO;
     t->root->nlookup = 1;
     t->ctl->ino = FS_CTL_INO;
+    t->hint->ino = FS_HINT_INO;
     t->next_ino = FS_FIRST_INO;
     t->uid = getuid();
     t->gid = getgid();
@@ -186,6 +189,7 @@ void fs_itable_cleanup(struct fs_itable *t)
     while ((in = itable_of(tfs_hmap_iter_next(&it))) != NULL)
         itable_free_inode(in);
     itable_free_inode(t->ctl);
+    itable_free_inode(t->hint);
     tfs_hmap_cleanup(&t->by_ino);
     tfs_hmap_cleanup(&t->by_key);
     pthread_mutex_destroy(&t->lock);
@@ -222,6 +226,8 @@ struct fs_inode *fs_inode_get(struct fs_itable *t, uint64_t ino)
 
     if (ino == FS_CTL_INO)
         return t->ctl;
+    if (ino == FS_HINT_INO)
+        return t->hint;
     pthread_mutex_lock(&t->lock);
     in = itable_find_ino(t, ino);
     pthread_mutex_unlock(&t->lock);
@@ -457,7 +463,7 @@ void fs_attr_fill(const struct fs_itable *t, const struct fs_inode *in,
         mtime_ns = 0;
 
     memset(out, 0, sizeof(*out));
-    if (in == t->ctl)
+    if (in == t->ctl || in == t->hint)
         mtime_ns = tfs_wall_ns();
     out->st_ino = in->st_ino;
     out->st_uid = t->uid;
@@ -472,7 +478,8 @@ void fs_attr_fill(const struct fs_itable *t, const struct fs_inode *in,
         out->st_nlink = 2;
         return;
     }
-    out->st_mode = S_IFREG | (t->writable && in != t->ctl ? 0644 : 0444);
+    out->st_mode = S_IFREG | (in == t->hint ? 0666
+                              : t->writable && in != t->ctl ? 0644 : 0444);
     out->st_nlink = 1;
     out->st_size = (off_t)size;
     out->st_blocks = (blkcnt_t)((size + 511) / 512);

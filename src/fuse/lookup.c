@@ -64,6 +64,12 @@ static int fs_do_lookup(struct tfs_fs *fs, fuse_ino_t parent,
         fs_attr_fill(&fs->inodes, fs->inodes.ctl, &e->attr);
         return 0;
     }
+    if (parent == FS_ROOT_INO && strcmp(name, FS_HINT_NAME) == 0) {
+        e->ino = FS_HINT_INO;
+        e->attr_timeout = e->entry_timeout = 0;
+        fs_attr_fill(&fs->inodes, fs->inodes.hint, &e->attr);
+        return 0;
+    }
     rc = fs_child_key(fs, dir, name, key);
     if (rc == 0 && fs->wb != NULL)
         return fs_view_lookup(fs, key, e);
@@ -85,7 +91,8 @@ static int fs_do_lookup(struct tfs_fs *fs, fuse_ino_t parent,
 void fs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct tfs_fs *fs = fs_of(req);
-    bool ctl = parent == FS_ROOT_INO && strcmp(name, FS_CTL_NAME) == 0;
+    bool ctl = parent == FS_ROOT_INO && (strcmp(name, FS_CTL_NAME) == 0 ||
+                                         strcmp(name, FS_HINT_NAME) == 0);
     struct fuse_entry_param e;
     int rc;
 
@@ -146,7 +153,8 @@ void fs_getattr(fuse_req_t req, fuse_ino_t ino,
     if (rc < 0)
         fuse_reply_err(req, fs_errno(rc));
     else
-        fuse_reply_attr(req, &attr, ino == FS_CTL_INO ? 0 :
+        fuse_reply_attr(req, &attr, ino == FS_CTL_INO || ino == FS_HINT_INO
+                                    ? 0 :
                         fs_attr_timeout(fs));
 }
 
@@ -297,7 +305,8 @@ static int fs_dir_entry(struct tfs_fs *fs, struct fs_handle *h, size_t i,
     if (!fs_listing_entry(h, i - 2, &de))
         return -ENOENT;
     *name = de.name;
-    if ((h->in->ino == FS_ROOT_INO && strcmp(de.name, FS_CTL_NAME) == 0) ||
+    if ((h->in->ino == FS_ROOT_INO && (strcmp(de.name, FS_CTL_NAME) == 0 ||
+                                       strcmp(de.name, FS_HINT_NAME) == 0)) ||
         fs_child_key(fs, h->in, de.name, key) < 0)
         return 1;
     if (de.is_dir)
@@ -456,7 +465,8 @@ static int fs_do_getxattr(struct tfs_fs *fs, fuse_ino_t ino,
     if (fs->wb != NULL && strncmp(name, FS_XATTR_SYNC,
                                   strlen(FS_XATTR_SYNC)) == 0)
         return fs_sync_xattr(fs, in, name, val, size, len);
-    if (in->is_dir || ino == FS_CTL_INO || strcmp(name, FS_XATTR_CACHED))
+    if (in->is_dir || ino == FS_CTL_INO || ino == FS_HINT_INO ||
+        strcmp(name, FS_XATTR_CACHED))
         return -ENODATA;
     fs_inode_key(&fs->inodes, in, key);
     rc = tfs_cache_cached_bytes(fs->cache, key, &bytes);
@@ -493,7 +503,7 @@ void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
     struct fs_inode *in = fs_inode_get(&fs_of(req)->inodes, ino);
-    size_t len = in && !in->is_dir && ino != FS_CTL_INO
+    size_t len = in && !in->is_dir && ino != FS_CTL_INO && ino != FS_HINT_INO
                      ? sizeof(FS_XATTR_CACHED) : 0;
 
     if (in == NULL)

@@ -35,6 +35,7 @@ int tfs_fs_create(struct tfs_fs **out)
     pthread_mutex_init(&fs->async.lock, NULL);
     pthread_mutex_init(&fs->spath.lock, NULL);
     pthread_cond_init(&fs->spath.cond, NULL);
+    fs_hints_init(fs);
     fs->async.max = FS_DEFAULT_ASYNC_READS;
     tfs_buf_init(&fs->fuse_opts, 64 * 1024);
     fs->max_threads = FS_DEFAULT_THREADS;
@@ -80,6 +81,11 @@ static int fs_set_fuse_opts(const struct tfs_opt_spec *o, void *base,
  * is the cache's. */
 static const struct tfs_opt_spec fs_opts[] = {
     FS_OPT("read_only", TFS_OPT_BOOL, read_only, 0, 1),
+    FS_OPT("hint_window_files", TFS_OPT_UINT, hints.window_files, 1,
+           1u << 20),
+    FS_OPT("hint_window_bytes", TFS_OPT_SIZE, hints.window_bytes, 1,
+           TFS_OPT_NOMAX),
+    FS_OPT("hint_idle", TFS_OPT_SEC_MS, hints.idle_ms, 1, 1e9),
     {"staging_dir", TFS_OPT_STR, offsetof(struct tfs_fs, wcfg.staging_dir),
      0, TFS_OPT_NOMAX, fs_set_or_none, NULL},
     FS_OPT("staging_max", TFS_OPT_SIZE, wcfg.staging_max, 0, TFS_OPT_NOMAX),

@@ -37,6 +37,26 @@ static int fs_ctl_open(struct tfs_fs *fs, struct fuse_file_info *fi)
     return 0;
 }
 
+/* Open the order-hint file: a new stream (any access mode; direct I/O,
+   so every write reaches hint.c and every read renders anew). */
+static int fs_hint_file_open(struct tfs_fs *fs, struct fuse_file_info *fi)
+{
+    struct fs_handle *h = fs_handle_new(fs, FS_H_HINT, fs->inodes.hint);
+    int rc;
+
+    if (h == NULL)
+        return -ENOMEM;
+    rc = fs_hint_open(fs, h);
+    if (rc < 0) {
+        fs_handle_free(fs, h, false);
+        return fs_fail(fs, "open", FS_HINT_NAME, rc);
+    }
+    fi->fh = (uintptr_t)h;
+    fi->direct_io = 1;
+    fi->nonseekable = 1;
+    return 0;
+}
+
 /*
  * Whether the inode still names what its key holds: -ESTALE when the
  * metadata cache knows a newer version (or none), which makes the kernel
@@ -84,6 +104,12 @@ static int fs_open_version(struct tfs_fs *fs, struct fs_inode *in,
     fi->keep_cache = 1;
     fi->noflush = 1;
     fi->fh = (uintptr_t)h;
+    if (atomic_load(&fs->hints.live) > 0) {     /* a reader's position */
+        char key[FS_KEY_MAX + 2];
+
+        fs_inode_key(&fs->inodes, in, key);
+        fs_hint_opened(fs, key);
+    }
     return 0;
 }
 
@@ -170,6 +196,8 @@ static int fs_do_open(struct tfs_fs *fs, fuse_ino_t ino,
     if (ino == FS_CTL_INO)
         return (fi->flags & O_ACCMODE) == O_RDONLY ? fs_ctl_open(fs, fi)
                                                    : -EACCES;
+    if (ino == FS_HINT_INO)
+        return fs_hint_file_open(fs, fi);
     if ((fi->flags & O_ACCMODE) != O_RDONLY)
         return fs->wb ? fs_open_write(fs, in, fi) : -EROFS;
     if (fs->wb != NULL)
@@ -186,7 +214,7 @@ void fs_open(fuse_req_t req, fuse_ino_t ino,
 {
     struct tfs_fs *fs = fs_of(req);
     /* Read-only and immutable, an open asks the store nothing. */
-    bool gate = ino != FS_CTL_INO &&
+    bool gate = ino != FS_CTL_INO && ino != FS_HINT_INO &&
                 !(tfs_cache_is_immutable(fs->cache) && fs->wb == NULL);
     int rc;
 
@@ -277,6 +305,18 @@ static int fs_do_read(struct tfs_fs *fs, struct fs_handle *h, size_t size,
     if (buf == NULL)
         return -ENOMEM;
     *data = buf;
+    if (h->kind == FS_H_HINT) {
+        /* The stream's state, rendered anew by every read, whatever the
+           offset (the file is a stream: writes move it). */
+        char text[512];
+        int len = fs_hint_render(fs, h->hint, text, sizeof(text));
+
+        if (len < 0)
+            return len;
+        *n = TFS_MIN(size, (size_t)len);
+        memcpy(buf, text, *n);
+        return 0;
+    }
     if (h->kind == FS_H_CTL) {
         /* Copied: the reader may close, and release free the text, as
            soon as the kernel has the reply, before fuse_reply_buf

@@ -251,7 +251,9 @@ static int fs_mount(struct tfs_fs *fs, const char *mountpoint)
     int rc;
 
     tfs_buf_init(&o, 0);
-    rc = tfs_buf_puts(&o, fs->wb ? "rw," : "ro,");
+    /* rw even without write-back: the order-hint file takes writes;
+       every other write is answered EROFS (write.c) */
+    rc = tfs_buf_puts(&o, "rw,");
     if (rc == 0)
         rc = tfs_buf_puts(&o, "default_permissions,fsname=tierfs,"
                           "subtype=tierfs");
@@ -294,6 +296,8 @@ int tfs_fs_open(struct tfs_fs *fs, struct tfs_store *st,
     }
     if (rc == 0)
         rc = tfs_cache_open(fs->cache, st);
+    if (rc == 0)
+        fs_hints_size(fs);
     if (rc == 0 && fs->gcfg.members != NULL)
         rc = tfs_group_open(&fs->group, &fs->gcfg, fs->cache);
     if (rc == 0 && fs->shared_uri != NULL)
@@ -379,12 +383,14 @@ void tfs_fs_close(struct tfs_fs *fs)
             fuse_session_unmount(fs->se);
         fuse_session_destroy(fs->se);
     }
+    fs_hints_stop(fs);                  /* no prefetch past here */
     tfs_http_stop(fs->http);
     tfs_group_close(fs->group);         /* before the cache it serves */
     tfs_shared_close(fs->shared);       /* writes what is queued */
     wb_stop(fs->wb);                    /* no more uploads */
     while (fs->handles != NULL)         /* the kernel let go unreleased: */
         fs_handle_free(fs, fs->handles, false);     /* nothing sealed */
+    fs_hints_cleanup(&fs->hints);
     fs_itable_cleanup(&fs->inodes);     /* puts the inodes' nodes */
     wb_close(fs->wb);
     tfs_cache_close(fs->cache);

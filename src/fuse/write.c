@@ -241,7 +241,13 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 {
     struct tfs_fs *fs = fs_of(req);
     struct fs_handle *h = fs_handle_of(fi);
-    int rc = h->kind == FS_H_NODE && h->writer
+    int rc;
+
+    if (h->kind == FS_H_HINT) {         /* order hints: hint.c answers */
+        fs_hint_write(fs, req, h, buf, size);
+        return;
+    }
+    rc = h->kind == FS_H_NODE && h->writer
                  ? wb_node_write(fs->wb, h->node, buf, size, (uint64_t)off)
                  : -EBADF;
 
@@ -283,7 +289,7 @@ static int fs_do_setattr(struct tfs_fs *fs, struct fs_inode *in,
     struct wb_node *n;
     int rc = 0;
 
-    if (in->is_dir || in == fs->inodes.ctl)
+    if (in->is_dir || in == fs->inodes.ctl || in == fs->inodes.hint)
         return 0;                       /* modes, times: not kept */
     if (fs->wb == NULL)
         return -EROFS;
@@ -377,7 +383,8 @@ static int fs_change_key(struct tfs_fs *fs, fuse_ino_t parent,
         return rc;
     if (fs->wb == NULL)
         return -EROFS;
-    if (parent == FS_ROOT_INO && strcmp(name, FS_CTL_NAME) == 0)
+    if (parent == FS_ROOT_INO && (strcmp(name, FS_CTL_NAME) == 0 ||
+                                  strcmp(name, FS_HINT_NAME) == 0))
         return -EPERM;
     return fs_child_key(fs, dir, name, key);
 }

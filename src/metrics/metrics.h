@@ -172,6 +172,7 @@ int tfs_metric_prom_name(const struct tfs_metric_section *sec,
 
 extern const struct tfs_metric_section tfs_metrics_cache;
 extern const struct tfs_metric_section tfs_metrics_fuse;
+extern const struct tfs_metric_section tfs_metrics_hints;
 extern const struct tfs_metric_section tfs_metrics_store;
 extern const struct tfs_metric_section tfs_metrics_endpoint;
 extern const struct tfs_metric_section tfs_metrics_wb;

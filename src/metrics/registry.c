@@ -9,7 +9,8 @@
 #include "metrics/metrics.h"
 
 const struct tfs_metric_section *const tfs_metric_registry[] = {
-    &tfs_metrics_cache, &tfs_metrics_fuse,  &tfs_metrics_store,
+    &tfs_metrics_cache, &tfs_metrics_fuse, &tfs_metrics_hints,
+    &tfs_metrics_store,
     &tfs_metrics_endpoint, &tfs_metrics_wb, &tfs_metrics_fault,
     &tfs_metrics_retry, &tfs_metrics_group, &tfs_metrics_peers,
     &tfs_metrics_shared,

@@ -1,0 +1,576 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Order hints: the control file .tierfs-prefetch at the mount's root
+ * (docs/fuse.md, "Order hints").  Each open of it is one stream; what is
+ * written to it are the paths its writer's reader will open next, one a
+ * line, in order (relative to the mount, or absolute under it).
+ *
+ * One thread a mount keeps a window ahead of the reader in every stream:
+ * while a stream has fewer than window_files hinted files issued past
+ * the reader and fewer than window_bytes of them, it takes the next
+ * hinted file and asks the cache to fetch what of it is neither in RAM
+ * nor in the disk tier (tfs_cache_prefetch_misses: behind every demand
+ * read in the fetch engine).  Streams take turns, a file each.
+ *
+ * The reader's position is told by the opens of hinted files on this
+ * mount, by any process (a loader's workers open the files of one order,
+ * interleaved): an open of a hinted key takes its first occurrence not
+ * opened yet, and the reader is past the furthest such.  Files it got to
+ * before they were issued are passed over (read on demand).  A stream
+ * ends when its file is closed, or is dropped after hint_idle with
+ * hinted files left and none of them opened (the reader stopped
+ * following it).  Reading the file gives its stream's state as JSON.
+ *
+ * Lock order: fs->hints.lock, then anything the cache takes; the cache is
+ * never called with the lock held.  Only the hint thread frees streams.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fuse/fuse_int.h"
+#include "tierfs/log.h"
+
+static void *fs_hint_main(void *arg);
+
+#define HINT_MAX_PATHS (16u << 20)      /* entries a stream may hold */
+#define HINT_BUCKETS 64
+
+struct fs_hint_entry {
+    struct tfs_hstr       h;            /* key (owned, after the struct);
+                                           in the map for the first
+                                           occurrence only */
+    struct fs_hint_entry *same;         /* the key's next occurrence */
+    size_t                idx;          /* in s->e */
+    uint64_t              size;         /* once issued */
+    bool                  issued;       /* its misses were queued */
+    bool                  opened;
+};
+
+/* ---- streams ---- */
+
+static void hint_entries_free(struct fs_hstream *s)
+{
+    struct tfs_hmap_iter it;
+    struct tfs_hnode *d;
+
+    for (size_t i = 0; i < s->n; i++)
+        tfs_free(s->e[i]);
+    tfs_free(s->e);
+    s->e = NULL;
+    s->n = s->cap = 0;
+    tfs_hmap_cleanup(&s->by_key);
+    tfs_hmap_iter_init(&it, &s->dirs);
+    while ((d = tfs_hmap_iter_next(&it)) != NULL)
+        tfs_free(d);
+    tfs_hmap_cleanup(&s->dirs);
+}
+
+/*
+ * Before the first file of a directory is issued, the directory is
+ * listed once (through the cache's listing cache), so the stats of its
+ * files, the thread's and the readers' lookups alike, come from that one
+ * listing rather than a store request each.  Lock not held.
+ */
+static void hint_list_dir(struct tfs_fs *fs, struct fs_hstream *s,
+                          const char *key)
+{
+    const char *slash = strrchr(key, '/');
+    size_t len = slash ? (size_t)(slash - key) + 1 : 0;
+    struct tfs_hstr *d;
+    struct tfs_dir *dir;
+
+    if (s->dirs.b == NULL && tfs_hmap_init(&s->dirs, 16, tfs_hstr_eq) < 0)
+        return;
+    d = tfs_calloc(1, sizeof(*d) + len + 1);
+    if (d == NULL)
+        return;
+    d->key = (char *)(d + 1);
+    memcpy(d->key, key, len);
+    if (tfs_hmap_find_str(&s->dirs, d->key) != NULL ||
+        tfs_hmap_insert_str(&s->dirs, d) < 0) {
+        tfs_free(d);
+        return;
+    }
+    if (tfs_cache_opendir(fs->cache, d->key, &dir) == 0)
+        tfs_dir_put(dir);
+}
+
+/* What of s was issued and not opened is abandoned; then s is empty
+   (it may take hints again).  hints lock held. */
+static void hint_stream_end(struct fs_hints *hs, struct fs_hstream *s)
+{
+    for (size_t i = s->consumed; i < s->issued && i < s->n; i++)
+        if (s->e[i]->issued && !s->e[i]->opened)
+            hs->c.bytes_abandoned += s->e[i]->size;
+    hint_entries_free(s);
+    s->consumed = s->issued = 0;
+    s->ahead = 0;
+}
+
+int fs_hint_open(struct tfs_fs *fs, struct fs_handle *h)
+{
+    struct fs_hints *hs = &fs->hints;
+    struct fs_hstream *s = tfs_calloc(1, sizeof(*s));
+    int rc = 0;
+
+    if (s == NULL)
+        return -ENOMEM;
+    s->last_ns = tfs_now_ns();
+    pthread_mutex_lock(&hs->lock);
+    if (!hs->started) {
+        rc = pthread_create(&hs->thread, NULL, fs_hint_main, fs);
+        hs->started = rc == 0;
+        rc = -rc;
+    }
+    if (rc == 0) {
+        s->next = hs->streams;
+        if (hs->streams != NULL)
+            hs->streams->prev = s;
+        hs->streams = s;
+        atomic_fetch_add(&hs->live, 1);
+        hs->c.streams_opened++;
+        h->hint = s;
+    }
+    pthread_mutex_unlock(&hs->lock);
+    if (rc < 0) {
+        tfs_free(s);
+        return tfs_err(rc, "cannot start the order-hint thread");
+    }
+    return 0;
+}
+
+void fs_hint_close(struct tfs_fs *fs, struct fs_hstream *s)
+{
+    struct fs_hints *hs = &fs->hints;
+
+    if (s == NULL)
+        return;
+    pthread_mutex_lock(&hs->lock);
+    s->closed = true;                   /* the thread frees it */
+    atomic_fetch_sub(&hs->live, 1);
+    pthread_cond_signal(&hs->cond);
+    pthread_mutex_unlock(&hs->lock);
+}
+
+/* ---- writes: the hinted paths ---- */
+
+/*
+ * The key of one hinted line (NUL-terminated, no newline) into key:
+ * relative to the mount, or absolute under the mount point.  -EINVAL,
+ * with a detail, for anything that could not name a file in the mount.
+ */
+static int hint_key(const struct tfs_fs *fs, const char *line, char *key)
+{
+    const char *p = line;
+    size_t mlen = fs->mountpoint ? strlen(fs->mountpoint) : 0;
+    size_t len;
+
+    if (p[0] == '/') {
+        if (mlen == 0 || strncmp(p, fs->mountpoint, mlen) != 0 ||
+            p[mlen] != '/')
+            return tfs_err(-EINVAL, "'%.200s' is not under the mount "
+                           "point %s", line, fs->mountpoint);
+        p += mlen + 1;
+    }
+    len = strlen(p);
+    if (len == 0 || len > FS_KEY_MAX)
+        return tfs_err(-EINVAL, "'%.200s': %s", line, len ? "too long"
+                       : "the mount itself, not a file");
+    for (const char *c = p; *c != '\0';) {
+        const char *end = strchr(c, '/');
+        size_t n = end ? (size_t)(end - c) : strlen(c);
+
+        if (n == 0 || (n == 1 && c[0] == '.') ||
+            (n == 2 && c[0] == '.' && c[1] == '.'))
+            return tfs_err(-EINVAL, "'%.200s': empty, '.' or '..' "
+                           "component", line);
+        c += n + (end != NULL);
+        if (end != NULL && *c == '\0')
+            return tfs_err(-EINVAL, "'%.200s': a directory, not a file",
+                           line);
+    }
+    memcpy(key, p, len + 1);
+    return 0;
+}
+
+/* Append entry e to s; -ENOSPC past the cap, -ENOMEM.  Lock held. */
+static int hint_append(struct fs_hstream *s, struct fs_hint_entry *e)
+{
+    struct tfs_hstr *first;
+
+    if (s->n == HINT_MAX_PATHS)
+        return -ENOSPC;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 1024;
+        struct fs_hint_entry **ne = tfs_realloc(s->e, cap * sizeof(*ne));
+
+        if (ne == NULL)
+            return -ENOMEM;
+        s->e = ne;
+        s->cap = cap;
+    }
+    if (s->by_key.b == NULL &&
+        tfs_hmap_init(&s->by_key, HINT_BUCKETS, tfs_hstr_eq) < 0)
+        return -ENOMEM;
+    first = tfs_hmap_find_str(&s->by_key, e->h.key);
+    if (first != NULL) {                /* a later occurrence: chained */
+        struct fs_hint_entry *f = (struct fs_hint_entry *)(void *)first;
+
+        while (f->same != NULL)
+            f = f->same;
+        f->same = e;
+    } else if (tfs_hmap_insert_str(&s->by_key, &e->h) < 0) {
+        return -ENOMEM;
+    }
+    e->idx = s->n;
+    s->e[s->n++] = e;
+    return 0;
+}
+
+static struct fs_hint_entry *hint_entry_new(const char *key)
+{
+    size_t len = strlen(key);
+    struct fs_hint_entry *e = tfs_calloc(1, sizeof(*e) + len + 1);
+
+    if (e != NULL) {
+        e->h.key = (char *)(e + 1);
+        memcpy(e->h.key, key, len + 1);
+    }
+    return e;
+}
+
+/*
+ * A write of hinted paths: whole lines are checked, and taken only when
+ * every one is good (a bad line fails the write EINVAL and takes none);
+ * an unfinished last line waits for the next write.
+ */
+static int hint_write(struct tfs_fs *fs, struct fs_hstream *s,
+                      const char *buf, size_t size)
+{
+    struct fs_hints *hs = &fs->hints;
+    char line[FS_KEY_MAX + 512];
+    char key[FS_KEY_MAX + 2];
+    struct fs_hint_entry **add = NULL;
+    size_t n_add = 0, cap_add = 0;
+    size_t plen = s->plen;
+    bool nul = s->part_nul;
+    int rc = 0;
+
+    memcpy(line, s->part, TFS_MIN(plen, sizeof(s->part)));
+    for (size_t i = 0; i < size && rc == 0; i++) {
+        if (buf[i] != '\n') {
+            if (plen < sizeof(line) - 1)
+                line[plen] = buf[i];
+            nul |= buf[i] == '\0';
+            plen++;
+            continue;
+        }
+        if (plen > 0 && plen < sizeof(line) && line[plen - 1] == '\r')
+            plen--;
+        if (plen >= sizeof(line) - 1) {
+            rc = tfs_err(-EINVAL, "a hinted path of %zu bytes: too long",
+                         plen);
+            break;
+        }
+        line[plen] = '\0';
+        if (nul) {
+            rc = tfs_err(-EINVAL, "a hinted path with a NUL byte");
+            break;
+        }
+        if (plen == 0)
+            continue;
+        plen = 0;
+        nul = false;
+        rc = hint_key(fs, line, key);
+        if (rc < 0)
+            break;
+        if (n_add == cap_add) {
+            size_t cap = cap_add ? 2 * cap_add : 256;
+            struct fs_hint_entry **na = tfs_realloc(add, cap * sizeof(*na));
+
+            if (na == NULL) {
+                rc = -ENOMEM;
+                break;
+            }
+            add = na;
+            cap_add = cap;
+        }
+        add[n_add] = hint_entry_new(key);
+        if (add[n_add] == NULL)
+            rc = -ENOMEM;
+        else
+            n_add++;
+    }
+    if (rc == 0 && plen >= sizeof(line) - 1)
+        rc = tfs_err(-EINVAL, "a hinted path of over %zu bytes: too long",
+                     plen);
+    pthread_mutex_lock(&hs->lock);
+    if (rc < 0) {
+        hs->c.bad_writes++;
+    } else {
+        size_t i = 0;
+
+        s->dropped = false;             /* hints again: a fresh start */
+        s->last_ns = tfs_now_ns();
+        for (; i < n_add && rc == 0; i++)
+            rc = hint_append(s, add[i]);
+        if (rc < 0)
+            i--;                        /* add[i - 1] was not taken */
+        hs->c.paths += i;
+        for (; i < n_add; i++)
+            tfs_free(add[i]);
+        n_add = 0;
+        memcpy(s->part, line, TFS_MIN(plen, sizeof(s->part)));
+        s->plen = plen;
+        s->part_nul = nul && plen > 0;
+        pthread_cond_signal(&hs->cond);
+    }
+    pthread_mutex_unlock(&hs->lock);
+    for (size_t i = 0; i < n_add; i++)
+        tfs_free(add[i]);
+    tfs_free(add);
+    if (rc == -ENOSPC)
+        rc = tfs_err(-ENOSPC, "a hint stream holds at most %u paths",
+                     HINT_MAX_PATHS);
+    return rc;
+}
+
+void fs_hint_write(struct tfs_fs *fs, fuse_req_t req, struct fs_handle *h,
+                   const char *buf, size_t size)
+{
+    int rc = hint_write(fs, h->hint, buf, size);
+
+    if (rc < 0) {
+        tfs_log(TFS_LOG_WARNING, "%s: hint refused: %s", FS_HINT_NAME,
+                tfs_errdetail());
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    atomic_fetch_add(&fs->n.writes, 1);
+    atomic_fetch_add(&fs->n.write_bytes, size);
+    fuse_reply_write(req, size);
+}
+
+/* ---- the reader's position ---- */
+
+/* The reader is at entry idx of s (it opened it).  Lock held. */
+static void hint_advance(struct fs_hints *hs, struct fs_hstream *s,
+                         size_t idx)
+{
+    for (size_t i = s->consumed; i <= idx && i < s->issued; i++)
+        if (s->e[i]->issued)
+            s->ahead -= s->e[i]->size;
+    if (idx + 1 > s->consumed)
+        s->consumed = idx + 1;
+    if (s->issued < s->consumed) {      /* got there first: passed over */
+        hs->c.files_passed += s->consumed - s->issued;
+        s->issued = s->consumed;
+    }
+}
+
+void fs_hint_opened(struct tfs_fs *fs, const char *key)
+{
+    struct fs_hints *hs = &fs->hints;
+    bool moved = false;
+
+    if (atomic_load(&hs->live) == 0)
+        return;
+    pthread_mutex_lock(&hs->lock);
+    for (struct fs_hstream *s = hs->streams; s != NULL; s = s->next) {
+        struct tfs_hstr *first;
+        struct fs_hint_entry *e;
+
+        if (s->closed || s->dropped || s->n == 0)
+            continue;
+        first = tfs_hmap_find_str(&s->by_key, key);
+        e = (struct fs_hint_entry *)(void *)first;
+        while (e != NULL && e->opened)
+            e = e->same;
+        if (e == NULL)
+            continue;
+        e->opened = true;
+        hs->c.opens_hinted++;
+        if (e->issued)
+            hs->c.bytes_used += e->size;
+        s->last_ns = tfs_now_ns();
+        hint_advance(hs, s, e->idx);
+        moved = true;
+    }
+    if (moved)
+        pthread_cond_signal(&hs->cond);
+    pthread_mutex_unlock(&hs->lock);
+}
+
+/* ---- the thread ---- */
+
+/* May s issue its next file now?  Lock held. */
+static bool hint_room(const struct fs_hints *hs, const struct fs_hstream *s)
+{
+    return !s->closed && !s->dropped && s->issued < s->n &&
+           s->issued - s->consumed < hs->window_files &&
+           s->ahead < hs->window_bytes;
+}
+
+/* Issue s's next file: the lock is let go for the cache's calls. */
+static void hint_issue(struct tfs_fs *fs, struct fs_hstream *s)
+{
+    struct fs_hints *hs = &fs->hints;
+    struct fs_hint_entry *e = s->e[s->issued];
+    uint64_t size = 0, queued = 0;
+    char key[FS_KEY_MAX + 2];
+    int rc;
+
+    snprintf(key, sizeof(key), "%s", e->h.key);
+    s->issued++;                        /* taken: opens may pass it */
+    s->busy = true;
+    pthread_mutex_unlock(&hs->lock);
+    hint_list_dir(fs, s, key);
+    rc = tfs_cache_prefetch_misses(fs->cache, key, &size, &queued);
+    pthread_mutex_lock(&hs->lock);
+    s->busy = false;
+    if (rc < 0) {
+        hs->c.files_missing++;
+        return;
+    }
+    e->size = size;
+    e->issued = true;
+    hs->c.files_issued++;
+    hs->c.bytes_queued += queued;
+    if (queued == 0)
+        hs->c.files_cached++;
+    if (e->opened)                      /* opened while we were out */
+        hs->c.bytes_used += size;
+    else if (e->idx >= s->consumed)
+        s->ahead += size;
+}
+
+static void *fs_hint_main(void *arg)
+{
+    struct tfs_fs *fs = arg;
+    struct fs_hints *hs = &fs->hints;
+
+    pthread_mutex_lock(&hs->lock);
+    while (!hs->stopping) {
+        uint64_t now = tfs_now_ns();
+        bool worked = false;
+        struct fs_hstream *next;
+
+        for (struct fs_hstream *s = hs->streams; s != NULL; s = next) {
+            next = s->next;
+            if (s->closed) {
+                hint_stream_end(hs, s);
+                if (s->prev != NULL)
+                    s->prev->next = s->next;
+                else
+                    hs->streams = s->next;
+                if (s->next != NULL)
+                    s->next->prev = s->prev;
+                tfs_free(s);
+                continue;
+            }
+            if (!s->dropped && s->consumed < s->n && now > s->last_ns &&
+                now - s->last_ns > hs->idle_ms * 1000000u) {
+                TFS_INFO("%s: a stream of %zu paths dropped: none of them "
+                         "opened in %" PRIu64 " ms", FS_HINT_NAME, s->n,
+                         hs->idle_ms);
+                hint_stream_end(hs, s);
+                s->dropped = true;
+                hs->c.streams_dropped++;
+                continue;
+            }
+            if (hint_room(hs, s)) {
+                hint_issue(fs, s);      /* unlocks: s may be closed now */
+                worked = true;
+                next = s->next;         /* only this thread unlinks */
+            }
+        }
+        if (!worked)
+            tfs_cond_wait_ms(&hs->cond, &hs->lock, 1000);
+    }
+    pthread_mutex_unlock(&hs->lock);
+    return NULL;
+}
+
+/* ---- the mount's ---- */
+
+void fs_hints_init(struct tfs_fs *fs)
+{
+    struct fs_hints *hs = &fs->hints;
+
+    pthread_mutex_init(&hs->lock, NULL);
+    tfs_cond_init_mono(&hs->cond);
+    hs->idle_ms = FS_HINT_IDLE_MS;
+}
+
+/* The window's bounds, from the RAM tier unless set (after the cache's
+   open: a cache dir's recorded block size wins). */
+void fs_hints_size(struct tfs_fs *fs)
+{
+    struct fs_hints *hs = &fs->hints;
+    uint64_t ram = tfs_cache_mem_limit(fs->cache);
+
+    if (hs->window_bytes == 0)
+        hs->window_bytes = TFS_MIN(ram / 2, (uint64_t)FS_HINT_WINDOW_MAX);
+    if (hs->window_files == 0)
+        hs->window_files = FS_HINT_WINDOW_FILES;
+}
+
+void fs_hints_stop(struct tfs_fs *fs)
+{
+    struct fs_hints *hs = &fs->hints;
+
+    pthread_mutex_lock(&hs->lock);
+    hs->stopping = true;
+    pthread_cond_signal(&hs->cond);
+    pthread_mutex_unlock(&hs->lock);
+    if (hs->started)
+        pthread_join(hs->thread, NULL);
+    hs->started = false;
+}
+
+void fs_hints_cleanup(struct fs_hints *hs)
+{
+    while (hs->streams != NULL) {
+        struct fs_hstream *s = hs->streams;
+
+        hs->streams = s->next;
+        hint_entries_free(s);
+        tfs_free(s);
+    }
+    pthread_cond_destroy(&hs->cond);
+    pthread_mutex_destroy(&hs->lock);
+}
+
+/* ---- reading the control file: the stream's state ---- */
+
+int fs_hint_render(struct tfs_fs *fs, const struct fs_hstream *s,
+                   char *buf, size_t size)
+{
+    struct fs_hints *hs = &fs->hints;
+    int n;
+
+    pthread_mutex_lock(&hs->lock);
+    n = snprintf(buf, size,
+                 "{\"paths\":%zu,\"consumed\":%zu,\"issued\":%zu,"
+                 "\"ahead_bytes\":%" PRIu64 ",\"window_files\":%u,"
+                 "\"window_bytes\":%" PRIu64 ",\"dropped\":%s}\n",
+                 s->n, s->consumed, s->issued, s->ahead, hs->window_files,
+                 hs->window_bytes, s->dropped ? "true" : "false");
+    pthread_mutex_unlock(&hs->lock);
+    return n < 0 || (size_t)n >= size ? -ENOMEM : n;
+}
+
+void fs_hints_get(struct tfs_fs *fs, struct fs_hint_counters *out)
+{
+    struct fs_hints *hs = &fs->hints;
+
+    pthread_mutex_lock(&hs->lock);
+    *out = hs->c;
+    out->streams = atomic_load(&hs->live);
+    out->window_files = hs->window_files;
+    out->window_bytes = hs->window_bytes;
+    pthread_mutex_unlock(&hs->lock);
+}
