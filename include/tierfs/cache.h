@@ -208,11 +208,13 @@ TFS_API int tfs_cache_prefetch(struct tfs_cache *c, const char *const *keys,
  * Prefetch hint for one object, for a reader that will open it soon:
  * its blocks that are neither in RAM nor in the disk tier are queued as
  * tfs_cache_prefetch queues them; those the disk tier holds are left
- * there (a disk hit is fast).  *size: the object's size; *queued: the
- * bytes queued now (0 when all of it is cached or loading).  Errors: the
- * stat's (-ENOENT for no such object).
+ * there (a disk hit is fast).  st: its version (from a listing), or NULL
+ * to stat it.  *size: the object's size; *queued: the bytes queued now
+ * (0 when all of it is cached or loading).  Errors: the stat's (-ENOENT
+ * for no such object).
  */
 TFS_API int tfs_cache_prefetch_misses(struct tfs_cache *c, const char *key,
+                                      const struct tfs_stat *st,
                                       uint64_t *size, uint64_t *queued);
 
 /*

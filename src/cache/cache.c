@@ -669,13 +669,18 @@ int tfs_cache_prefetch(struct tfs_cache *c, const char *const *keys,
 }
 
 int tfs_cache_prefetch_misses(struct tfs_cache *c, const char *key,
-                              uint64_t *size, uint64_t *queued)
+                              const struct tfs_stat *given, uint64_t *size,
+                              uint64_t *queued)
 {
     struct tfs_stat st;
     uint64_t n_blocks;
-    int rc = tfs_cache_stat(c, key, &st);
+    int rc = 0;
 
     *size = *queued = 0;
+    if (given != NULL)
+        st = *given;
+    else
+        rc = tfs_cache_stat(c, key, &st);
     if (rc < 0)
         return rc;
     *size = st.size;

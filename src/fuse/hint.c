@@ -49,6 +49,12 @@ struct fs_hint_entry {
     bool                  opened;
 };
 
+/* A directory a stream's files are in, and its listing (held). */
+struct hint_dir {
+    struct tfs_hstr  h;                 /* "a/b/" or "", after the struct */
+    struct tfs_dir  *dir;               /* NULL: could not be listed */
+};
+
 /* ---- streams ---- */
 
 static void hint_entries_free(struct fs_hstream *s)
@@ -63,39 +69,56 @@ static void hint_entries_free(struct fs_hstream *s)
     s->n = s->cap = 0;
     tfs_hmap_cleanup(&s->by_key);
     tfs_hmap_iter_init(&it, &s->dirs);
-    while ((d = tfs_hmap_iter_next(&it)) != NULL)
-        tfs_free(d);
+    while ((d = tfs_hmap_iter_next(&it)) != NULL) {
+        struct hint_dir *hd = (struct hint_dir *)(void *)d;
+
+        if (hd->dir != NULL)
+            tfs_dir_put(hd->dir);
+        tfs_free(hd);
+    }
     tfs_hmap_cleanup(&s->dirs);
 }
 
 /*
- * Before the first file of a directory is issued, the directory is
- * listed once (through the cache's listing cache), so the stats of its
- * files, the thread's and the readers' lookups alike, come from that one
- * listing rather than a store request each.  Lock not held.
+ * The stat of hinted file key from its directory's listing: before the
+ * first file of a directory is issued the directory is listed once
+ * (through the cache's listing cache, which the readers' lookups use
+ * too), and the stream keeps that listing, so the thread never waits on
+ * a store request a file.  false: no listing (or no such entry), stat
+ * it.  Lock not held.
  */
-static void hint_list_dir(struct tfs_fs *fs, struct fs_hstream *s,
-                          const char *key)
+static bool hint_dir_stat(struct tfs_fs *fs, struct fs_hstream *s,
+                          const char *key, struct tfs_stat *st)
 {
     const char *slash = strrchr(key, '/');
     size_t len = slash ? (size_t)(slash - key) + 1 : 0;
-    struct tfs_hstr *d;
-    struct tfs_dir *dir;
+    const struct tfs_dirent *de;
+    struct hint_dir *d;
+    char dkey[FS_KEY_MAX + 2];
 
     if (s->dirs.b == NULL && tfs_hmap_init(&s->dirs, 16, tfs_hstr_eq) < 0)
-        return;
-    d = tfs_calloc(1, sizeof(*d) + len + 1);
-    if (d == NULL)
-        return;
-    d->key = (char *)(d + 1);
-    memcpy(d->key, key, len);
-    if (tfs_hmap_find_str(&s->dirs, d->key) != NULL ||
-        tfs_hmap_insert_str(&s->dirs, d) < 0) {
-        tfs_free(d);
-        return;
+        return false;
+    memcpy(dkey, key, len);
+    dkey[len] = '\0';
+    d = (struct hint_dir *)(void *)tfs_hmap_find_str(&s->dirs, dkey);
+    if (d == NULL) {
+        d = tfs_calloc(1, sizeof(*d) + len + 1);
+        if (d == NULL)
+            return false;
+        d->h.key = (char *)(d + 1);
+        memcpy(d->h.key, dkey, len + 1);
+        if (tfs_hmap_insert_str(&s->dirs, &d->h) < 0) {
+            tfs_free(d);
+            return false;
+        }
+        if (tfs_cache_opendir(fs->cache, d->h.key, &d->dir) < 0)
+            d->dir = NULL;              /* stat each file instead */
     }
-    if (tfs_cache_opendir(fs->cache, d->key, &dir) == 0)
-        tfs_dir_put(dir);
+    de = d->dir != NULL ? tfs_dir_find(d->dir, key + len) : NULL;
+    if (de == NULL || de->is_dir)
+        return false;
+    *st = de->st;
+    return true;
 }
 
 /* What of s was issued and not opened is abandoned; then s is empty
@@ -421,14 +444,17 @@ static void hint_issue(struct tfs_fs *fs, struct fs_hstream *s)
     struct fs_hint_entry *e = s->e[s->issued];
     uint64_t size = 0, queued = 0;
     char key[FS_KEY_MAX + 2];
+    struct tfs_stat st;
     int rc;
 
     snprintf(key, sizeof(key), "%s", e->h.key);
     s->issued++;                        /* taken: opens may pass it */
     s->busy = true;
     pthread_mutex_unlock(&hs->lock);
-    hint_list_dir(fs, s, key);
-    rc = tfs_cache_prefetch_misses(fs->cache, key, &size, &queued);
+    rc = tfs_cache_prefetch_misses(fs->cache, key,
+                                   hint_dir_stat(fs, s, key, &st) ? &st
+                                                                  : NULL,
+                                   &size, &queued);
     pthread_mutex_lock(&hs->lock);
     s->busy = false;
     if (rc < 0) {
