@@ -92,13 +92,19 @@ def read_file(path, drop_page_cache=True):
 
 
 def run_epoch(read, names, expect, threads=8, batch=32, compute_ms=10.0,
-              seed=0):
+              seed=0, hint=None):
     """One epoch in a shuffled order.  read(name) -> bytes.  Every sample
-    is checked against expect[name] = (size, crc32).  Returns a dict:
-    wall, bytes, samples, stall (trainer seconds waiting for data),
-    compute (trainer seconds computing)."""
+    is checked against expect[name] = (size, crc32).  hint: a tierfs
+    mount to tell the order to first (order hints: the names are paths
+    in it).  Returns a dict: wall, bytes, samples, stall (trainer seconds
+    waiting for data), compute (trainer seconds computing)."""
     order = list(names)
     random.Random(seed).shuffle(order)
+    stream = None
+    if hint is not None:
+        from tierfs.hint import OrderHint
+        stream = OrderHint(hint)
+        stream.add(order)
     q = queue.Queue(maxsize=threads * 4)
     errors = []
     cursor = iter(order)
@@ -146,6 +152,8 @@ def run_epoch(read, names, expect, threads=8, batch=32, compute_ms=10.0,
             compute += time.monotonic() - c0
     for w in workers:
         w.join()
+    if stream is not None:
+        stream.close()
     if errors:
         raise errors[0]
     done = time.monotonic() - t0

@@ -96,14 +96,14 @@ const struct tfs_metric_section tfs_metrics_fuse = {
       "hinted files opened before their turn came (read on demand)")       \
     X(U64, bytes_queued, COUNTER, BYTES, "fuse_hint_queued_bytes_total",        \
       "bytes the hints asked of the fetch engine")                         \
-    X(U64, bytes_used, COUNTER, BYTES, "fuse_hint_used_bytes_total",            \
-      "bytes of issued files that were then opened")                       \
+    X(U64, bytes_used, COUNTER, BYTES, "fuse_hint_used_bytes_total",       \
+      "bytes fetched ahead for files that were then opened")                       \
     X(U64, bytes_abandoned, COUNTER, BYTES, "fuse_hint_abandoned_bytes_total",  \
-      "bytes of issued files never opened before their stream ended")      \
+      "bytes fetched ahead for files not opened before their stream ended")      \
     X(U64, window_files, GAUGE, COUNT, NULL,                               \
       "hinted files a stream keeps issued ahead of its reader, at most")   \
     X(U64, window_bytes, GAUGE, BYTES, NULL,                               \
-      "bytes a stream keeps issued ahead of its reader, at most")
+      "bytes a stream keeps fetched ahead of its reader, at most")
 
 static const struct tfs_metric ctl_hint_table[] = {
 #define X(...) TFS_METRIC_DESC(struct fs_hint_counters, __VA_ARGS__)

@@ -270,7 +270,8 @@ struct fs_hstream {
                                            hint thread's alone */
     size_t                 consumed;    /* the reader is past [0, this) */
     size_t                 issued;      /* [0, this) issued or passed */
-    uint64_t               ahead;       /* bytes issued at >= consumed */
+    uint64_t               ahead;       /* bytes fetched ahead for the
+                                           files at >= consumed */
     uint64_t               last_ns;     /* last write or hinted open */
     bool                   closed;      /* released: the thread frees it */
     bool                   dropped;     /* not followed: emptied */
@@ -293,8 +294,8 @@ struct fs_hint_counters {
     uint64_t files_missing;             /* no such file */
     uint64_t files_passed;              /* opened before their turn */
     uint64_t bytes_queued;              /* asked of the fetch engine */
-    uint64_t bytes_used;                /* of issued files later opened */
-    uint64_t bytes_abandoned;           /* issued, never opened */
+    uint64_t bytes_used;                /* fetched ahead, then opened */
+    uint64_t bytes_abandoned;           /* fetched ahead, never opened */
     uint64_t window_files;
     uint64_t window_bytes;
 };

@@ -7,7 +7,8 @@
  *
  * One thread a mount keeps a window ahead of the reader in every stream:
  * while a stream has fewer than window_files hinted files issued past
- * the reader and fewer than window_bytes of them, it takes the next
+ * the reader and fewer than window_bytes fetched ahead for them (what
+ * the cache held already does not count: it takes no RAM), it takes the next
  * hinted file and asks the cache to fetch what of it is neither in RAM
  * nor in the disk tier (tfs_cache_prefetch_misses: behind every demand
  * read in the fetch engine).  Streams take turns, a file each.
@@ -44,7 +45,8 @@ struct fs_hint_entry {
                                            occurrence only */
     struct fs_hint_entry *same;         /* the key's next occurrence */
     size_t                idx;          /* in s->e */
-    uint64_t              size;         /* once issued */
+    uint64_t              queued;       /* bytes fetched ahead for it (its
+                                           misses), once issued */
     bool                  issued;       /* its misses were queued */
     bool                  opened;
 };
@@ -127,7 +129,7 @@ static void hint_stream_end(struct fs_hints *hs, struct fs_hstream *s)
 {
     for (size_t i = s->consumed; i < s->issued && i < s->n; i++)
         if (s->e[i]->issued && !s->e[i]->opened)
-            hs->c.bytes_abandoned += s->e[i]->size;
+            hs->c.bytes_abandoned += s->e[i]->queued;
     hint_entries_free(s);
     s->consumed = s->issued = 0;
     s->ahead = 0;
@@ -385,7 +387,7 @@ static void hint_advance(struct fs_hints *hs, struct fs_hstream *s,
 {
     for (size_t i = s->consumed; i <= idx && i < s->issued; i++)
         if (s->e[i]->issued)
-            s->ahead -= s->e[i]->size;
+            s->ahead -= s->e[i]->queued;
     if (idx + 1 > s->consumed)
         s->consumed = idx + 1;
     if (s->issued < s->consumed) {      /* got there first: passed over */
@@ -417,7 +419,7 @@ void fs_hint_opened(struct tfs_fs *fs, const char *key)
         e->opened = true;
         hs->c.opens_hinted++;
         if (e->issued)
-            hs->c.bytes_used += e->size;
+            hs->c.bytes_used += e->queued;
         s->last_ns = tfs_now_ns();
         hint_advance(hs, s, e->idx);
         moved = true;
@@ -461,16 +463,17 @@ static void hint_issue(struct tfs_fs *fs, struct fs_hstream *s)
         hs->c.files_missing++;
         return;
     }
-    e->size = size;
+    (void)size;
+    e->queued = queued;
     e->issued = true;
     hs->c.files_issued++;
     hs->c.bytes_queued += queued;
     if (queued == 0)
         hs->c.files_cached++;
     if (e->opened)                      /* opened while we were out */
-        hs->c.bytes_used += size;
+        hs->c.bytes_used += queued;
     else if (e->idx >= s->consumed)
-        s->ahead += size;
+        s->ahead += queued;
 }
 
 static void *fs_hint_main(void *arg)
