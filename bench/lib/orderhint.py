@@ -81,6 +81,8 @@ def main():
     ap.add_argument("--compute-ms", type=float, default=10)
     ap.add_argument("--max-inflight", type=int, default=64)
     ap.add_argument("--mem-cache", default="512M")
+    ap.add_argument("--ram-only", action="store_true",
+                    help="no disk tier (what filling it costs)")
     ap.add_argument("--quick", action="store_true",
                     help="1,000 files: a check that it runs, no targets")
     a = ap.parse_args()
@@ -108,8 +110,8 @@ def main():
     def run(tag, cache, hinted, fresh=True):
         if fresh:
             shutil.rmtree(cache, ignore_errors=True)
-        args = ["--read-only", "--immutable", "--cache-dir", cache,
-                "--mem-cache",
+        args = ["--read-only", "--immutable"] + \
+            ([] if a.ram_only else ["--cache-dir", cache]) + ["--mem-cache",
                 a.mem_cache, "--max-inflight", str(a.max_inflight),
                 "--block-size", "1M"]
         with tfsbench.Mount(uri, mnt, *args) as m:
