@@ -241,3 +241,11 @@ set_tests_properties(tier.s3 PROPERTIES LABELS "s3;fuse" TIMEOUT 180)
 # figures sane; the timed target is left to the bench (docs/group-latency.md).
 add_test(NAME bench.grouplat COMMAND grouplat --quick)
 set_tests_properties(bench.grouplat PROPERTIES LABELS bench TIMEOUT 120)
+# bench/order-hint's short form: 1,000 files, the three epochs, every
+# sample checked; the targets are printed, not checked.
+add_test(NAME bench.order-hint
+  COMMAND env TIERFS=$<TARGET_FILE:tierfs> BENCH_DIR=/var/tmp
+          ${PROJECT_SOURCE_DIR}/bench/order-hint --quick
+          --dir /var/tmp/tfs-order-hint-ctest)
+set_tests_properties(bench.order-hint PROPERTIES LABELS "bench;python"
+  TIMEOUT 300)
