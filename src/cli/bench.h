@@ -41,6 +41,7 @@ struct bench_opts {
     unsigned    accelerators;
     unsigned    batch;
     double      compute_ms;
+    bool        hint;                   /* tell a mount each epoch's order */
     unsigned    epochs;
     uint64_t    seed;
 };

@@ -13,6 +13,8 @@
  *            for a fixed time; accelerator utilisation per epoch
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 
 #include "cli/bench.h"
 #include "common/json.h"
+#include "common/util.h"
 
 struct run {
     const struct bench_opts *o;
@@ -385,6 +388,51 @@ static double train_hit(const char *a, const char *b)
     return read <= 0 ? -1.0 : hit / read;
 }
 
+/*
+ * --hint: the epoch's order to the order-hint file of the tierfs mount
+ * the target is in (absolute paths, docs/fuse.md): an open stream, which
+ * the caller closes after the epoch (its fd), or -errno with a detail:
+ * the target is in no tierfs mount, or the write failed.
+ */
+static int train_hint(struct run *x)
+{
+    char dir[PATH_MAX];
+    char path[PATH_MAX + 32];
+    struct tfs_buf b;
+    int fd = -1;
+    int rc = 0;
+
+    if (realpath(x->o->target, dir) == NULL)
+        return tfs_err(-errno, "--hint: %s", x->o->target);
+    for (char *end = dir + strlen(dir); fd < 0;) {
+        snprintf(path, sizeof(path), "%.*s/.tierfs-prefetch",
+                 (int)(end - dir), dir);
+        fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd >= 0 || end == dir)
+            break;
+        while (end > dir && *--end != '/')
+            ;
+    }
+    if (fd < 0)
+        return tfs_err(-ENOENT, "--hint: %s is in no tierfs mount (no "
+                       ".tierfs-prefetch above it)", x->o->target);
+    tfs_buf_init(&b, 0);
+    for (size_t i = 0; i < x->n_files && rc == 0; i++) {
+        tfs_buf_printf(&b, "%s/%s\n", dir, x->files[x->order[i]].name);
+        if (b.len >= (1u << 20) || i + 1 == x->n_files) {
+            rc = tfs_buf_error(&b) < 0 ? -ENOMEM
+                 : tfs_write_all(fd, b.p, b.len);
+            b.len = 0;
+        }
+    }
+    tfs_buf_cleanup(&b);
+    if (rc < 0) {
+        close(fd);
+        return tfs_err(rc, "--hint: writing %s", path);
+    }
+    return fd;
+}
+
 static int train_epoch(struct run *x, unsigned e)
 {
     const struct bench_opts *o = x->o;
@@ -398,7 +446,11 @@ static int train_epoch(struct run *x, unsigned e)
 
     pthread_mutex_init(&t.lock, NULL);
     pthread_cond_init(&t.cond, NULL);
+    int hint = -1;
+
     shuffle(x->order, x->n_files, o->seed + e);
+    if (o->hint && (hint = train_hint(x)) < 0)
+        return hint;
     atomic_store(&x->next, 0);
     atomic_store(&x->done, false);
     bench_io_stats(x->io, &before);
@@ -408,6 +460,8 @@ static int train_epoch(struct run *x, unsigned e)
     for (unsigned i = 0; i < n_acc; i++)
         pthread_join(acc[i], NULL);
     bench_io_stats(x->io, &after);
+    if (hint >= 0)
+        close(hint);                    /* the stream ends */
     x->r->au[e] = t.compute_s + t.wait_s > 0
                       ? t.compute_s / (t.compute_s + t.wait_s) : 0;
     x->r->stall[e] = 1.0 - x->r->au[e];

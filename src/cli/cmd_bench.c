@@ -49,6 +49,8 @@ static void bench_help(FILE *f)
         "  --batch N            train (default 32)\n"
         "  --compute-ms MS      train (default 50)\n"
         "  --epochs N           train (default 3)\n"
+        "  --hint               train: tell the tierfs mount the target is "
+        "in\n                       each epoch's order (order hints)\n"
         "  --seed N             shuffle seed (default 1)\n"
         "  --cache-dir DIR, --cache-size S, --mem-cache S   URI targets\n"
         "  --json               one JSON object\n"
@@ -58,7 +60,7 @@ static void bench_help(FILE *f)
 enum {
     OPT_DURATION = 1000, OPT_FILES, OPT_SIZE, OPT_BS, OPT_RATIO, OPT_DROP,
     OPT_ACCEL, OPT_BATCH, OPT_COMPUTE, OPT_EPOCHS, OPT_SEED, OPT_CDIR,
-    OPT_CSIZE, OPT_MEM, OPT_JSON, OPT_PLOT, OPT_SHARDS,
+    OPT_CSIZE, OPT_MEM, OPT_JSON, OPT_PLOT, OPT_SHARDS, OPT_HINT,
 };
 
 static int bench_double(const char *opt, const char *s, double *out)
@@ -112,6 +114,7 @@ static int bench_opt(struct bench_opts *o, int c)
     case OPT_CSIZE: o->cache_size = optarg; return 0;
     case OPT_MEM: o->mem_cache = optarg; return 0;
     case OPT_JSON: o->json = true; return 0;
+    case OPT_HINT: o->hint = true; return 0;
     case OPT_PLOT: o->plot_dir = optarg; return 0;
     default:
         bench_help(stderr);
@@ -140,6 +143,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         {"json", no_argument, NULL, OPT_JSON},
         {"plot", required_argument, NULL, OPT_PLOT},
         {"shards", required_argument, NULL, OPT_SHARDS},
+        {"hint", no_argument, NULL, OPT_HINT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };

@@ -33,6 +33,21 @@ int tfs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
     return 0;
 }
 
+int tfs_write_all(int fd, const void *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, buf, TFS_MIN(len, UTIL_IO_MAX));
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? -errno : -EIO;
+        buf = (const char *)buf + n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
 int tfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
                    size_t *nread)
 {

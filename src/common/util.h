@@ -142,6 +142,8 @@ uint64_t tfs_deadline_left_ms(uint64_t dflt_ms);
  * 1 GiB a call).  0, -errno, or -EIO if a write makes no progress.
  */
 int tfs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
+/* The same at the file's position (pipes, streams): 0 or -errno. */
+int tfs_write_all(int fd, const void *buf, size_t len);
 
 /*
  * pread until len bytes or the end of the file, retrying EINTR and short

@@ -69,6 +69,9 @@ sleep 0.5
 "$tierfs" mount "$work/ds" "$mnt" --mem-cache 64M
 j=$("$tierfs" bench train -j 2 --epochs 2 --batch 8 --compute-ms 1 --drop --json --plot "$work" "$mnt")
 check "train on a mount reports hit rates" "$j" "all(0 <= e['hit_rate'] <= 1 for e in j['epochs']) and j['epochs'][1]['hit_rate'] > 0.5"
+j=$("$tierfs" bench train -j 2 --epochs 2 --batch 8 --compute-ms 1 --drop --hint --json "$mnt")
+h=$(cat "$mnt/.tierfs-stats")
+check "train --hint tells the mount each epoch's order" "$h" "j['hints']['streams_opened'] == 2 and j['hints']['paths'] == 128 and j['hints']['opens_hinted'] == 128 and j['hints']['streams'] == 0"
 "$tierfs" umount "$mnt"
 sleep 0.5
 for f in train-epochs train-latency-cdf; do
@@ -105,6 +108,10 @@ check "ckpt on a store URI (a second run replaces the first)" "$j" "$ckpt_ok"
 [ $? = 2 ] && ok "ckpt --size below 16 bytes is a usage error" || bad "ckpt --size below 16 bytes is a usage error"
 "$tierfs" bench nonsense "$work/ds" >/dev/null 2>&1
 [ $? = 2 ] && ok "unknown workload is a usage error" || bad "unknown workload is a usage error"
+msg=$("$tierfs" bench train --epochs 1 --hint "$work/ds" 2>&1)
+[ $? = 1 ] && case $msg in *"in no tierfs mount"*) true ;; *) false ;; esac &&
+    ok "train --hint outside a mount fails, saying so" ||
+    bad "train --hint outside a mount fails, saying so ($msg)"
 "$tierfs" bench seq /nonexistent/dir >/dev/null 2>&1
 [ $? = 1 ] && ok "missing target fails" || bad "missing target fails"
 
