@@ -275,7 +275,6 @@ struct fs_hstream {
     uint64_t               last_ns;     /* last write or hinted open */
     bool                   closed;      /* released: the thread frees it */
     bool                   dropped;     /* not followed: emptied */
-    bool                   busy;        /* the thread is issuing for it */
     bool                   part_nul;    /* part holds a NUL byte */
     size_t                 plen;        /* bytes of an unfinished line */
     char                   part[FS_KEY_MAX + 512];

@@ -451,14 +451,12 @@ static void hint_issue(struct tfs_fs *fs, struct fs_hstream *s)
 
     snprintf(key, sizeof(key), "%s", e->h.key);
     s->issued++;                        /* taken: opens may pass it */
-    s->busy = true;
     pthread_mutex_unlock(&hs->lock);
     rc = tfs_cache_prefetch_misses(fs->cache, key,
                                    hint_dir_stat(fs, s, key, &st) ? &st
                                                                   : NULL,
                                    &size, &queued);
     pthread_mutex_lock(&hs->lock);
-    s->busy = false;
     if (rc < 0) {
         hs->c.files_missing++;
         return;
