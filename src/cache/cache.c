@@ -750,7 +750,11 @@ void tfs_cache_metrics_get(struct tfs_cache *c, struct tfs_cache_metrics *out)
     out->retries = rs.retries;
     pthread_mutex_lock(&c->ram_lock);
     out->cache_bytes_ram = c->ram_bytes;
+    out->cache_capacity_ram = c->cfg.mem_cache;
     pthread_mutex_unlock(&c->ram_lock);
+    pthread_mutex_lock(&c->pool.lock);
+    out->ram_pool_idle_bytes = c->pool.idle_bytes;
+    pthread_mutex_unlock(&c->pool.lock);
     tfs_disk_usage(c, &out->cache_bytes_disk, &out->cache_blocks_disk,
                    &out->cache_capacity_disk);
     out->disk_tier = c->disk != NULL ? "on"

@@ -226,7 +226,9 @@ struct tfs_cache {
     struct tfs_hmap      table;         /* tfs_block by id; ram_lock */
     struct tfs_block     lru;           /* ram_lock; sentinel, READY and
                                            unpinned-or-pinned blocks */
-    uint64_t             ram_bytes;     /* ram_lock: bytes of READY
+    uint64_t             ram_bytes;     /* changed under ram_lock, with
+                                           __atomic (the pool reads it
+                                           without): bytes of READY
                                            blocks in the table */
     uint64_t             spent_bytes;   /* ram_lock: of spent blocks */
     uint64_t             spent_cap;     /* most spent bytes kept */

@@ -81,14 +81,20 @@ void *tfs_blockbuf_get(struct tfs_cache *c, size_t len)
 void tfs_blockbuf_put(struct tfs_cache *c, void *p, size_t len)
 {
     struct tfs_bufpool *pl = &c->pool;
+    uint64_t ram;
     size_t cap;
     unsigned k;
 
     if (p == NULL)
         return;
     k = pool_class(c, len, &cap);
+    ram = __atomic_load_n(&c->ram_bytes, __ATOMIC_RELAXED);
     pthread_mutex_lock(&pl->lock);
-    if (pl->idle_bytes + cap <= pl->max_idle) {
+    /* kept only within the RAM tier's bound (plus two blocks), so the
+       tier and its idle buffers together stay under mem_cache */
+    if (pl->idle_bytes + cap <= pl->max_idle &&
+        ram + pl->idle_bytes + cap <= c->cfg.mem_cache +
+                                      2 * c->cfg.block_size) {
         memcpy(p, &pl->free[k], sizeof(void *));
         pl->free[k] = p;
         pl->idle_bytes += cap;
@@ -334,7 +340,7 @@ void tfs_ram_publish(struct tfs_cache *c, struct tfs_block *b, int err,
                            b->len >= c->cfg.block_size;
             if (b->in_table) {
                 lru_push_front(c, b);
-                c->ram_bytes += b->len;
+                __atomic_fetch_add(&c->ram_bytes, b->len, __ATOMIC_RELAXED);
             }
         }
         pthread_cond_broadcast(&b->cond);
@@ -440,7 +446,7 @@ void tfs_ram_trim(struct tfs_cache *c)
             lru_unlink(b);
             ram_unhash(c, b);
             ram_unspend(c, b);
-            c->ram_bytes -= b->len;
+            __atomic_fetch_sub(&c->ram_bytes, b->len, __ATOMIC_RELAXED);
             TFS_COUNT(&c->ctr, evicted_bytes_ram, b->len);
             if (b->prefetched)
                 TFS_COUNT(&c->ctr, prefetch_bytes_wasted, b->len);

@@ -77,6 +77,8 @@ static void fs_aread_finish(struct fs_aread *a, int rc, size_t n)
     pthread_mutex_lock(&fs->async.lock);
     fs_aread_unlink(&fs->async, a);
     pthread_mutex_unlock(&fs->async.lock);
+    if (a->buf != NULL)
+        atomic_fetch_sub(&fs->async.buf_bytes, a->size);
     tfs_free(a->buf);
     tfs_free(a);
 }
@@ -99,6 +101,8 @@ static bool fs_aread_start(struct fs_aread *a)
     int rc;
 
     a->buf = tfs_malloc(a->size);
+    if (a->buf != NULL)
+        atomic_fetch_add(&a->fs->async.buf_bytes, a->size);
     rc = a->buf == NULL ? -ENOMEM
                         : tfs_file_read_async(a->h->file, a->buf, a->size,
                                               a->off, fs_aread_done, a, &n);

@@ -9,6 +9,7 @@
  * URI has them.  Both read counters only; nothing here blocks on the store.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -53,7 +54,15 @@
     X(U64, store_path_queued, GAUGE, COUNT, NULL,                          \
       "requests waiting for the store-path threads now")                   \
     X(U64, deferred, COUNTER, COUNT, NULL,                                 \
-      "requests handed to the store-path threads")
+      "requests handed to the store-path threads")                         \
+    X(U64, mem_read_buffers, GAUGE, BYTES, "fuse_read_buffer_bytes",       \
+      "memory of the FUSE threads' read buffers (one per thread)")         \
+    X(U64, mem_async_buffers, GAUGE, BYTES, "fuse_async_buffer_bytes",     \
+      "memory of the reply buffers of reads waiting on the store")         \
+    X(U64, rss, GAUGE, BYTES, "fuse_resident_bytes",                       \
+      "the daemon's resident memory now")                                  \
+    X(U64, rss_peak, GAUGE, BYTES, "fuse_resident_peak_bytes",             \
+      "the daemon's largest resident memory so far")
 
 struct ctl_fuse {
     CTL_FUSE_METRICS(TFS_METRIC_FIELD)
@@ -103,7 +112,9 @@ const struct tfs_metric_section tfs_metrics_fuse = {
     X(U64, window_files, GAUGE, COUNT, NULL,                               \
       "hinted files a stream keeps issued ahead of its reader, at most")   \
     X(U64, window_bytes, GAUGE, BYTES, NULL,                               \
-      "bytes a stream keeps fetched ahead of its reader, at most")
+      "bytes a stream keeps fetched ahead of its reader, at most")         \
+    X(U64, mem_bytes, GAUGE, BYTES, "fuse_hint_memory_bytes",              \
+      "memory the streams' hinted paths hold")
 
 static const struct tfs_metric ctl_hint_table[] = {
 #define X(...) TFS_METRIC_DESC(struct fs_hint_counters, __VA_ARGS__)
@@ -139,6 +150,26 @@ struct ctl_snap {
 
 #define CTL_N(f) ((uint64_t)atomic_load(&fs->n.f))
 
+/* VmRSS and VmHWM of this process, in bytes (0 where unreadable). */
+static void ctl_rss(uint64_t *rss, uint64_t *peak)
+{
+    char line[256];
+    FILE *f = fopen("/proc/self/status", "re");
+
+    *rss = *peak = 0;
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long kb;
+
+        if (sscanf(line, "VmRSS: %llu kB", &kb) == 1)
+            *rss = kb * 1024;
+        else if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+            *peak = kb * 1024;
+    }
+    fclose(f);
+}
+
 static void ctl_fuse_get(struct tfs_fs *fs, struct ctl_fuse *f)
 {
     f->pid = (uint64_t)getpid();
@@ -167,6 +198,9 @@ static void ctl_fuse_get(struct tfs_fs *fs, struct ctl_fuse *f)
     f->store_path_queued = fs->spath.n_queued;
     pthread_mutex_unlock(&fs->spath.lock);
     f->deferred = CTL_N(deferred);
+    f->mem_read_buffers = fs_read_buf_bytes();
+    f->mem_async_buffers = atomic_load(&fs->async.buf_bytes);
+    ctl_rss(&f->rss, &f->rss_peak);
 }
 
 static void ctl_add(struct ctl_snap *s, const struct tfs_metric_section *sec,

@@ -179,6 +179,7 @@ struct fs_async {
     unsigned         n_queued;          /* lock */
     unsigned         max;               /* async_reads */
     bool             closing;           /* lock */
+    atomic_uint_fast64_t buf_bytes;     /* reply buffers held now */
 };
 
 #define FS_SPATH_THREADS 4
@@ -276,6 +277,8 @@ struct fs_hstream {
     bool                   closed;      /* released: the thread frees it */
     bool                   dropped;     /* not followed: emptied */
     bool                   part_nul;    /* part holds a NUL byte */
+    struct fs_hints       *hs;          /* the mount's */
+    uint64_t               mem;         /* bytes its entries hold */
     size_t                 plen;        /* bytes of an unfinished line */
     char                   part[FS_KEY_MAX + 512];
 };
@@ -297,6 +300,7 @@ struct fs_hint_counters {
     uint64_t bytes_abandoned;           /* fetched ahead, never opened */
     uint64_t window_files;
     uint64_t window_bytes;
+    uint64_t mem_bytes;                 /* what the streams hold */
 };
 
 struct fs_hints {
@@ -310,6 +314,7 @@ struct fs_hints {
     uint64_t                window_bytes; /* settings (0: the default) */
     unsigned                window_files;
     uint64_t                idle_ms;
+    uint64_t                mem;        /* bytes the streams hold; lock */
     struct fs_hint_counters c;          /* lock */
 };
 
@@ -437,6 +442,8 @@ void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
              struct fuse_file_info *fi);
 void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+/* Bytes of the FUSE threads' read buffers (one per thread that read). */
+uint64_t fs_read_buf_bytes(void);
 
 /* ---- write.c: the write-back handlers ---- */
 

@@ -234,21 +234,29 @@ void fs_open(fuse_req_t req, fuse_ino_t ino,
 
 static pthread_key_t fs_rbuf_key;
 static pthread_once_t fs_rbuf_once = PTHREAD_ONCE_INIT;
+static atomic_uint_fast64_t fs_rbuf_bytes;  /* every thread's, now */
+
+struct fs_rbuf {
+    size_t cap;                         /* bytes of data */
+    char   data[];
+};
 
 static void fs_rbuf_free(void *p)
 {
+    if (p != NULL)
+        atomic_fetch_sub(&fs_rbuf_bytes, ((struct fs_rbuf *)p)->cap);
     tfs_free(p);
+}
+
+uint64_t fs_read_buf_bytes(void)
+{
+    return atomic_load(&fs_rbuf_bytes);
 }
 
 static void fs_rbuf_init(void)
 {
     pthread_key_create(&fs_rbuf_key, fs_rbuf_free);
 }
-
-struct fs_rbuf {
-    size_t cap;                         /* bytes of data */
-    char   data[];
-};
 
 /*
  * A per-thread buffer of at least size bytes, so a read costs no malloc:
@@ -262,12 +270,13 @@ static char *fs_read_buf(size_t size)
     b = pthread_getspecific(fs_rbuf_key);
     if (b != NULL && b->cap >= size)
         return b->data;
-    tfs_free(b);
+    fs_rbuf_free(b);
     pthread_setspecific(fs_rbuf_key, NULL);
     b = tfs_malloc(sizeof(*b) + TFS_MAX(size, (size_t)FS_MAX_READ));
     if (b == NULL)
         return NULL;
     b->cap = TFS_MAX(size, (size_t)FS_MAX_READ);
+    atomic_fetch_add(&fs_rbuf_bytes, b->cap);
     pthread_setspecific(fs_rbuf_key, b);
     return b->data;
 }

@@ -245,6 +245,10 @@ struct tfs_counters {
     X(U64, retries, COUNTER, COUNT, NULL,                                  \
       "store requests retried by the retry layer")                         \
     X(U64, cache_bytes_ram, GAUGE, BYTES, NULL, "bytes in the RAM tier")   \
+    X(U64, cache_capacity_ram, GAUGE, BYTES, "cache_capacity_ram_bytes",   \
+      "byte bound of the RAM tier (mem_cache)")                            \
+    X(U64, ram_pool_idle_bytes, GAUGE, BYTES, NULL,                        \
+      "free block buffers kept for reuse, beside the RAM tier")            \
     X(U64, cache_bytes_disk, GAUGE, BYTES, NULL, "bytes in the disk tier") \
     X(U64, cache_capacity_disk, GAUGE, BYTES, "cache_capacity_disk_bytes", \
       "byte bound of the disk tier")                                       \
