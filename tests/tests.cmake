@@ -117,6 +117,16 @@ add_test(NAME python.pack
           -W ignore::UserWarning ${PROJECT_SOURCE_DIR}/python/tests/test_pack.py)
 set_tests_properties(python.pack PROPERTIES LABELS "python;pack" TIMEOUT 600
   FIXTURES_REQUIRED s3 RESOURCE_LOCK s3)
+# ShardDataset's defaults sized from its RAM tier, and the RAM tier
+# warning once per training process (DataLoader workers, 2 epochs).
+add_test(NAME python.pack-defaults
+  COMMAND env TIERFS_LIB=$<TARGET_FILE:tierfs_shared>
+          TFS_TEST_BIN=$<TARGET_FILE:tierfs>
+          PYTHONPATH=${PROJECT_SOURCE_DIR}/python PYTHONDONTWRITEBYTECODE=1
+          /usr/bin/python3 -m pytest -q -p no:cacheprovider
+          ${PROJECT_SOURCE_DIR}/python/tests/test_pack_defaults.py)
+set_tests_properties(python.pack-defaults PROPERTIES LABELS "python;pack"
+  TIMEOUT 300)
 
 # Order hints (MOUNT/.tierfs-prefetch) and tierfs.torch.OrderedPrefetch
 # through a real mount of a directory store at 20 ms a request.

@@ -139,8 +139,10 @@ TFS_API void tfs_pack_iter_close(struct tfs_pack_iter *it);
  *   seed            shuffle seed (default 0)
  *   shuffle         1 (default): shard order shuffled by (seed, epoch)
  *                   and samples through a shuffle buffer; 0: dataset order
- *   shuffle_buffer  samples in the shuffle buffer (default 1000; 1: none;
- *                   at most 2^26)
+ *   shuffle_buffer  samples in the shuffle buffer (1: none; at most 2^26);
+ *                   unset: as many as the RAM tier holds after the
+ *                   prefetch window and two blocks, counting 6 x the
+ *                   average sample a slot, between 16 and 1000
  *   rank            this process's rank (default 0) ...
  *   world_size      ... of this many (default 1; both at most 2^24)
  *   worker          this loader worker (default 0) ...
@@ -153,7 +155,12 @@ TFS_API void tfs_pack_iter_close(struct tfs_pack_iter *it);
  *   prefetch        shards of lookahead hinted to the cache (default 2;
  *                   0: none; at most 1024): their indexes, and that many
  *                   shards' worth of samples of data ...
- *   prefetch_bytes  ... but at most this much data (default 32M)
+ *   prefetch_bytes  ... but at most this much data (unset: a quarter
+ *                   of the cache's mem_cache, at most 32M)
+ *   warn_ram        1 (default): tfs_pack_iter_start logs a warning, once
+ *                   per process, when mem_cache is below
+ *                   tfs_pack_iter_ram_need; 0: the caller reports it
+ *                   (the Python loader does, through `warnings`)
  */
 TFS_API int tfs_pack_iter_set(struct tfs_pack_iter *it, const char *name,
                               const char *value);
@@ -183,7 +190,8 @@ TFS_API int tfs_pack_iter_length(const struct tfs_pack_iter *it,
  * entered: counted as 6 x shuffle_buffer x the average sample), and two
  * blocks.  With a smaller mem_cache, blocks are read again (from the disk
  * tier or the store); tfs_pack_iter_start logs a warning, once per
- * process.  docs/pack.md.
+ * process.  With shuffle_buffer and prefetch_bytes unset the need fits
+ * mem_cache unless even 16 slots do not.  docs/pack.md.
  */
 TFS_API uint64_t tfs_pack_iter_ram_need(const struct tfs_pack_iter *it);
 

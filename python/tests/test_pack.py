@@ -276,7 +276,7 @@ def test_ram_need_and_warning(packed, monkeypatch):
     tar_bytes = sum(os.path.getsize(p) for p in paths)
     n, shards = len(tree), len(paths)
     per = tar_bytes / n
-    window = min(2 * n / shards * per, 32 << 20)
+    window = min(2 * n / shards * per, (64 << 10) // 4)  # mem_cache / 4
     want = int(window + 6.0 * 100 * per) + 2 * (64 << 10)
     ds = tdata.PackedDataset(dst, cache_options={"mem_cache": "64K",
                                                  "block_size": "64K"})

@@ -285,7 +285,8 @@ class PackedDataset(_capi.Handle):
     def iterator(self, **options):
         """An epoch iterator; options as tfs_pack_iter_set (seed,
         shuffle, shuffle_buffer, rank, world_size, worker, num_workers,
-        drop_last, prefetch)."""
+        drop_last, prefetch, prefetch_bytes); shuffle_buffer and
+        prefetch_bytes left out are sized from the cache's mem_cache."""
         return _EpochIter(self, options)
 
     def close(self):
@@ -305,23 +306,27 @@ class PackedDataset(_capi.Handle):
 _ram_warned = [None]                    # the pid that warned
 
 
-def _check_ram(it):
+def _check_ram(it, shared=None):
     """Warn once per process when the cache's RAM tier is smaller than the
-    stream needs: blocks would be read again (docs/pack.md)."""
-    if _ram_warned[0] == os.getpid():
+    stream needs: blocks would be read again (docs/pack.md).  shared: a
+    ShardDataset's flag, set by the first warning of any of its loader
+    workers, so that workers forked again for a later epoch stay quiet."""
+    if _ram_warned[0] == os.getpid() or (shared is not None and shared[4]):
         return
     need = it.ram_need()
     have = _capi.tfs_cache_mem_limit(it.ds.cache.handle)
     if have >= need:
         return
     _ram_warned[0] = os.getpid()
+    if shared is not None:
+        shared[4] = 1
     warnings.warn(
         f"tierfs: the RAM tier (mem_cache {have / 2**20:.0f} MiB) is "
         f"smaller than this epoch stream needs (about {need / 2**20:.0f} "
         "MiB: the prefetch window and the blocks of the samples in the "
-        "shuffle buffer); blocks will be read more than once: raise "
-        "cache_options['mem_cache'] or lower shuffle_buffer",
-        RuntimeWarning, stacklevel=3)
+        f"shuffle buffer of {it.shuffle_buffer}); blocks will be read "
+        "more than once: raise cache_options['mem_cache'] or lower "
+        "shuffle_buffer", RuntimeWarning, stacklevel=3)
 
 
 class _EpochIter:
@@ -334,6 +339,10 @@ class _EpochIter:
         it = ctypes.c_void_p()
         _check(_capi.tfs_pack_iter_create(ds._p, ctypes.byref(it)))
         self._it = it
+        # The C reader's own warning would be a second one: this one is
+        # raised through `warnings` (_check_ram).
+        _check(_capi.tfs_pack_iter_set(it, b"warn_ram", b"0"))
+        self.shuffle_buffer = options.get("shuffle_buffer", "auto")
         for name, value in options.items():
             if isinstance(value, bool):
                 value = int(value)
@@ -345,9 +354,12 @@ class _EpochIter:
         _check(_capi.tfs_pack_iter_length(self._it, ctypes.byref(n)))
         return n.value
 
-    def start(self, epoch, position=0):
+    def start(self, epoch, position=0, warn=True, shared=None):
+        """Begin epoch `epoch` at `position`; warn (once per process, or
+        once per `shared` flag) when the RAM tier is short of ram_need."""
         _check(_capi.tfs_pack_iter_start(self._it, epoch, position))
-        _check_ram(self)
+        if warn:
+            _check_ram(self, shared)
 
     def ram_need(self):
         """Bytes of RAM tier this stream needs (tfs_pack_iter_ram_need):
@@ -439,10 +451,11 @@ def worker_positions(samples_seen, batch_size, lengths):
 
 class _Shared:
     """Epoch and resume point, shared with forked DataLoader workers
-    (persistent ones included): [epoch, resume_epoch, samples, batch]."""
+    (persistent ones included): [epoch, resume_epoch, samples, batch,
+    warned (the RAM tier warning was given)]."""
 
     def __init__(self):
-        self.v = multiprocessing.RawArray("q", [0, -1, 0, 1])
+        self.v = multiprocessing.RawArray("q", [0, -1, 0, 1, 0])
 
 
 class _Opener:
@@ -481,15 +494,20 @@ class ShardDataset(_IterableBase):
     cache_options go to the cache (mem_cache, block_size, ...).  Each
     process (every DataLoader worker) has its own RAM tier, 128M by
     default: a stream reads each sample once per epoch, so the RAM tier
-    need only hold the prefetch window (at most 32M ahead) and the
-    blocks of the samples still in the shuffle buffer (about 6 x
-    shuffle_buffer x the average sample: 55M for 1000 samples of 9 KiB);
-    raise mem_cache for larger samples or buffers.  The disk tier, when
-    given, keeps the dataset for the next epochs.
+    need only hold the prefetch window and the blocks of the samples
+    still in the shuffle buffer (about 6 x shuffle_buffer x the average
+    sample: 55M for 1000 samples of 9 KiB).  The defaults are sized
+    from the RAM tier so that they fit it: the window is a quarter of
+    mem_cache (at most 32M), shuffle_buffer=None takes as many slots as
+    the rest holds (between 16 and 1000: 1000 for samples up to about
+    15 KiB at 128M and 4M blocks, about 310 for 48 KiB ones); raise mem_cache for a larger
+    buffer.  A RAM tier short of an explicit shuffle_buffer warns once
+    per training process (the first worker to see it).  The disk tier,
+    when given, keeps the dataset for the next epochs.
     """
 
     def __init__(self, uri, rank=None, world_size=None, shuffle=True,
-                 seed=0, shuffle_buffer=1000, drop_last=False, prefetch=2,
+                 seed=0, shuffle_buffer=None, drop_last=False, prefetch=2,
                  decode=False, decoders=None, cache_dir=None,
                  cache_options=None, store_options=None, verify=True,
                  stats_dir=None):
@@ -499,6 +517,8 @@ class ShardDataset(_IterableBase):
                         "shuffle_buffer": shuffle_buffer,
                         "drop_last": drop_last, "prefetch": prefetch,
                         "rank": self.rank, "world_size": self.world_size}
+        if shuffle_buffer is None:      # sized from the RAM tier
+            del self.options["shuffle_buffer"]
         self.decoders = _decoder_table(decode, decoders)
         copts = {"mem_cache": "128M", "immutable": 1}
         copts.update(cache_options or {})
@@ -568,7 +588,10 @@ class ShardDataset(_IterableBase):
         worker, workers = _worker()
         part, position = self._partition(ds, worker, workers)
         it = ds.iterator(**self._iter_options(part, workers))
-        it.start(self._shared.v[0], position)
+        # One warning per training process: the loader's worker 0 checks,
+        # and the shared flag keeps the next epochs' workers quiet.
+        it.start(self._shared.v[0], position, warn=worker == 0,
+                 shared=self._shared.v)
         stats = _StatsWriter(self.stats_dir, self.rank, ds.cache)
         try:
             for sample in it.samples(self.decoders):

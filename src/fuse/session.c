@@ -129,9 +129,16 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
     fs_want(conn, FUSE_CAP_ASYNC_READ, true);
     fs_want(conn, FUSE_CAP_PARALLEL_DIROPS, true);
     fs_want(conn, FUSE_CAP_AUTO_INVAL_DATA, false);
-    /* Writes go through to the staged file at once (the kernel's own
-       write-back cache would delay them past close); O_TRUNC arrives
-       with the open, so a truncating open copies nothing. */
+    /* Writes go through to the staged file at once, in requests of
+       max_write (1 MiB, libfuse's buffer); the staged file starts its
+       disk writes early (wb_cfg.early_writeback), which is what made a
+       1 GiB write + fsync as fast as the same on the staging disk.  The
+       kernel's write-back cache stays off: measured beside it, it
+       gained nothing more there (docs/performance-write.md), and it
+       would hold writes to the control files until close, move ENOSPC
+       from write() to close(), and send a FLUSH on every read-only
+       close.  O_TRUNC arrives with the open, so a truncating open
+       copies nothing. */
     fs_want(conn, FUSE_CAP_WRITEBACK_CACHE, false);
     fs_want(conn, FUSE_CAP_ATOMIC_O_TRUNC,
             ((struct tfs_fs *)userdata)->wb != NULL);

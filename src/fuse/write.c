@@ -12,7 +12,8 @@
  * data and journal record are fdatasynced before the reply, so close()
  * returns once the bytes are durable on local disk.  Namespace changes
  * are journaled and synced before their reply.  Release seals too, for
- * writes that arrive after the last close (mmap).
+ * writes that arrive after the last close (mmap).  Write-only handles
+ * write past the kernel's page cache (fs_write_is_direct).
  *
  * On a read-only mount the kernel refuses writes itself (EROFS); a
  * request that still arrives is answered EROFS.
@@ -113,6 +114,20 @@ int fs_wb_open(struct tfs_fs *fs)
 
 /* ---- opens ---- */
 
+/*
+ * A handle open for writing only writes past the kernel's page cache
+ * (FOPEN_DIRECT_IO): the writer's bytes go from its own pages to the
+ * daemon, which skips one copy and a second page-cache page per byte
+ * (docs/performance-write.md).  Such a descriptor cannot be mmapped
+ * (mmap needs read access), so nothing else changes for it; O_RDWR
+ * handles stay cached for mmap.  fs_write then drops the range from
+ * the page cache that other handles of the inode may hold.
+ */
+static bool fs_write_is_direct(const struct fuse_file_info *fi)
+{
+    return (fi->flags & O_ACCMODE) == O_WRONLY;
+}
+
 /* A writing handle on node n (a reference the handle takes over). */
 static int fs_node_handle(struct tfs_fs *fs, struct fs_inode *in,
                           struct wb_node *n, struct fuse_file_info *fi)
@@ -128,7 +143,7 @@ static int fs_node_handle(struct tfs_fs *fs, struct fs_inode *in,
     h->writer = true;
     fi->fh = (uintptr_t)h;
     fi->keep_cache = 0;
-    fi->direct_io = 0;
+    fi->direct_io = fs_write_is_direct(fi);
     return 0;
 }
 
@@ -259,6 +274,13 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
     }
     atomic_fetch_add(&fs->n.writes, 1);
     atomic_fetch_add(&fs->n.write_bytes, size);
+    /* A direct write did not pass the page cache: pages other handles
+       read before are stale now (6.18 drops them itself; older kernels
+       may not).  Never blocks: no page is dirty without the kernel's
+       write-back cache. */
+    if (fs_write_is_direct(fi))
+        (void)fuse_lowlevel_notify_inval_inode(fs->se, ino, off,
+                                               (off_t)size);
     fuse_reply_write(req, size);
 }
 

@@ -38,19 +38,26 @@
 #include "tierfs/cache.h"
 #include "tierfs/log.h"
 
+/* An option left unset: sized from the RAM tier (see above). */
+#define IT_AUTO UINT64_MAX
+#define IT_WINDOW_MAX ((uint64_t)32 << 20)  /* prefetch_bytes, at most */
+#define IT_BUFFER_MIN 16                     /* shuffle_buffer, sized */
+#define IT_BUFFER_MAX 1000
+
 struct tfs_pack_iter {
     struct tfs_pack *p;                 /* borrowed */
     /* options, used from the next start */
     uint64_t         seed;
     bool             shuffle;
-    uint64_t         buffer;            /* shuffle buffer slots */
+    uint64_t         buffer;            /* shuffle buffer slots; AUTO */
     uint64_t         rank;
     uint64_t         world;
     uint64_t         worker;
     uint64_t         workers;
     bool             drop_last;
     uint64_t         prefetch;          /* shards ahead (indexes, data) */
-    uint64_t         prefetch_bytes;    /* data hinted ahead, at most */
+    uint64_t         prefetch_bytes;    /* data hinted ahead, at most; AUTO */
+    bool             warn_ram;          /* log a RAM tier short of need */
     /* the epoch */
     bool             started;
     uint64_t         epoch;
@@ -64,6 +71,7 @@ struct tfs_pack_iter {
     uint64_t        *buf;               /* owned: positions buffered */
     size_t           n_buf;
     size_t           cap_buf;
+    uint64_t         buffer_used;       /* shuffle_buffer of this epoch */
     uint64_t         rng;
     uint64_t         position;          /* emitted this epoch */
     uint64_t         window;            /* positions hinted ahead; 0: off */
@@ -81,11 +89,12 @@ int tfs_pack_iter_create(struct tfs_pack *p, struct tfs_pack_iter **out)
         return -ENOMEM;
     it->p = p;
     it->shuffle = true;
-    it->buffer = 1000;
+    it->buffer = IT_AUTO;
     it->world = 1;
     it->workers = 1;
     it->prefetch = 2;
-    it->prefetch_bytes = 32u << 20;
+    it->prefetch_bytes = IT_AUTO;
+    it->warn_ram = true;
     *out = it;
     return 0;
 }
@@ -114,7 +123,8 @@ static const struct tfs_opt_spec iter_opts[] = {
     ITER_OPT("num_workers", TFS_OPT_U64, workers, 1u << 16),
     ITER_OPT("drop_last", TFS_OPT_BOOL, drop_last, 1),
     ITER_OPT("prefetch", TFS_OPT_U64, prefetch, 1024),
-    ITER_OPT("prefetch_bytes", TFS_OPT_U64, prefetch_bytes, TFS_OPT_NOMAX),
+    ITER_OPT("prefetch_bytes", TFS_OPT_U64, prefetch_bytes, 1ull << 48),
+    ITER_OPT("warn_ram", TFS_OPT_BOOL, warn_ram, 1),
 };
 
 int tfs_pack_iter_set(struct tfs_pack_iter *it, const char *name,
@@ -305,10 +315,75 @@ static bool it_pop(struct tfs_pack_iter *it, uint64_t *q)
     return true;
 }
 
+/* prefetch_bytes in force: as set, or a quarter of the RAM tier. */
+static uint64_t it_prefetch_bytes(const struct tfs_pack_iter *it)
+{
+    uint64_t mem;
+
+    if (it->prefetch_bytes != IT_AUTO)
+        return it->prefetch_bytes;
+    mem = tfs_cache_mem_limit(tfs_pack_cache(it->p));
+    return TFS_MIN(mem / 4, IT_WINDOW_MAX);
+}
+
+/*
+ * The RAM tier a stream needs with a shuffle buffer of `buffer` slots:
+ * the prefetch window, 6 x buffer x the average sample, two blocks.
+ */
+static uint64_t it_need(const struct tfs_pack_iter *it, uint64_t buffer)
+{
+    uint64_t n = tfs_pack_samples(it->p);
+    size_t shards = tfs_pack_shards(it->p);
+    uint64_t block = tfs_cache_block_size(tfs_pack_cache(it->p));
+    double per_sample;
+    double window = 0;
+    double buffered = 0;
+
+    if (n == 0 || shards == 0)
+        return 2 * block;
+    per_sample = (double)tfs_pack_tar_bytes(it->p) / (double)n;
+    if (it->prefetch > 0)
+        window = TFS_MIN((double)it->prefetch * (double)n / (double)shards *
+                             per_sample,
+                         (double)it_prefetch_bytes(it));
+    if (it->shuffle && buffer > 1)
+        buffered = 6.0 * (double)TFS_MIN(buffer, n) * per_sample;
+    return (uint64_t)(window + buffered) + 2 * block;
+}
+
+/*
+ * shuffle_buffer in force: as set, or the slots that the RAM tier holds
+ * after the window and two blocks, between IT_BUFFER_MIN and
+ * IT_BUFFER_MAX.
+ */
+static uint64_t it_buffer(const struct tfs_pack_iter *it)
+{
+    uint64_t n = tfs_pack_samples(it->p);
+    uint64_t mem = tfs_cache_mem_limit(tfs_pack_cache(it->p));
+    uint64_t base = it_need(it, 0);
+    double per_sample;
+    double slots;
+
+    if (it->buffer != IT_AUTO)
+        return it->buffer;
+    if (n == 0)
+        return IT_BUFFER_MAX;
+    per_sample = (double)tfs_pack_tar_bytes(it->p) / (double)n;
+    if (per_sample <= 0)
+        return IT_BUFFER_MAX;
+    slots = mem > base ? (double)(mem - base) / (6.0 * per_sample) : 0;
+    if (slots >= IT_BUFFER_MAX)
+        return IT_BUFFER_MAX;
+    return TFS_MAX((uint64_t)slots, (uint64_t)IT_BUFFER_MIN);
+}
+
 /* Reset the buffer for span [a, b); hinting starts at the intake. */
 static int it_reset(struct tfs_pack_iter *it)
 {
-    uint64_t want = it->shuffle ? TFS_MIN(it->buffer, it->b - it->a) : 0;
+    uint64_t want;
+
+    it->buffer_used = it_buffer(it);
+    want = it->shuffle ? TFS_MIN(it->buffer_used, it->b - it->a) : 0;
 
     tfs_free(it->buf);
     it->buf = tfs_malloc((size_t)(want ? want : 1) * sizeof(*it->buf));
@@ -340,38 +415,23 @@ static uint64_t it_first_needed(const struct tfs_pack_iter *it)
  */
 static uint64_t it_window(const struct tfs_pack_iter *it)
 {
+    uint64_t bytes = it_prefetch_bytes(it);
     double per_shard;
     double per_sample;
     double w;
 
-    if (it->prefetch == 0 || it->n == 0 || it->prefetch_bytes == 0)
+    if (it->prefetch == 0 || it->n == 0 || bytes == 0)
         return 0;
     per_shard = (double)it->n / (double)it->n_shards;
     per_sample = (double)tfs_pack_tar_bytes(it->p) / (double)it->n;
     w = TFS_MIN((double)it->prefetch * per_shard,
-                (double)it->prefetch_bytes / per_sample);
+                (double)bytes / per_sample);
     return w < 1 ? 1 : (uint64_t)w;
 }
 
 uint64_t tfs_pack_iter_ram_need(const struct tfs_pack_iter *it)
 {
-    uint64_t n = tfs_pack_samples(it->p);
-    size_t shards = tfs_pack_shards(it->p);
-    uint64_t block = tfs_cache_block_size(tfs_pack_cache(it->p));
-    double per_sample;
-    double window = 0;
-    double buffered = 0;
-
-    if (n == 0 || shards == 0)
-        return 2 * block;
-    per_sample = (double)tfs_pack_tar_bytes(it->p) / (double)n;
-    if (it->prefetch > 0)
-        window = TFS_MIN((double)it->prefetch * (double)n / (double)shards *
-                             per_sample,
-                         (double)it->prefetch_bytes);
-    if (it->shuffle && it->buffer > 1)
-        buffered = 6.0 * (double)TFS_MIN(it->buffer, n) * per_sample;
-    return (uint64_t)(window + buffered) + 2 * block;
+    return it_need(it, it_buffer(it));
 }
 
 /* Say once per process when the RAM tier is smaller than a stream needs. */
@@ -379,12 +439,12 @@ static void it_check_ram(const struct tfs_pack_iter *it)
 {
     static atomic_bool warned;
     struct tfs_cache *c = tfs_pack_cache(it->p);
-    uint64_t need = tfs_pack_iter_ram_need(it);
+    uint64_t need = it_need(it, it->buffer_used);
     uint64_t have = tfs_cache_mem_limit(c);
     char a[32];
     char b[32];
 
-    if (have >= need || atomic_exchange(&warned, true))
+    if (!it->warn_ram || have >= need || atomic_exchange(&warned, true))
         return;
     TFS_WARN("pack: the RAM tier (mem_cache %s) is smaller than this "
              "epoch stream needs (about %s: the prefetch window and the "
@@ -392,7 +452,7 @@ static void it_check_ram(const struct tfs_pack_iter *it)
              "will be read more than once: raise mem_cache",
              tfs_fmt_bytes(a, sizeof(a), (double)have),
              tfs_fmt_bytes(b, sizeof(b), (double)need),
-             (unsigned long long)it->buffer);
+             (unsigned long long)it->buffer_used);
 }
 
 int tfs_pack_iter_start(struct tfs_pack_iter *it, uint64_t epoch,

@@ -447,6 +447,7 @@ static int node_unseal(struct tfs_wb *wb, struct wb_node *n, uint64_t keep)
     n->cur_sealed = false;
     n->dir_synced = false;
     pthread_mutex_lock(&n->lock);
+    n->kicked = 0;
     n->size = keep;
     n->dirty = true;
     n->gen++;
@@ -501,6 +502,36 @@ static void node_changed(struct tfs_wb *wb, struct wb_node *n, uint64_t end,
         wb_space_add(wb, delta);
 }
 
+/*
+ * Start writing back what a writer has put in the data file, every
+ * early_writeback bytes past the last start (sync_file_range,
+ * asynchronous): the disk works while the writer goes on, and the seal's
+ * fdatasync finds little left to write.  The seal still syncs
+ * everything; this only moves the disk's work earlier.  A write behind
+ * the last start (a rewrite, or requests arriving out of order) starts
+ * nothing: the seal covers it.  n->rw held (shared).
+ */
+static void node_kick(struct tfs_wb *wb, struct wb_node *n, int fd,
+                      uint64_t end)
+{
+    uint64_t every = wb->cfg.early_writeback;
+    uint64_t from;
+
+    if (every == 0)
+        return;
+    pthread_mutex_lock(&n->lock);
+    from = n->kicked;
+    if (end < from + every) {
+        pthread_mutex_unlock(&n->lock);
+        return;
+    }
+    n->kicked = end;
+    pthread_mutex_unlock(&n->lock);
+    if (sync_file_range(fd, (off_t)from, (off_t)(end - from),
+                        SYNC_FILE_RANGE_WRITE) == 0)
+        atomic_fetch_add(&wb->n.kick_bytes, end - from);
+}
+
 int wb_node_write(struct tfs_wb *wb, struct wb_node *n, const void *buf,
                   size_t len, uint64_t off)
 {
@@ -536,6 +567,8 @@ int wb_node_write(struct tfs_wb *wb, struct wb_node *n, const void *buf,
     }
     if (done > 0)
         node_changed(wb, n, off + done, false);
+    if (done > 0)
+        node_kick(wb, n, fd, off + done);
     pthread_rwlock_unlock(&n->rw);
     atomic_fetch_add(&wb->n.writes, 1);
     atomic_fetch_add(&wb->n.write_bytes, done);

@@ -629,6 +629,7 @@ void wb_metrics_get(struct tfs_wb *wb, struct wb_metrics *s)
     s->upload_retries = WB_N(retries);
     s->writes = WB_N(writes);
     s->write_bytes = WB_N(write_bytes);
+    s->early_writeback_bytes = WB_N(kick_bytes);
     s->seals = seals;
     s->seal_us_avg = seals ? (double)WB_N(seal_ns) / 1e3 / (double)seals
                            : 0.0;

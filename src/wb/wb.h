@@ -47,6 +47,10 @@ struct wb_cfg {
     unsigned    upload_jobs;            /* store operations at once */
     uint64_t    upload_delay_ms;        /* after a close, before upload */
     uint64_t    retry_max_ms;           /* longest backoff between tries */
+    uint64_t    early_writeback;        /* bytes a sequential writer puts
+                                           in a staged file before they are
+                                           sent to disk ahead of the seal;
+                                           0: at the seal only */
 };
 
 /*
@@ -262,6 +266,8 @@ void wb_usage(struct tfs_wb *wb, uint64_t *used, uint64_t *max);
     X(U64, writes, COUNTER, COUNT, NULL, "write requests to staged files") \
     X(U64, write_bytes, COUNTER, BYTES, NULL,                              \
       "bytes written to staged files")                                     \
+    X(U64, early_writeback_bytes, COUNTER, BYTES, NULL,                    \
+      "staged bytes sent to disk before their seal (sync_file_range)")     \
     X(U64, seals, COUNTER, COUNT, NULL,                                    \
       "closes and fsyncs that sealed a staged file")                       \
     X(F64, seal_us_avg, GAUGE, US, NULL,                                   \

@@ -157,6 +157,8 @@ struct wb_node {
     unsigned         writers;           /* of which for writing; lock */
     uint64_t         seal_end;          /* journal offset of the last
                                            seal record; lock */
+    uint64_t         kicked;            /* written back from here on: not
+                                           asked for yet (node_kick); lock */
     uint64_t         up_gen;            /* sealed_gen in the store; lock */
     struct tfs_stat  up_st;             /* its stat there; lock */
     /* protected by wb->lock */
@@ -292,6 +294,7 @@ struct wb_hurry {
 struct wb_counters {
     atomic_uint_fast64_t writes;        /* write requests */
     atomic_uint_fast64_t write_bytes;
+    atomic_uint_fast64_t kick_bytes;    /* written back before the seal */
     atomic_uint_fast64_t seals;         /* closes/fsyncs that sealed */
     atomic_uint_fast64_t seal_ns;       /* time spent sealing */
     atomic_uint_fast64_t uploaded_files;

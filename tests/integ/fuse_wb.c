@@ -9,6 +9,8 @@
  *
  * Cases:
  *   semantics     create, write, read-your-writes, write-then-rename,
+ *                 a write-only handle's writes (past the page cache)
+ *                 seen by a reader and an mmap that cached the page,
  *                 truncate, append, overwrite, unlink, mkdir, rmdir,
  *                 renames of staged files, of store objects and of a
  *                 directory, mtime; nothing reaches the store before
@@ -49,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -441,6 +444,43 @@ static void sem_check_store(const char *pre, unsigned char *const *d)
     CHECK(store_equals(pre, "mv2/sub/m2", d[6], 70000));
 }
 
+/*
+ * Writes through a write-only handle skip the kernel's page cache
+ * (write.c): a reader that cached the page before, and a shared mmap,
+ * still see them.
+ */
+static void sem_coherent(void)
+{
+    char path[PATH_MAX + 64];
+    char buf[32] = {0};
+    unsigned char *m;
+    int w, r, rw;
+
+    mp(path, sizeof(path), "coh.txt");
+    w = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(w >= 0);
+    CHECK(pwrite(w, "hello ", 6, 0) == 6 && fsync(w) == 0);
+    r = open(path, O_RDONLY);
+    CHECK(r >= 0);
+    CHECK(pread(r, buf, sizeof(buf), 0) == 6);      /* cached now */
+    CHECK(pwrite(w, "world", 5, 6) == 5 && pwrite(w, "J", 1, 0) == 1);
+    memset(buf, 0, sizeof(buf));
+    CHECK(pread(r, buf, sizeof(buf), 0) == 11);
+    CHECK_STR(buf, "Jello world");
+    rw = open(path, O_RDWR);
+    CHECK(rw >= 0);
+    m = mmap(NULL, 11, PROT_READ, MAP_SHARED, rw, 0);
+    CHECK(m != MAP_FAILED);
+    CHECK(memcmp(m, "Jello world", 11) == 0);
+    CHECK(pwrite(w, "H", 1, 0) == 1);
+    CHECK(memcmp(m, "Hello world", 11) == 0);
+    munmap(m, 11);
+    close(rw);
+    close(r);
+    CHECK(close(w) == 0);
+    CHECK(unlink(path) == 0);
+}
+
 TEST(semantics)
 {
     char pre[64], key[256], uri[2048], cache[PATH_MAX], stg[PATH_MAX];
@@ -469,6 +509,7 @@ TEST(semantics)
     mnt_start(uri, args);
 
     sem_changes(pre, d);
+    sem_coherent();
     CHECK(statvfs(t_mnt.dir, &sv) == 0 && sv.f_bavail > 0 &&
           !(sv.f_flag & ST_RDONLY));
     mp(path, sizeof(path), ".tierfs-stats");

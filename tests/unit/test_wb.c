@@ -43,6 +43,7 @@ struct env {
 static uint64_t t_delay_ms = 60000;    /* upload delay of env_open */
 static const char *t_wrap = "";         /* store URI prefix, e.g. fault+ */
 static const char *t_query = "";        /* store URI query */
+static uint64_t t_early;                /* early_writeback of env_open */
 
 static void env_open_wb(struct env *e)
 {
@@ -53,6 +54,7 @@ static void env_open_wb(struct env *e)
         .upload_jobs = 2,
         .upload_delay_ms = t_delay_ms,
         .retry_max_ms = 500,
+        .early_writeback = t_early,
     };
 
     CHECK_OK(wb_open(&e->wb, &cfg, e->st, e->c));
@@ -925,10 +927,59 @@ TEST(fds_on_demand)
     env_close(&e);
 }
 
+/*
+ * early_writeback: a sequential writer's data is sent to disk every
+ * early_writeback bytes before the seal; writes behind the last start
+ * start nothing; the bytes are the same; 0 turns it off.
+ */
+static uint64_t early_run(struct env *e, const char *key)
+{
+    static char chunk[256 << 10];
+    static char back[256 << 10];
+    struct wb_want w = {.create = true, .trunc = true};
+    struct wb_metrics m;
+    struct wb_node *n;
+    size_t got;
+
+    CHECK_OK(wb_open_write(e->wb, key, &w, &n));
+    for (unsigned i = 0; i < 16; i++) {        /* 4 MiB, in order */
+        memset(chunk, 'a' + (int)i, sizeof(chunk));
+        CHECK_OK(wb_node_write(e->wb, n, chunk, sizeof(chunk),
+                               (uint64_t)i * sizeof(chunk)));
+    }
+    memset(chunk, 'Z', sizeof(chunk));          /* behind: nothing more */
+    CHECK_OK(wb_node_write(e->wb, n, chunk, sizeof(chunk), 0));
+    CHECK_OK(wb_node_seal(e->wb, n));
+    CHECK_OK(wb_node_read(n, back, sizeof(back), 0, &got));
+    CHECK(got == sizeof(back) && memcmp(back, chunk, got) == 0);
+    CHECK_OK(wb_node_read(n, back, sizeof(back), 15 * sizeof(back), &got));
+    memset(chunk, 'p', sizeof(chunk));
+    CHECK(got == sizeof(back) && memcmp(back, chunk, got) == 0);
+    wb_node_close(e->wb, n, true, true);
+    wb_node_put(n);
+    wb_metrics_get(e->wb, &m);
+    return m.early_writeback_bytes;
+}
+
+TEST(early_writeback)
+{
+    struct env e;
+
+    t_early = 1u << 20;
+    env_open(&e, "ew", "ew-stg");
+    CHECK(early_run(&e, "f") == 4u << 20);      /* at 1, 2, 3 and 4 MiB */
+    env_close(&e);
+    t_early = 0;
+    env_open(&e, "ew0", "ew0-stg");
+    CHECK(early_run(&e, "f") == 0);
+    env_close(&e);
+}
+
 TESTS(T(view), T(replay), T(torn_tail), T(exclusive), T(copy_on_write),
       T(double_rename), T(corrupt_record), T(empty_journal),
       T(flip_every_byte), T(sync_error_sticks), T(alloc_failures),
-      T(ops_alloc_failures), T(buf_sticky), T(fds_on_demand));
+      T(ops_alloc_failures), T(buf_sticky), T(fds_on_demand),
+      T(early_writeback));
 
 int main(int argc, char **argv)
 {
