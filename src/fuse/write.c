@@ -15,8 +15,9 @@
  * writes that arrive after the last close (mmap).  Write-only handles
  * write past the kernel's page cache (fs_write_is_direct).
  *
- * On a read-only mount the kernel refuses writes itself (EROFS); a
- * request that still arrives is answered EROFS.
+ * On a read-only mount every request here is answered EROFS (the mount
+ * is rw at the kernel's level so that the order-hint file, whose writes
+ * go to hint.c, takes writes).
  */
 #include <errno.h>
 #include <fcntl.h>
