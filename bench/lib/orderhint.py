@@ -79,7 +79,7 @@ def main():
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--compute-ms", type=float, default=10)
-    ap.add_argument("--max-inflight", type=int, default=64)
+    ap.add_argument("--max-inflight", type=int, default=256)
     ap.add_argument("--mem-cache", default="512M")
     ap.add_argument("--ram-only", action="store_true",
                     help="no disk tier (what filling it costs)")
