@@ -68,6 +68,11 @@ TFS_API int tfs_cache_create(struct tfs_cache **out);
  *   hedge_min_ms   never hedge earlier than this (default 20; at most
  *                  600000)
  *   trace          write an access trace to this file (trace.h)
+ *   manifest       the listing comes from this file (written by
+ *                  `tierfs manifest`; docs/fuse.md "Manifests"), read at
+ *                  open, never from the store; implies immutable.  A bad
+ *                  file, or one of another store, fails the open with
+ *                  TFS_EFORMAT naming its line
  */
 TFS_API int tfs_cache_set(struct tfs_cache *c, const char *name,
                           const char *value);

@@ -11,6 +11,10 @@
  * stat, lookup and readdir is answered from memory.  Remove the file (or
  * mount without --immutable) to see changes.
  *
+ * With a manifest (cfg.manifest, manifest.c), the snapshot comes from that
+ * file instead, read once at open so that a bad one fails the mount, and
+ * the store is never listed.
+ *
  * Snapshot format (little-endian): "TFSSNAP1", u64 count, then per object
  * u16 key length, key, u64 size, i64 mtime_ns, u8 version length,
  * version; then the XXH3-64 of every byte before it.
@@ -26,6 +30,7 @@
 #include <xxhash.h>
 
 #include "cache/cache_int.h"
+#include "cache/manifest.h"
 #include "common/bytes.h"
 #include "common/hmap.h"
 #include "tierfs/log.h"
@@ -360,12 +365,14 @@ static int snap_list_page(void *arg, const struct tfs_list_page *pg)
     return 0;
 }
 
-static void snap_install(struct tfs_meta *m, struct snap_collect *sc)
+/* Make sc the snapshot; sorted: its keys are in order already. */
+static void snap_install(struct tfs_meta *m, struct snap_collect *sc,
+                         bool sorted)
 {
     m->snap_names = tfs_buf_steal(&sc->blob);
     for (size_t i = 0; i < sc->n; i++)
         sc->ents[i].key = m->snap_names + (uintptr_t)sc->ents[i].key;
-    if (sc->n > 1)
+    if (sc->n > 1 && !sorted)
         qsort(sc->ents, sc->n, sizeof(*sc->ents), snap_cmp);
     m->snap = sc->ents;
     m->n_snap = sc->n;
@@ -512,13 +519,13 @@ static int snap_ensure(struct tfs_cache *c)
         TFS_COUNT(&c->ctr, meta_misses, 1);
         rc = tfs_store_list_all(c->st, "", NULL, snap_list_page, &sc);
         if (rc == 0) {
-            snap_install(m, &sc);
+            snap_install(m, &sc, false);
             if (m->snap_path != NULL && snap_save(m) < 0)
                 tfs_log(TFS_LOG_WARNING, "cache: cannot save the listing "
                         "snapshot %s", m->snap_path);
         }
     } else {
-        snap_install(m, &sc);
+        snap_install(m, &sc, false);
     }
     m->snap_ready = rc == 0;
     tfs_free(sc.ents);
@@ -526,6 +533,94 @@ static int snap_ensure(struct tfs_cache *c)
 out:
     pthread_mutex_unlock(&m->snap_lock);
     return rc;
+}
+
+/* ---- the manifest instead of a listing ---- */
+
+struct manifest_ctx {
+    struct snap_collect *sc;
+    bool                 sorted;        /* every key after the last */
+    const char          *dup;           /* second pass: the key to find */
+    uint64_t             lines[2];      /* second pass: where it is */
+};
+
+static int manifest_add(void *arg, const char *key,
+                        const struct tfs_stat *st, uint64_t line_no)
+{
+    struct manifest_ctx *x = arg;
+    struct snap_collect *sc = x->sc;
+
+    if (sc->n > 0 && x->sorted) {
+        const char *last = (const char *)sc->blob.p +
+                           (uintptr_t)sc->ents[sc->n - 1].key;
+        int cmp = strcmp(last, key);
+        if (cmp == 0)
+            return tfs_err(TFS_EFORMAT, "duplicate key '%s' (also on "
+                           "line %llu)", key,
+                           (unsigned long long)line_no - 1);
+        x->sorted = cmp < 0;
+    }
+    return snap_add(sc, key, st);
+}
+
+/* Second pass of a manifest out of order: the lines of x->dup. */
+static int manifest_find(void *arg, const char *key,
+                         const struct tfs_stat *st, uint64_t line_no)
+{
+    struct manifest_ctx *x = arg;
+
+    (void)st;
+    if (strcmp(key, x->dup) == 0)
+        x->lines[x->lines[0] != 0] = line_no;
+    return x->lines[1] != 0 ? 1 : 0;    /* both found: stop */
+}
+
+/* A key twice in the (sorted) snapshot: TFS_EFORMAT naming its lines. */
+static int manifest_dups(struct tfs_meta *m, const char *path)
+{
+    struct manifest_ctx x = {0};
+
+    for (size_t i = 1; i < m->n_snap; i++) {
+        if (strcmp(m->snap[i - 1].key, m->snap[i].key) == 0) {
+            x.dup = m->snap[i].key;
+            break;
+        }
+    }
+    if (x.dup == NULL)
+        return 0;
+    (void)tfs_manifest_read(path, NULL, manifest_find, &x);
+    return tfs_err(TFS_EFORMAT, "manifest %s line %llu: duplicate key '%s' "
+                   "(also on line %llu)", path,
+                   (unsigned long long)x.lines[1], x.dup,
+                   (unsigned long long)x.lines[0]);
+}
+
+/* Install the manifest at cfg.manifest as the snapshot; the mount's
+   identity must be the one it was taken of. */
+static int manifest_load(struct tfs_cache *c)
+{
+    struct tfs_meta *m = c->meta;
+    struct snap_collect sc;
+    struct manifest_ctx x = {.sc = &sc, .sorted = true};
+    const char *path = c->cfg.manifest;
+    int rc;
+
+    memset(&sc, 0, sizeof(sc));
+    tfs_buf_init(&sc.blob, 0);
+    rc = tfs_manifest_read(path, tfs_store_identity(c->st), manifest_add,
+                           &x);
+    if (rc == 0) {
+        snap_install(m, &sc, x.sorted);
+        rc = x.sorted ? 0 : manifest_dups(m, path);
+    }
+    tfs_free(sc.ents);
+    tfs_buf_cleanup(&sc.blob);
+    if (rc < 0)
+        return rc;
+    m->snap_ready = true;
+    tfs_log(TFS_LOG_INFO, "cache: %zu objects from the manifest %s",
+            m->n_snap, path);
+    return 0;
 }
 
 /* What key is, from the snapshot. */
@@ -1129,6 +1224,8 @@ int tfs_meta_open(struct tfs_cache *c)
         pthread_condattr_destroy(&ca);
     }
     c->meta = m;
+    if (c->cfg.manifest != NULL)
+        return manifest_load(c);        /* no snapshot file */
     if (c->cfg.cache_dir == NULL || !c->cfg.immutable)
         return 0;
     m->mode = c->cfg.cache_mode;
