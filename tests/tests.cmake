@@ -232,3 +232,14 @@ set_tests_properties(tier.s3 PROPERTIES LABELS "s3;fuse" TIMEOUT 180)
 # figures sane; the timed target is left to the bench (docs/group-latency.md).
 add_test(NAME bench.grouplat COMMAND grouplat --quick)
 set_tests_properties(bench.grouplat PROPERTIES LABELS bench TIMEOUT 120)
+
+# Mounting from a listing manifest (tests/integ/manifest.sh): every file
+# read back, no LIST at mount (the daemon's counters; over S3 the RGW's
+# access log too), bad manifests refused with their line.
+add_test(NAME fuse.manifest.posix
+  COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/manifest.sh $<TARGET_FILE:tierfs>
+  /tmp/tfs-manifest)
+set_tests_properties(fuse.manifest.posix PROPERTIES LABELS fuse TIMEOUT 120)
+tfs_s3_test(fuse.manifest.s3 ${PROJECT_SOURCE_DIR}/tests/integ/manifest.sh
+  $<TARGET_FILE:tierfs> s3://tierfs-test/manifest)
+set_tests_properties(fuse.manifest.s3 PROPERTIES LABELS "fuse;s3" TIMEOUT 180)
