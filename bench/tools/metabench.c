@@ -2,10 +2,11 @@
 /*
  * The helpers of bench/meta-million (docs/performance-meta.md):
  *
- *   metabench put URI N PREFIXES THREADS
- *       N objects of 16 bytes, key pNNN/oNNNNNNN (object i in prefix
- *       i % PREFIXES), PUT by THREADS threads through the tierfs store
- *       layer (one store handle; its connection pool); prints the rate.
+ *   metabench put URI N PREFIXES THREADS [START]
+ *       objects START..N-1 of 16 bytes, key pNNN/oNNNNNNN (object i in
+ *       prefix i % PREFIXES), PUT by THREADS threads through the tierfs
+ *       store layer (one store handle; its connection pool); prints the
+ *       rate.
  *   metabench stat LIST THREADS
  *       stat(2) every path of the file LIST (one a line) with THREADS
  *       threads, each taking the next 256 paths; prints stats/s and the
@@ -69,14 +70,18 @@ static int mb_put_run(int argc, char **argv)
     struct mb_put p = {.n = 0};
     pthread_t tids[256];
     unsigned long threads;
+    unsigned long start;
     double t0;
+    double dt;
     int rc;
 
-    if (argc != 6)
+    if (argc != 6 && argc != 7)
         return 2;
     p.n = strtoul(argv[3], NULL, 10);
     p.prefixes = strtoul(argv[4], NULL, 10);
     threads = strtoul(argv[5], NULL, 10);
+    start = argc == 7 ? strtoul(argv[6], NULL, 10) : 0;
+    atomic_init(&p.next, start);
     if (threads == 0 || threads > 256 || p.prefixes == 0)
         return 2;
     rc = tfs_store_open(&p.st, argv[2], NULL);
@@ -90,8 +95,9 @@ static int mb_put_run(int argc, char **argv)
         pthread_create(&tids[i], NULL, mb_put_main, &p);
     for (unsigned long i = 0; i < threads; i++)
         pthread_join(tids[i], NULL);
-    printf("put %lu objects in %.1f s (%.0f/s), %lu failed\n", p.n,
-           mb_now() - t0, (double)p.n / (mb_now() - t0),
+    dt = mb_now() - t0;
+    printf("put %lu objects in %.1f s (%.0f/s), %lu failed\n",
+           p.n - start, dt, (double)(p.n - start) / dt,
            (unsigned long)atomic_load(&p.failed));
     tfs_store_close(p.st);
     return atomic_load(&p.failed) ? 1 : 0;
@@ -174,7 +180,8 @@ int main(int argc, char **argv)
     else if (argc > 1 && strcmp(argv[1], "stat") == 0)
         rc = mb_stat_run(argc, argv);
     if (rc == 2)
-        fprintf(stderr, "usage: metabench put URI N PREFIXES THREADS\n"
+        fprintf(stderr, "usage: metabench put URI N PREFIXES THREADS "
+                        "[START]\n"
                         "       metabench stat LIST THREADS\n");
     return rc;
 }

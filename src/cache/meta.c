@@ -82,9 +82,16 @@ struct meta_reval {
     struct tfs_cache  *c;
 };
 
+/*
+ * One object of the snapshot: 24 bytes, its key and version in the
+ * names blob ("key\0version\0"), not a struct tfs_stat (96 bytes with
+ * its fixed version field) per object (docs/performance-meta.md).
+ */
 struct snap_ent {
-    char           *key;                /* points into snap names */
-    struct tfs_stat st;
+    char           *key;                /* points into snap names; the
+                                           version follows its NUL */
+    uint64_t        size;
+    int64_t         mtime_ns;
 };
 
 struct tfs_meta {
@@ -305,6 +312,23 @@ static void dir_build_cleanup(struct dir_build *b)
 
 /* ---- the immutable snapshot ---- */
 
+static const char *snap_version(const struct snap_ent *e)
+{
+    return e->key + strlen(e->key) + 1;
+}
+
+/* e's stat, as the rest of the cache wants it. */
+static void snap_stat(const struct snap_ent *e, struct tfs_stat *st)
+{
+    const char *v = snap_version(e);
+    size_t vlen = strnlen(v, TFS_VERSION_MAX - 1);
+
+    st->size = e->size;
+    st->mtime_ns = e->mtime_ns;
+    memcpy(st->version, v, vlen);
+    st->version[vlen] = '\0';
+}
+
 static int snap_cmp(const void *a, const void *b)
 {
     return strcmp(((const struct snap_ent *)a)->key,
@@ -347,10 +371,12 @@ static int snap_add(struct snap_collect *sc, const char *key,
         sc->ents = e;
         sc->cap = cap;
     }
-    if (tfs_buf_append(&sc->blob, key, strlen(key) + 1) < 0)
+    if (tfs_buf_append(&sc->blob, key, strlen(key) + 1) < 0 ||
+        tfs_buf_append(&sc->blob, st->version, strlen(st->version) + 1) < 0)
         return -ENOMEM;
     sc->ents[sc->n].key = (char *)(uintptr_t)off;
-    sc->ents[sc->n].st = *st;
+    sc->ents[sc->n].size = st->size;
+    sc->ents[sc->n].mtime_ns = st->mtime_ns;
     sc->n++;
     return 0;
 }
@@ -400,13 +426,13 @@ static int snap_save(struct tfs_meta *m)
     put_le(&b, m->n_snap, 8);
     for (size_t i = 0; i < m->n_snap && tfs_buf_error(&b) == 0; i++) {
         const struct snap_ent *e = &m->snap[i];
-        size_t vlen = strlen(e->st.version);
+        size_t vlen = strlen(snap_version(e));
         put_le(&b, strlen(e->key), 2);
         tfs_buf_puts(&b, e->key);
-        put_le(&b, e->st.size, 8);
-        put_le(&b, (uint64_t)e->st.mtime_ns, 8);
+        put_le(&b, e->size, 8);
+        put_le(&b, (uint64_t)e->mtime_ns, 8);
         put_le(&b, vlen, 1);
-        tfs_buf_append(&b, e->st.version, vlen);
+        tfs_buf_append(&b, snap_version(e), vlen);
     }
     rc = tfs_buf_error(&b);             /* never write a partial image */
     if (rc == 0)
@@ -633,7 +659,7 @@ static int snap_lookup(struct tfs_meta *m, const char *key, bool *is_dir,
     *is_dir = false;
     if (i < m->n_snap && strcmp(m->snap[i].key, key) == 0) {
         if (st != NULL)
-            *st = m->snap[i].st;
+            snap_stat(&m->snap[i], st);
         return 0;
     }
     /* A directory: some key starts with key + "/". */
@@ -663,8 +689,9 @@ static int snap_dir(struct tfs_meta *m, const char *dir,
         const char *rest = m->snap[i].key + dlen;
         const char *slash = strchr(rest, '/');
         if (slash == NULL) {
-            rc = dir_build_add(b, rest, strlen(rest), false,
-                               &m->snap[i].st);
+            struct tfs_stat st;
+            snap_stat(&m->snap[i], &st);
+            rc = dir_build_add(b, rest, strlen(rest), false, &st);
             continue;
         }
         if (last_sub != NULL && (size_t)(slash - rest) == last_len &&
@@ -779,9 +806,16 @@ int tfs_cache_opendir(struct tfs_cache *c, const char *dir,
     }
     if (rc < 0)
         return rc;
+    /*
+     * An immutable listing is not kept: the snapshot already holds it,
+     * cutting it out again costs less than a second copy of every
+     * entry's stat (docs/performance-meta.md), and the kernel keeps the
+     * listing it was given (cache_readdir).
+     */
     d->expires_ns = c->cfg.immutable ? UINT64_MAX
                                      : tfs_now_ns() + c->cfg.meta_ttl_ns;
-    meta_dir_insert(c->meta, d);
+    if (!c->cfg.immutable)
+        meta_dir_insert(c->meta, d);
     *out = d;
     return 0;
 }
