@@ -143,6 +143,15 @@ TFS_API void tfs_dir_put(struct tfs_dir *d);
 TFS_API int tfs_cache_lookup(struct tfs_cache *c, const char *key,
                              bool *is_dir, struct tfs_stat *st);
 
+/*
+ * In an immutable cache, its own copy of key when key is a file of the
+ * listing snapshot: valid until tfs_cache_close, so a caller that keeps
+ * many keys (the mount's inodes) need not copy each.  NULL otherwise
+ * (not immutable, not a file, the snapshot not loadable).  Thread-safe.
+ */
+TFS_API const char *tfs_cache_key_stable(struct tfs_cache *c,
+                                         const char *key);
+
 /* ---- data ---- */
 
 /*

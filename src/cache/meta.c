@@ -106,7 +106,7 @@ struct tfs_meta {
     bool              snap_ready;       /* set once, under snap_lock */
     struct snap_ent  *snap;             /* sorted by key */
     size_t            n_snap;
-    char             *snap_names;       /* owned */
+    struct snap_chunk *snap_names;      /* owned; the keys point in */
     char             *snap_path;        /* owned, or NULL */
     unsigned          mode;             /* cfg.cache_mode */
 };
@@ -351,17 +351,64 @@ static size_t snap_lower(const struct tfs_meta *m, const char *key)
     return lo;
 }
 
-struct snap_collect {
-    struct tfs_buf   blob;              /* keys, NUL-terminated */
-    struct snap_ent *ents;              /* key = offset until finished */
-    size_t           n;
-    size_t           cap;
+/*
+ * The snapshot's keys and versions, "key\0version\0" each, in chunks
+ * that never move: no copy as they grow, and no freed smaller copies
+ * left in the heap (which a growing buffer leaves, and which count in
+ * the daemon's RSS).
+ */
+#define SNAP_CHUNK (1u << 20)           /* bytes of names per chunk */
+
+struct snap_chunk {
+    struct snap_chunk *next;            /* older chunk */
+    size_t             used;            /* bytes of p */
+    char               p[];             /* SNAP_CHUNK bytes */
 };
+
+static void snap_chunks_free(struct snap_chunk *ch)
+{
+    while (ch != NULL) {
+        struct snap_chunk *next = ch->next;
+        tfs_free(ch);
+        ch = next;
+    }
+}
+
+struct snap_collect {
+    struct snap_chunk *names;           /* newest first */
+    struct snap_ent   *ents;
+    size_t             n;
+    size_t             cap;
+};
+
+/* key and version copied into sc's names; NULL when out of memory. */
+static char *snap_store(struct snap_collect *sc, const char *key,
+                        const char *version)
+{
+    size_t kl = strlen(key) + 1;
+    size_t vl = strlen(version) + 1;
+    struct snap_chunk *ch = sc->names;
+    char *p;
+
+    if (ch == NULL || SNAP_CHUNK - ch->used < kl + vl) {
+        ch = tfs_malloc(sizeof(*ch) + SNAP_CHUNK);  /* kl + vl < 2 KiB */
+        if (ch == NULL)
+            return NULL;
+        ch->next = sc->names;
+        ch->used = 0;
+        sc->names = ch;
+    }
+    p = ch->p + ch->used;
+    memcpy(p, key, kl);
+    memcpy(p + kl, version, vl);
+    ch->used += kl + vl;
+    return p;
+}
 
 static int snap_add(struct snap_collect *sc, const char *key,
                     const struct tfs_stat *st)
 {
-    size_t off = sc->blob.len;
+    char *name;
 
     if (sc->n == sc->cap) {
         size_t cap = sc->cap ? sc->cap * 2 : 1024;
@@ -371,10 +418,10 @@ static int snap_add(struct snap_collect *sc, const char *key,
         sc->ents = e;
         sc->cap = cap;
     }
-    if (tfs_buf_append(&sc->blob, key, strlen(key) + 1) < 0 ||
-        tfs_buf_append(&sc->blob, st->version, strlen(st->version) + 1) < 0)
+    name = snap_store(sc, key, st->version);
+    if (name == NULL)
         return -ENOMEM;
-    sc->ents[sc->n].key = (char *)(uintptr_t)off;
+    sc->ents[sc->n].key = name;
     sc->ents[sc->n].size = st->size;
     sc->ents[sc->n].mtime_ns = st->mtime_ns;
     sc->n++;
@@ -395,9 +442,8 @@ static int snap_list_page(void *arg, const struct tfs_list_page *pg)
 static void snap_install(struct tfs_meta *m, struct snap_collect *sc,
                          bool sorted)
 {
-    m->snap_names = tfs_buf_steal(&sc->blob);
-    for (size_t i = 0; i < sc->n; i++)
-        sc->ents[i].key = m->snap_names + (uintptr_t)sc->ents[i].key;
+    m->snap_names = sc->names;
+    sc->names = NULL;
     if (sc->n > 1 && !sorted)
         qsort(sc->ents, sc->n, sizeof(*sc->ents), snap_cmp);
     m->snap = sc->ents;
@@ -472,6 +518,14 @@ static int snap_decode(const uint8_t *p, size_t len, struct snap_collect *sc)
         return TFS_EFORMAT;
     count = tfs_get_le64(p + 8);
     p += 16;
+    if (count > (uint64_t)(end - p) / 19)  /* an entry is 19+ bytes */
+        return TFS_EFORMAT;
+    if (count > 0) {                    /* exactly: no doubling */
+        sc->ents = tfs_malloc((size_t)count * sizeof(*sc->ents));
+        if (sc->ents == NULL)
+            return -ENOMEM;
+        sc->cap = (size_t)count;
+    }
     for (uint64_t i = 0; i < count; i++) {
         struct tfs_stat st;
         char key[1025];
@@ -533,14 +587,14 @@ static int snap_ensure(struct tfs_cache *c)
     if (m->snap_ready)
         goto out;
     memset(&sc, 0, sizeof(sc));
-    tfs_buf_init(&sc.blob, 0);
     rc = m->snap_path ? snap_load_file(m, &sc) : -ENOENT;
     if (rc < 0) {
         if (rc != -ENOENT)
             tfs_log(TFS_LOG_WARNING, "cache: listing snapshot %s is "
                     "unusable (%s); listing the store again", m->snap_path,
                     tfs_strerror(rc));
-        tfs_buf_reset(&sc.blob);
+        snap_chunks_free(sc.names);
+        sc.names = NULL;
         sc.n = 0;
         TFS_COUNT(&c->ctr, meta_misses, 1);
         rc = tfs_store_list_all(c->st, "", NULL, snap_list_page, &sc);
@@ -555,7 +609,7 @@ static int snap_ensure(struct tfs_cache *c)
     }
     m->snap_ready = rc == 0;
     tfs_free(sc.ents);
-    tfs_buf_cleanup(&sc.blob);
+    snap_chunks_free(sc.names);
 out:
     pthread_mutex_unlock(&m->snap_lock);
     return rc;
@@ -577,8 +631,7 @@ static int manifest_add(void *arg, const char *key,
     struct snap_collect *sc = x->sc;
 
     if (sc->n > 0 && x->sorted) {
-        const char *last = (const char *)sc->blob.p +
-                           (uintptr_t)sc->ents[sc->n - 1].key;
+        const char *last = sc->ents[sc->n - 1].key;
         int cmp = strcmp(last, key);
         if (cmp == 0)
             return tfs_err(TFS_EFORMAT, "duplicate key '%s' (also on "
@@ -632,7 +685,6 @@ static int manifest_load(struct tfs_cache *c)
     int rc;
 
     memset(&sc, 0, sizeof(sc));
-    tfs_buf_init(&sc.blob, 0);
     rc = tfs_manifest_read(path, tfs_store_identity(c->st), manifest_add,
                            &x);
     if (rc == 0) {
@@ -640,7 +692,7 @@ static int manifest_load(struct tfs_cache *c)
         rc = x.sorted ? 0 : manifest_dups(m, path);
     }
     tfs_free(sc.ents);
-    tfs_buf_cleanup(&sc.blob);
+    snap_chunks_free(sc.names);
     if (rc < 0)
         return rc;
     m->snap_ready = true;
@@ -1088,6 +1140,18 @@ int tfs_cache_lookup(struct tfs_cache *c, const char *key, bool *is_dir,
     return rc;
 }
 
+const char *tfs_cache_key_stable(struct tfs_cache *c, const char *key)
+{
+    struct tfs_meta *m = c->meta;
+    size_t i;
+
+    if (!c->cfg.immutable || snap_ensure(c) < 0)
+        return NULL;
+    i = snap_lower(m, key);
+    return i < m->n_snap && strcmp(m->snap[i].key, key) == 0 ? m->snap[i].key
+                                                             : NULL;
+}
+
 void tfs_cache_forget_meta(struct tfs_cache *c)
 {
     struct tfs_meta *m = c->meta;
@@ -1303,7 +1367,7 @@ void tfs_meta_close(struct tfs_cache *c)
     tfs_hmap_cleanup(&m->stats);
     tfs_hmap_cleanup(&m->dirs);
     tfs_free(m->snap);
-    tfs_free(m->snap_names);
+    snap_chunks_free(m->snap_names);
     tfs_free(m->snap_path);
     pthread_mutex_destroy(&m->snap_lock);
     pthread_cond_destroy(&m->reval_cond);
