@@ -103,7 +103,9 @@ struct tfs_meta {
     pthread_cond_t    reval_cond;       /* a reval done; CLOCK_MONOTONIC */
     /* immutable mode */
     pthread_mutex_t   snap_lock;        /* loads the snapshot once */
-    bool              snap_ready;       /* set once, under snap_lock */
+    atomic_bool       snap_ready;       /* set once, under snap_lock;
+                                           read without it (the fast
+                                           path of every lookup) */
     struct snap_ent  *snap;             /* sorted by key */
     size_t            n_snap;
     struct snap_chunk *snap_names;      /* owned; the keys point in */
@@ -583,8 +585,10 @@ static int snap_ensure(struct tfs_cache *c)
     struct snap_collect sc;
     int rc = 0;
 
+    if (atomic_load_explicit(&m->snap_ready, memory_order_acquire))
+        return 0;                       /* no lock: 8 threads stat */
     pthread_mutex_lock(&m->snap_lock);
-    if (m->snap_ready)
+    if (atomic_load(&m->snap_ready))
         goto out;
     memset(&sc, 0, sizeof(sc));
     rc = m->snap_path ? snap_load_file(m, &sc) : -ENOENT;
@@ -607,7 +611,7 @@ static int snap_ensure(struct tfs_cache *c)
     } else {
         snap_install(m, &sc, false);
     }
-    m->snap_ready = rc == 0;
+    atomic_store_explicit(&m->snap_ready, rc == 0, memory_order_release);
     tfs_free(sc.ents);
     snap_chunks_free(sc.names);
 out:
@@ -695,7 +699,7 @@ static int manifest_load(struct tfs_cache *c)
     snap_chunks_free(sc.names);
     if (rc < 0)
         return rc;
-    m->snap_ready = true;
+    atomic_store(&m->snap_ready, true);
     tfs_log(TFS_LOG_INFO, "cache: %zu objects from the manifest %s",
             m->n_snap, path);
     return 0;
