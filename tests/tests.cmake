@@ -259,3 +259,22 @@ add_test(NAME bench.order-hint
           --dir /var/tmp/tfs-order-hint-ctest)
 set_tests_properties(bench.order-hint PROPERTIES LABELS "bench;python"
   TIMEOUT 300)
+
+# Mounting from a listing manifest (tests/integ/manifest.sh): every file
+# read back, no LIST at mount (the daemon's counters; over S3 the RGW's
+# access log too), bad manifests refused with their line.
+add_test(NAME fuse.manifest.posix
+  COMMAND ${PROJECT_SOURCE_DIR}/tests/integ/manifest.sh $<TARGET_FILE:tierfs>
+  /tmp/tfs-manifest)
+set_tests_properties(fuse.manifest.posix PROPERTIES LABELS fuse TIMEOUT 120)
+tfs_s3_test(fuse.manifest.s3 ${PROJECT_SOURCE_DIR}/tests/integ/manifest.sh
+  $<TARGET_FILE:tierfs> s3://tierfs-test/manifest)
+set_tests_properties(fuse.manifest.s3 PROPERTIES LABELS "fuse;s3" TIMEOUT 180)
+
+# bench/meta-million's short form (20,000 posix objects, about 20 s):
+# every count right after mount, find, remount and a manifest mount.
+add_test(NAME bench.meta-quick COMMAND env TIERFS=$<TARGET_FILE:tierfs>
+  METABENCH=$<TARGET_FILE:metabench> ${PROJECT_SOURCE_DIR}/bench/meta-million
+  --n 20000 --prefixes 100 --posix-only --work /tmp/tfs-meta-quick)
+set_tests_properties(bench.meta-quick PROPERTIES LABELS "bench;fuse"
+  TIMEOUT 120)

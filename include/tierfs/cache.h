@@ -68,6 +68,11 @@ TFS_API int tfs_cache_create(struct tfs_cache **out);
  *   hedge_min_ms   never hedge earlier than this (default 20; at most
  *                  600000)
  *   trace          write an access trace to this file (trace.h)
+ *   manifest       the listing comes from this file (written by
+ *                  `tierfs manifest`; docs/fuse.md "Manifests"), read at
+ *                  open, never from the store; implies immutable.  A bad
+ *                  file, or one of another store, fails the open with
+ *                  TFS_EFORMAT naming its line
  */
 TFS_API int tfs_cache_set(struct tfs_cache *c, const char *name,
                           const char *value);
@@ -137,6 +142,15 @@ TFS_API void tfs_dir_put(struct tfs_dir *d);
  */
 TFS_API int tfs_cache_lookup(struct tfs_cache *c, const char *key,
                              bool *is_dir, struct tfs_stat *st);
+
+/*
+ * In an immutable cache, its own copy of key when key is a file of the
+ * listing snapshot: valid until tfs_cache_close, so a caller that keeps
+ * many keys (the mount's inodes) need not copy each.  NULL otherwise
+ * (not immutable, not a file, the snapshot not loadable).  Thread-safe.
+ */
+TFS_API const char *tfs_cache_key_stable(struct tfs_cache *c,
+                                         const char *key);
 
 /* ---- data ---- */
 

@@ -156,6 +156,7 @@ static const struct tfs_opt_spec cache_opts[] = {
     CACHE_OPT("hedge", TFS_OPT_BOOL, hedge, 0, 1),
     CACHE_OPT("hedge_min_ms", TFS_OPT_MS_NS, hedge_min_ns, 0, 600000),
     CACHE_OPT("trace", TFS_OPT_STR, trace_path, 0, TFS_OPT_NOMAX),
+    CACHE_OPT("manifest", TFS_OPT_STR, manifest, 0, TFS_OPT_NOMAX),
 };
 
 int tfs_cache_set(struct tfs_cache *c, const char *name, const char *value)
@@ -180,6 +181,8 @@ int tfs_cache_open(struct tfs_cache *c, struct tfs_store *st)
     memcpy(c->ns, &h.high64, 8);
     memcpy(c->ns + 8, &h.low64, 8);
     c->open_ns = tfs_now_ns();
+    if (c->cfg.manifest != NULL)
+        c->cfg.immutable = true;        /* a listing fixed in a file */
     rc = c->cfg.trace_path ? tfs_trace_open(&c->trace, c->cfg.trace_path)
                            : 0;
     if (rc == 0)
@@ -245,6 +248,7 @@ void tfs_cache_close(struct tfs_cache *c)
     }
     pthread_rwlock_destroy(&c->source_lock);
     tfs_free(c->cfg.trace_path);
+    tfs_free(c->cfg.manifest);
     tfs_free(c->cfg.cache_dir);
     tfs_free(c);
 }

@@ -210,6 +210,8 @@ struct tfs_cache_cfg {
     bool     hedge;
     uint64_t hedge_min_ns;
     char    *trace_path;                /* owned, or NULL */
+    char    *manifest;                  /* owned, or NULL; implies
+                                           immutable (meta.c) */
     bool     set_block_size;            /* given by the user, not adopted */
     bool     set_cache_size;
 };

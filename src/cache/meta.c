@@ -11,6 +11,10 @@
  * stat, lookup and readdir is answered from memory.  Remove the file (or
  * mount without --immutable) to see changes.
  *
+ * With a manifest (cfg.manifest, manifest.c), the snapshot comes from that
+ * file instead, read once at open so that a bad one fails the mount, and
+ * the store is never listed.
+ *
  * Snapshot format (little-endian): "TFSSNAP1", u64 count, then per object
  * u16 key length, key, u64 size, i64 mtime_ns, u8 version length,
  * version; then the XXH3-64 of every byte before it.
@@ -26,6 +30,7 @@
 #include <xxhash.h>
 
 #include "cache/cache_int.h"
+#include "cache/manifest.h"
 #include "common/bytes.h"
 #include "common/hmap.h"
 #include "tierfs/log.h"
@@ -77,9 +82,16 @@ struct meta_reval {
     struct tfs_cache  *c;
 };
 
+/*
+ * One object of the snapshot: 24 bytes, its key and version in the
+ * names blob ("key\0version\0"), not a struct tfs_stat (96 bytes with
+ * its fixed version field) per object (docs/performance-meta.md).
+ */
 struct snap_ent {
-    char           *key;                /* points into snap names */
-    struct tfs_stat st;
+    char           *key;                /* points into snap names; the
+                                           version follows its NUL */
+    uint64_t        size;
+    int64_t         mtime_ns;
 };
 
 struct tfs_meta {
@@ -91,10 +103,12 @@ struct tfs_meta {
     pthread_cond_t    reval_cond;       /* a reval done; CLOCK_MONOTONIC */
     /* immutable mode */
     pthread_mutex_t   snap_lock;        /* loads the snapshot once */
-    bool              snap_ready;       /* set once, under snap_lock */
+    atomic_bool       snap_ready;       /* set once, under snap_lock;
+                                           read without it (the fast
+                                           path of every lookup) */
     struct snap_ent  *snap;             /* sorted by key */
     size_t            n_snap;
-    char             *snap_names;       /* owned */
+    struct snap_chunk *snap_names;      /* owned; the keys point in */
     char             *snap_path;        /* owned, or NULL */
     unsigned          mode;             /* cfg.cache_mode */
 };
@@ -300,6 +314,23 @@ static void dir_build_cleanup(struct dir_build *b)
 
 /* ---- the immutable snapshot ---- */
 
+static const char *snap_version(const struct snap_ent *e)
+{
+    return e->key + strlen(e->key) + 1;
+}
+
+/* e's stat, as the rest of the cache wants it. */
+static void snap_stat(const struct snap_ent *e, struct tfs_stat *st)
+{
+    const char *v = snap_version(e);
+    size_t vlen = strnlen(v, TFS_VERSION_MAX - 1);
+
+    st->size = e->size;
+    st->mtime_ns = e->mtime_ns;
+    memcpy(st->version, v, vlen);
+    st->version[vlen] = '\0';
+}
+
 static int snap_cmp(const void *a, const void *b)
 {
     return strcmp(((const struct snap_ent *)a)->key,
@@ -322,17 +353,64 @@ static size_t snap_lower(const struct tfs_meta *m, const char *key)
     return lo;
 }
 
-struct snap_collect {
-    struct tfs_buf   blob;              /* keys, NUL-terminated */
-    struct snap_ent *ents;              /* key = offset until finished */
-    size_t           n;
-    size_t           cap;
+/*
+ * The snapshot's keys and versions, "key\0version\0" each, in chunks
+ * that never move: no copy as they grow, and no freed smaller copies
+ * left in the heap (which a growing buffer leaves, and which count in
+ * the daemon's RSS).
+ */
+#define SNAP_CHUNK (1u << 20)           /* bytes of names per chunk */
+
+struct snap_chunk {
+    struct snap_chunk *next;            /* older chunk */
+    size_t             used;            /* bytes of p */
+    char               p[];             /* SNAP_CHUNK bytes */
 };
+
+static void snap_chunks_free(struct snap_chunk *ch)
+{
+    while (ch != NULL) {
+        struct snap_chunk *next = ch->next;
+        tfs_free(ch);
+        ch = next;
+    }
+}
+
+struct snap_collect {
+    struct snap_chunk *names;           /* newest first */
+    struct snap_ent   *ents;
+    size_t             n;
+    size_t             cap;
+};
+
+/* key and version copied into sc's names; NULL when out of memory. */
+static char *snap_store(struct snap_collect *sc, const char *key,
+                        const char *version)
+{
+    size_t kl = strlen(key) + 1;
+    size_t vl = strlen(version) + 1;
+    struct snap_chunk *ch = sc->names;
+    char *p;
+
+    if (ch == NULL || SNAP_CHUNK - ch->used < kl + vl) {
+        ch = tfs_malloc(sizeof(*ch) + SNAP_CHUNK);  /* kl + vl < 2 KiB */
+        if (ch == NULL)
+            return NULL;
+        ch->next = sc->names;
+        ch->used = 0;
+        sc->names = ch;
+    }
+    p = ch->p + ch->used;
+    memcpy(p, key, kl);
+    memcpy(p + kl, version, vl);
+    ch->used += kl + vl;
+    return p;
+}
 
 static int snap_add(struct snap_collect *sc, const char *key,
                     const struct tfs_stat *st)
 {
-    size_t off = sc->blob.len;
+    char *name;
 
     if (sc->n == sc->cap) {
         size_t cap = sc->cap ? sc->cap * 2 : 1024;
@@ -342,10 +420,12 @@ static int snap_add(struct snap_collect *sc, const char *key,
         sc->ents = e;
         sc->cap = cap;
     }
-    if (tfs_buf_append(&sc->blob, key, strlen(key) + 1) < 0)
+    name = snap_store(sc, key, st->version);
+    if (name == NULL)
         return -ENOMEM;
-    sc->ents[sc->n].key = (char *)(uintptr_t)off;
-    sc->ents[sc->n].st = *st;
+    sc->ents[sc->n].key = name;
+    sc->ents[sc->n].size = st->size;
+    sc->ents[sc->n].mtime_ns = st->mtime_ns;
     sc->n++;
     return 0;
 }
@@ -360,12 +440,13 @@ static int snap_list_page(void *arg, const struct tfs_list_page *pg)
     return 0;
 }
 
-static void snap_install(struct tfs_meta *m, struct snap_collect *sc)
+/* Make sc the snapshot; sorted: its keys are in order already. */
+static void snap_install(struct tfs_meta *m, struct snap_collect *sc,
+                         bool sorted)
 {
-    m->snap_names = tfs_buf_steal(&sc->blob);
-    for (size_t i = 0; i < sc->n; i++)
-        sc->ents[i].key = m->snap_names + (uintptr_t)sc->ents[i].key;
-    if (sc->n > 1)
+    m->snap_names = sc->names;
+    sc->names = NULL;
+    if (sc->n > 1 && !sorted)
         qsort(sc->ents, sc->n, sizeof(*sc->ents), snap_cmp);
     m->snap = sc->ents;
     m->n_snap = sc->n;
@@ -393,13 +474,13 @@ static int snap_save(struct tfs_meta *m)
     put_le(&b, m->n_snap, 8);
     for (size_t i = 0; i < m->n_snap && tfs_buf_error(&b) == 0; i++) {
         const struct snap_ent *e = &m->snap[i];
-        size_t vlen = strlen(e->st.version);
+        size_t vlen = strlen(snap_version(e));
         put_le(&b, strlen(e->key), 2);
         tfs_buf_puts(&b, e->key);
-        put_le(&b, e->st.size, 8);
-        put_le(&b, (uint64_t)e->st.mtime_ns, 8);
+        put_le(&b, e->size, 8);
+        put_le(&b, (uint64_t)e->mtime_ns, 8);
         put_le(&b, vlen, 1);
-        tfs_buf_append(&b, e->st.version, vlen);
+        tfs_buf_append(&b, snap_version(e), vlen);
     }
     rc = tfs_buf_error(&b);             /* never write a partial image */
     if (rc == 0)
@@ -439,6 +520,14 @@ static int snap_decode(const uint8_t *p, size_t len, struct snap_collect *sc)
         return TFS_EFORMAT;
     count = tfs_get_le64(p + 8);
     p += 16;
+    if (count > (uint64_t)(end - p) / 19)  /* an entry is 19+ bytes */
+        return TFS_EFORMAT;
+    if (count > 0) {                    /* exactly: no doubling */
+        sc->ents = tfs_malloc((size_t)count * sizeof(*sc->ents));
+        if (sc->ents == NULL)
+            return -ENOMEM;
+        sc->cap = (size_t)count;
+    }
     for (uint64_t i = 0; i < count; i++) {
         struct tfs_stat st;
         char key[1025];
@@ -496,36 +585,124 @@ static int snap_ensure(struct tfs_cache *c)
     struct snap_collect sc;
     int rc = 0;
 
+    if (atomic_load_explicit(&m->snap_ready, memory_order_acquire))
+        return 0;                       /* no lock: 8 threads stat */
     pthread_mutex_lock(&m->snap_lock);
-    if (m->snap_ready)
+    if (atomic_load(&m->snap_ready))
         goto out;
     memset(&sc, 0, sizeof(sc));
-    tfs_buf_init(&sc.blob, 0);
     rc = m->snap_path ? snap_load_file(m, &sc) : -ENOENT;
     if (rc < 0) {
         if (rc != -ENOENT)
             tfs_log(TFS_LOG_WARNING, "cache: listing snapshot %s is "
                     "unusable (%s); listing the store again", m->snap_path,
                     tfs_strerror(rc));
-        tfs_buf_reset(&sc.blob);
+        snap_chunks_free(sc.names);
+        sc.names = NULL;
         sc.n = 0;
         TFS_COUNT(&c->ctr, meta_misses, 1);
         rc = tfs_store_list_all(c->st, "", NULL, snap_list_page, &sc);
         if (rc == 0) {
-            snap_install(m, &sc);
+            snap_install(m, &sc, false);
             if (m->snap_path != NULL && snap_save(m) < 0)
                 tfs_log(TFS_LOG_WARNING, "cache: cannot save the listing "
                         "snapshot %s", m->snap_path);
         }
     } else {
-        snap_install(m, &sc);
+        snap_install(m, &sc, false);
     }
-    m->snap_ready = rc == 0;
+    atomic_store_explicit(&m->snap_ready, rc == 0, memory_order_release);
     tfs_free(sc.ents);
-    tfs_buf_cleanup(&sc.blob);
+    snap_chunks_free(sc.names);
 out:
     pthread_mutex_unlock(&m->snap_lock);
     return rc;
+}
+
+/* ---- the manifest instead of a listing ---- */
+
+struct manifest_ctx {
+    struct snap_collect *sc;
+    bool                 sorted;        /* every key after the last */
+    const char          *dup;           /* second pass: the key to find */
+    uint64_t             lines[2];      /* second pass: where it is */
+};
+
+static int manifest_add(void *arg, const char *key,
+                        const struct tfs_stat *st, uint64_t line_no)
+{
+    struct manifest_ctx *x = arg;
+    struct snap_collect *sc = x->sc;
+
+    if (sc->n > 0 && x->sorted) {
+        const char *last = sc->ents[sc->n - 1].key;
+        int cmp = strcmp(last, key);
+        if (cmp == 0)
+            return tfs_err(TFS_EFORMAT, "duplicate key '%s' (also on "
+                           "line %llu)", key,
+                           (unsigned long long)line_no - 1);
+        x->sorted = cmp < 0;
+    }
+    return snap_add(sc, key, st);
+}
+
+/* Second pass of a manifest out of order: the lines of x->dup. */
+static int manifest_find(void *arg, const char *key,
+                         const struct tfs_stat *st, uint64_t line_no)
+{
+    struct manifest_ctx *x = arg;
+
+    (void)st;
+    if (strcmp(key, x->dup) == 0)
+        x->lines[x->lines[0] != 0] = line_no;
+    return x->lines[1] != 0 ? 1 : 0;    /* both found: stop */
+}
+
+/* A key twice in the (sorted) snapshot: TFS_EFORMAT naming its lines. */
+static int manifest_dups(struct tfs_meta *m, const char *path)
+{
+    struct manifest_ctx x = {0};
+
+    for (size_t i = 1; i < m->n_snap; i++) {
+        if (strcmp(m->snap[i - 1].key, m->snap[i].key) == 0) {
+            x.dup = m->snap[i].key;
+            break;
+        }
+    }
+    if (x.dup == NULL)
+        return 0;
+    (void)tfs_manifest_read(path, NULL, manifest_find, &x);
+    return tfs_err(TFS_EFORMAT, "manifest %s line %llu: duplicate key '%s' "
+                   "(also on line %llu)", path,
+                   (unsigned long long)x.lines[1], x.dup,
+                   (unsigned long long)x.lines[0]);
+}
+
+/* Install the manifest at cfg.manifest as the snapshot; the mount's
+   identity must be the one it was taken of. */
+static int manifest_load(struct tfs_cache *c)
+{
+    struct tfs_meta *m = c->meta;
+    struct snap_collect sc;
+    struct manifest_ctx x = {.sc = &sc, .sorted = true};
+    const char *path = c->cfg.manifest;
+    int rc;
+
+    memset(&sc, 0, sizeof(sc));
+    rc = tfs_manifest_read(path, tfs_store_identity(c->st), manifest_add,
+                           &x);
+    if (rc == 0) {
+        snap_install(m, &sc, x.sorted);
+        rc = x.sorted ? 0 : manifest_dups(m, path);
+    }
+    tfs_free(sc.ents);
+    snap_chunks_free(sc.names);
+    if (rc < 0)
+        return rc;
+    atomic_store(&m->snap_ready, true);
+    tfs_log(TFS_LOG_INFO, "cache: %zu objects from the manifest %s",
+            m->n_snap, path);
+    return 0;
 }
 
 /* What key is, from the snapshot. */
@@ -538,7 +715,7 @@ static int snap_lookup(struct tfs_meta *m, const char *key, bool *is_dir,
     *is_dir = false;
     if (i < m->n_snap && strcmp(m->snap[i].key, key) == 0) {
         if (st != NULL)
-            *st = m->snap[i].st;
+            snap_stat(&m->snap[i], st);
         return 0;
     }
     /* A directory: some key starts with key + "/". */
@@ -568,8 +745,9 @@ static int snap_dir(struct tfs_meta *m, const char *dir,
         const char *rest = m->snap[i].key + dlen;
         const char *slash = strchr(rest, '/');
         if (slash == NULL) {
-            rc = dir_build_add(b, rest, strlen(rest), false,
-                               &m->snap[i].st);
+            struct tfs_stat st;
+            snap_stat(&m->snap[i], &st);
+            rc = dir_build_add(b, rest, strlen(rest), false, &st);
             continue;
         }
         if (last_sub != NULL && (size_t)(slash - rest) == last_len &&
@@ -684,9 +862,16 @@ int tfs_cache_opendir(struct tfs_cache *c, const char *dir,
     }
     if (rc < 0)
         return rc;
+    /*
+     * An immutable listing is not kept: the snapshot already holds it,
+     * cutting it out again costs less than a second copy of every
+     * entry's stat (docs/performance-meta.md), and the kernel keeps the
+     * listing it was given (cache_readdir).
+     */
     d->expires_ns = c->cfg.immutable ? UINT64_MAX
                                      : tfs_now_ns() + c->cfg.meta_ttl_ns;
-    meta_dir_insert(c->meta, d);
+    if (!c->cfg.immutable)
+        meta_dir_insert(c->meta, d);
     *out = d;
     return 0;
 }
@@ -959,6 +1144,18 @@ int tfs_cache_lookup(struct tfs_cache *c, const char *key, bool *is_dir,
     return rc;
 }
 
+const char *tfs_cache_key_stable(struct tfs_cache *c, const char *key)
+{
+    struct tfs_meta *m = c->meta;
+    size_t i;
+
+    if (!c->cfg.immutable || snap_ensure(c) < 0)
+        return NULL;
+    i = snap_lower(m, key);
+    return i < m->n_snap && strcmp(m->snap[i].key, key) == 0 ? m->snap[i].key
+                                                             : NULL;
+}
+
 void tfs_cache_forget_meta(struct tfs_cache *c)
 {
     struct tfs_meta *m = c->meta;
@@ -1129,6 +1326,8 @@ int tfs_meta_open(struct tfs_cache *c)
         pthread_condattr_destroy(&ca);
     }
     c->meta = m;
+    if (c->cfg.manifest != NULL)
+        return manifest_load(c);        /* no snapshot file */
     if (c->cfg.cache_dir == NULL || !c->cfg.immutable)
         return 0;
     m->mode = c->cfg.cache_mode;
@@ -1172,7 +1371,7 @@ void tfs_meta_close(struct tfs_cache *c)
     tfs_hmap_cleanup(&m->stats);
     tfs_hmap_cleanup(&m->dirs);
     tfs_free(m->snap);
-    tfs_free(m->snap_names);
+    snap_chunks_free(m->snap_names);
     tfs_free(m->snap_path);
     pthread_mutex_destroy(&m->snap_lock);
     pthread_cond_destroy(&m->reval_cond);

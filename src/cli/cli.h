@@ -120,5 +120,6 @@ int cmd_profile(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_tier(int argc, char **argv);
+int cmd_manifest(int argc, char **argv);
 
 #endif /* TFS_CLI_H */

@@ -52,6 +52,7 @@ static const struct {
     {"group-inflight", "group_inflight"}, {"shared-tier", "shared_tier"},
     {"group-tls-ca", "group_tls_ca"}, {"group-tls-cert", "group_tls_cert"},
     {"group-tls-key", "group_tls_key"},
+    {"manifest", "manifest"},
 };
 
 struct mount_args {
@@ -84,6 +85,9 @@ static void mount_help(FILE *f)
         "  --free-space N|P%%     keep this much free on the cache disk\n"
         "  --immutable           the data never changes: cache metadata\n"
         "                        and pages for good\n"
+        "  --manifest FILE       the listing comes from FILE ('tierfs\n"
+        "                        manifest URI > FILE'), never from the\n"
+        "                        store; implies --immutable\n"
         "  --meta-ttl SECONDS    trust stats and listings this long "
         "(default 5)\n"
         "  --max-inflight N      concurrent store reads (default 32)\n"
@@ -150,6 +154,7 @@ static int mount_add(struct mount_args *a, const char *name,
                               (strcmp(name, "group") == 0 &&
                                strncmp(value, "dns:", 4) != 0) ||
                               strcmp(name, "group_secret_file") == 0 ||
+                              strcmp(name, "manifest") == 0 ||
                               strncmp(name, "group_tls_", 10) == 0
                           ? mount_abs(value)
                           : tfs_strdup(value);

@@ -25,6 +25,8 @@ struct cli_cmd {
 
 static const struct cli_cmd cli_cmds[] = {
     {"ls", cmd_ls, "list objects and prefixes under a URI"},
+    {"manifest", cmd_manifest, "write the listing of a URI, to mount "
+                               "without listing"},
     {"stat", cmd_stat, "show size, mtime and version of objects"},
     {"cat", cmd_cat, "write objects (or a byte range) to stdout"},
     {"get", cmd_get, "download an object to a local file"},

@@ -66,6 +66,8 @@ struct fs_inode {
                                            (renames change it) */
     bool             is_dir;            /* immutable */
     bool             keyed;             /* in the key map; t->lock */
+    bool             key_borrowed;      /* by_key.key is t->keys' (not
+                                           freed); t->lock */
     struct tfs_stat  st;                /* files: the version this inode
                                            stands for; immutable */
     struct wb_node *_Atomic wf;         /* its staged file (a reference),
@@ -87,6 +89,10 @@ struct fs_itable {
     gid_t             gid;
     int64_t           dir_mtime_ns;     /* directories' mtime: mount time */
     bool              writable;         /* modes 0644/0755, else 0444/0555 */
+    struct tfs_cache *keys;             /* immutable mounts: file keys
+                                           borrowed from its snapshot
+                                           (tfs_cache_key_stable), or
+                                           NULL; set before the mount */
 };
 
 /* ---- inode.c ---- */

@@ -61,16 +61,21 @@ uint64_t fs_node_ino(uint64_t nid)
     return h < FS_FIRST_INO ? h + FS_FIRST_INO : h;
 }
 
-static struct fs_inode *itable_new_inode(const char *key, bool is_dir,
+static struct fs_inode *itable_new_inode(struct fs_itable *t,
+                                        const char *key, bool is_dir,
                                         const struct tfs_stat *st,
                                         struct wb_node *node)
 {
     struct fs_inode *in = tfs_calloc(1, sizeof(*in));
+    const char *stable;
     struct wb_attr a;
 
     if (in == NULL)
         return NULL;
-    in->by_key.key = tfs_strdup(key);
+    /* A million inodes of an immutable mount: no million key copies. */
+    stable = t->keys && !is_dir ? tfs_cache_key_stable(t->keys, key) : NULL;
+    in->key_borrowed = stable != NULL;
+    in->by_key.key = stable ? (char *)stable : tfs_strdup(key);
     if (in->by_key.key == NULL) {
         tfs_free(in);
         return NULL;
@@ -94,7 +99,8 @@ static void itable_free_inode(struct fs_inode *in)
     if (in == NULL)
         return;
     wb_node_put(atomic_load(&in->wf));
-    tfs_free(in->by_key.key);
+    if (!in->key_borrowed)
+        tfs_free(in->by_key.key);
     tfs_free(in);
 }
 
@@ -155,11 +161,11 @@ int fs_itable_init(struct fs_itable *t)
     rc = tfs_hmap_init(&t->by_ino, ITABLE_MIN_BUCKETS, NULL);
     if (rc == 0)
         rc = tfs_hmap_init(&t->by_key, ITABLE_MIN_BUCKETS, tfs_hstr_eq);
-    t->root = itable_new_inode("", true, NULL, NULL);
-    t->ctl = itable_new_inode(FS_CTL_NAME, false, &(struct tfs_stat){0},
+    t->root = itable_new_inode(t, "", true, NULL, NULL);
+    t->ctl = itable_new_inode(t, FS_CTL_NAME, false, &(struct tfs_stat){0},
                               NULL);
-    t->hint = itable_new_inode(FS_HINT_NAME, false, &(struct tfs_stat){0},
-                               NULL);
+    t->hint = itable_new_inode(t, FS_HINT_NAME, false,
+                               &(struct tfs_stat){0}, NULL);
     if (rc < 0 || t->root == NULL || t->ctl == NULL || t->hint == NULL) {
         fs_itable_cleanup(t);
         return -ENOMEM;
@@ -284,7 +290,7 @@ int fs_inode_lookup(struct fs_itable *t, const char *key, bool is_dir,
     if (in == NULL) {
         /* Allocate outside the lock, then look again. */
         pthread_mutex_unlock(&t->lock);
-        fresh = itable_new_inode(key, is_dir, st, node);
+        fresh = itable_new_inode(t, key, is_dir, st, node);
         if (fresh == NULL)
             return -ENOMEM;
         pthread_mutex_lock(&t->lock);
@@ -378,7 +384,9 @@ static void itable_rekey(struct fs_itable *t, struct fs_inode *in,
 
     if (key == NULL)
         return;
-    tfs_free(in->by_key.key);
+    if (!in->key_borrowed)
+        tfs_free(in->by_key.key);
+    in->key_borrowed = false;
     in->by_key.key = key;
     (void)itable_key(t, in);            /* -ENOMEM: stays unkeyed */
 }

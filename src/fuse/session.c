@@ -305,6 +305,8 @@ int tfs_fs_open(struct tfs_fs *fs, struct tfs_store *st,
         rc = tfs_cache_open(fs->cache, st);
     if (rc == 0)
         fs_hints_size(fs);
+    if (rc == 0 && tfs_cache_is_immutable(fs->cache))
+        fs->inodes.keys = fs->cache;    /* before any lookup */
     if (rc == 0 && fs->gcfg.members != NULL)
         rc = tfs_group_open(&fs->group, &fs->gcfg, fs->cache);
     if (rc == 0 && fs->shared_uri != NULL)
