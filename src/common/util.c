@@ -17,10 +17,14 @@
 
 #define UTIL_IO_MAX ((size_t)1 << 30)   /* bytes per read or write call */
 
-int tfs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+/* Write all of buf at off, or at the file's position when at_pos. */
+static int util_write_all(int fd, const void *buf, size_t len, uint64_t off,
+                          bool at_pos)
 {
     while (len > 0) {
-        ssize_t n = pwrite(fd, buf, TFS_MIN(len, UTIL_IO_MAX), (off_t)off);
+        size_t want = TFS_MIN(len, UTIL_IO_MAX);
+        ssize_t n = at_pos ? write(fd, buf, want)
+                           : pwrite(fd, buf, want, (off_t)off);
 
         if (n < 0 && errno == EINTR)
             continue;
@@ -33,19 +37,14 @@ int tfs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
     return 0;
 }
 
+int tfs_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+    return util_write_all(fd, buf, len, off, false);
+}
+
 int tfs_write_all(int fd, const void *buf, size_t len)
 {
-    while (len > 0) {
-        ssize_t n = write(fd, buf, TFS_MIN(len, UTIL_IO_MAX));
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return n < 0 ? -errno : -EIO;
-        buf = (const char *)buf + n;
-        len -= (size_t)n;
-    }
-    return 0;
+    return util_write_all(fd, buf, len, 0, true);
 }
 
 int tfs_pread_full(int fd, void *buf, size_t len, uint64_t off,
