@@ -283,7 +283,6 @@ struct fs_hstream {
     bool                   closed;      /* released: the thread frees it */
     bool                   dropped;     /* not followed: emptied */
     bool                   part_nul;    /* part holds a NUL byte */
-    struct fs_hints       *hs;          /* the mount's */
     uint64_t               mem;         /* bytes its entries hold */
     size_t                 plen;        /* bytes of an unfinished line */
     char                   part[FS_KEY_MAX + 512];
@@ -320,7 +319,6 @@ struct fs_hints {
     uint64_t                window_bytes; /* settings (0: the default) */
     unsigned                window_files;
     uint64_t                idle_ms;
-    uint64_t                mem;        /* bytes the streams hold; lock */
     struct fs_hint_counters c;          /* lock */
 };
 

@@ -67,7 +67,6 @@ static void hint_entries_free(struct fs_hstream *s)
     for (size_t i = 0; i < s->n; i++)
         tfs_free(s->e[i]);
     tfs_free(s->e);
-    s->hs->mem -= s->mem;
     s->mem = 0;
     s->e = NULL;
     s->n = s->cap = 0;
@@ -146,7 +145,6 @@ int fs_hint_open(struct tfs_fs *fs, struct fs_handle *h)
     if (s == NULL)
         return -ENOMEM;
     s->last_ns = tfs_now_ns();
-    s->hs = hs;
     pthread_mutex_lock(&hs->lock);
     if (!hs->started) {
         rc = pthread_create(&hs->thread, NULL, fs_hint_main, fs);
@@ -256,7 +254,6 @@ static int hint_append(struct fs_hstream *s, struct fs_hint_entry *e)
     e->idx = s->n;
     s->e[s->n++] = e;
     s->mem += sizeof(*e) + strlen(e->h.key) + 1 + 2 * sizeof(void *);
-    s->hs->mem += sizeof(*e) + strlen(e->h.key) + 1 + 2 * sizeof(void *);
     return 0;
 }
 
@@ -604,6 +601,8 @@ void fs_hints_get(struct tfs_fs *fs, struct fs_hint_counters *out)
     out->streams = atomic_load(&hs->live);
     out->window_files = hs->window_files;
     out->window_bytes = hs->window_bytes;
-    out->mem_bytes = hs->mem;
+    out->mem_bytes = 0;
+    for (const struct fs_hstream *s = hs->streams; s != NULL; s = s->next)
+        out->mem_bytes += s->mem;
     pthread_mutex_unlock(&hs->lock);
 }
