@@ -430,8 +430,11 @@ int tfs_cache_block_start(struct tfs_cache *c, const struct tfs_block_ref *r,
     return 0;
 }
 
-void tfs_cache_block_prefetch(struct tfs_cache *c,
-                              const struct tfs_block_ref *r)
+/* Queue block r unless it is in RAM (or loading), or, with skip_disk,
+   in the disk tier; the bytes queued. */
+static size_t cache_block_prefetch(struct tfs_cache *c,
+                                   const struct tfs_block_ref *r,
+                                   bool skip_disk)
 {
     uint8_t id[TFS_BLOCK_ID_LEN];
     struct tfs_block *b;
@@ -440,9 +443,36 @@ void tfs_cache_block_prefetch(struct tfs_cache *c,
     b = tfs_ram_find(c, id);
     if (b != NULL) {
         tfs_ram_put(c, b);
-        return;
+        return 0;
     }
-    tfs_cache_block(c, r, TFS_WANT_PREFETCH, &b, NULL);
+    if (skip_disk && c->disk != NULL && tfs_disk_has(c, id))
+        return 0;
+    return tfs_cache_block(c, r, TFS_WANT_PREFETCH, &b, NULL) == 0 ? r->len
+                                                                  : 0;
+}
+
+void tfs_cache_block_prefetch(struct tfs_cache *c,
+                              const struct tfs_block_ref *r)
+{
+    cache_block_prefetch(c, r, false);
+}
+
+/* Every block of key (version st) to cache_block_prefetch; bytes queued. */
+static uint64_t cache_prefetch_object(struct tfs_cache *c, const char *key,
+                                      const struct tfs_stat *st,
+                                      bool skip_disk)
+{
+    uint64_t n_blocks = (st->size + c->cfg.block_size - 1) /
+                        c->cfg.block_size;
+    uint64_t queued = 0;
+
+    for (uint64_t i = 0; i < n_blocks; i++) {
+        struct tfs_block_ref r;
+
+        tfs_block_ref_init(c, &r, key, st, i);
+        queued += cache_block_prefetch(c, &r, skip_disk);
+    }
+    return queued;
 }
 
 /* ---- the cache group's view (peer.h) ---- */
@@ -658,16 +688,9 @@ int tfs_cache_prefetch(struct tfs_cache *c, const char *const *keys,
 {
     for (size_t i = 0; i < n; i++) {
         struct tfs_stat st;
-        uint64_t n_blocks;
 
-        if (tfs_cache_stat(c, keys[i], &st) < 0)
-            continue;
-        n_blocks = (st.size + c->cfg.block_size - 1) / c->cfg.block_size;
-        for (uint64_t b = 0; b < n_blocks; b++) {
-            struct tfs_block_ref r;
-            tfs_block_ref_init(c, &r, keys[i], &st, b);
-            tfs_cache_block_prefetch(c, &r);
-        }
+        if (tfs_cache_stat(c, keys[i], &st) == 0)
+            cache_prefetch_object(c, keys[i], &st, false);
     }
     return 0;
 }
@@ -677,7 +700,6 @@ int tfs_cache_prefetch_misses(struct tfs_cache *c, const char *key,
                               uint64_t *queued)
 {
     struct tfs_stat st;
-    uint64_t n_blocks;
     int rc = 0;
 
     *size = *queued = 0;
@@ -688,26 +710,8 @@ int tfs_cache_prefetch_misses(struct tfs_cache *c, const char *key,
     if (rc < 0)
         return rc;
     *size = st.size;
-    if (c->cfg.mem_cache == 0)
-        return 0;                       /* prefetch needs a RAM tier */
-    n_blocks = (st.size + c->cfg.block_size - 1) / c->cfg.block_size;
-    for (uint64_t i = 0; i < n_blocks; i++) {
-        uint8_t id[TFS_BLOCK_ID_LEN];
-        struct tfs_block_ref r;
-        struct tfs_block *b;
-
-        tfs_block_ref_init(c, &r, key, &st, i);
-        tfs_block_id(c, &r, id);
-        b = tfs_ram_find(c, id);
-        if (b != NULL) {                /* there, or loading */
-            tfs_ram_put(c, b);
-            continue;
-        }
-        if (c->disk != NULL && tfs_disk_has(c, id))
-            continue;
-        if (tfs_cache_block(c, &r, TFS_WANT_PREFETCH, &b, NULL) == 0)
-            *queued += r.len;
-    }
+    if (c->cfg.mem_cache > 0)           /* prefetch needs a RAM tier */
+        *queued = cache_prefetch_object(c, key, &st, true);
     return 0;
 }
 
