@@ -317,7 +317,9 @@ static int fetch_read_verified(struct tfs_cache *c, struct fetch_job *j,
 
     for (int i = 0; i < 2 && rc == TFS_ECORRUPT; i++) {
         rc = tfs_store_read_verified(c->st, j->key, j->dst, j->len, j->off,
-                                     j->version, n, &how);
+                                     j->version,
+                                     j->off == 0 && j->len == j->obj_size,
+                                     n, &how);
         if (rc == TFS_ECORRUPT) {
             TFS_COUNT(&c->ctr, store_checksum_mismatch, 1);
             tfs_log(TFS_LOG_WARNING, "fetch: block %llu of '%s': %s%s",
@@ -488,9 +490,11 @@ static void *fetch_worker(void *arg)
         fetch_job_free(c, j);
         pthread_mutex_lock(&f->lock);
         f->active--;
+        /* The prefetch slot freed here is taken by this worker itself,
+           in the fetch_next() it goes on to: no other worker needs a
+           wake-up (a broadcast here woke every idle worker, 31 context
+           switches and a scramble for the lock per prefetched block). */
         f->prefetch_active -= is_prefetch;
-        if (is_prefetch)
-            pthread_cond_broadcast(&f->cond);
     }
     pthread_mutex_unlock(&f->lock);
     return NULL;
