@@ -88,9 +88,18 @@ struct tfs_source {
  * unchanged, even when they change the bytes (the fault layer's flips
  * are meant to be caught).  Checksums describe the whole object, so they
  * check a read only when that read returned the whole object.
+ *
+ * One bit goes the other way: TFS_RINFO_WHOLE, set by the caller of
+ * tfs_store_read_ex (kept while the rest is zeroed), says the read's
+ * range is the whole object as listed at if_version.  A store may then
+ * ask for the object without a range (S3: RGW answers a plain GET of a
+ * small object measurably cheaper than a ranged one, docs/performance-
+ * cold.md).  It is a hint: a store that ignores it, or an object that
+ * turns out longer, still returns the range asked for.
  */
 #define TFS_RINFO_SIZE   0x01u          /* obj_size is known */
 #define TFS_RINFO_MD5    0x02u          /* md5 is the whole object's MD5 */
+#define TFS_RINFO_WHOLE  0x04u          /* in: the range is the object */
 
 struct tfs_read_info {
     unsigned have;                      /* TFS_RINFO_* */
@@ -190,7 +199,8 @@ TFS_API int tfs_store_stat(struct tfs_store *st, const char *key,
 TFS_API int tfs_store_read(struct tfs_store *st, const char *key, void *buf,
                            size_t len, uint64_t off, const char *if_version,
                            size_t *nread);
-/* tfs_store_read that also says what the store knows (info zeroed). */
+/* tfs_store_read that also says what the store knows (info zeroed but
+   for the caller's TFS_RINFO_WHOLE). */
 TFS_API int tfs_store_read_ex(struct tfs_store *st, const char *key,
                               void *buf, size_t len, uint64_t off,
                               const char *if_version, size_t *nread,
@@ -211,11 +221,14 @@ enum tfs_verify_how {
  * time and compared.  verify=off turns both off.  A mismatch returns
  * TFS_ECORRUPT (the detail names the key and the check) and is counted
  * in the outermost layer's checksum_mismatches; nothing is retried here.
- * how (may be NULL) receives the check that passed.
+ * whole: the caller knows [off, off+len) is the whole object at
+ * if_version (TFS_RINFO_WHOLE).  how (may be NULL) receives the check
+ * that passed.
  */
 TFS_API int tfs_store_read_verified(struct tfs_store *st, const char *key,
                                     void *buf, size_t len, uint64_t off,
-                                    const char *if_version, size_t *nread,
+                                    const char *if_version, bool whole,
+                                    size_t *nread,
                                     enum tfs_verify_how *how);
 
 TFS_API int tfs_store_list(struct tfs_store *st, const char *prefix,

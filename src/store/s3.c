@@ -976,9 +976,15 @@ static int s3_read(struct tfs_store *st, const char *key, void *buf,
     if (off > UINT64_MAX - len)
         return tfs_err(-EINVAL, "read range past 2^64 ('%s')", key);
     req.key = full;
-    snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64, off,
-             off + len - 1);
-    tfs_s3_req_hdr(&req, "range", range);
+    /* The whole object at a known version: no range (the server's
+       answer is then a 200 of exactly len bytes, or 412).  A longer
+       object still fills only len (dst_prefix), a shorter one comes back
+       short, as a ranged read would. */
+    if (!(info->have & TFS_RINFO_WHOLE) || off != 0 || if_version == NULL) {
+        snprintf(range, sizeof(range), "bytes=%" PRIu64 "-%" PRIu64, off,
+                 off + len - 1);
+        tfs_s3_req_hdr(&req, "range", range);
+    }
     if (if_version != NULL) {
         snprintf(match, sizeof(match), "\"%s\"", if_version);
         tfs_s3_req_hdr(&req, "if-match", match);

@@ -426,6 +426,7 @@ int tfs_store_read_ex(struct tfs_store *st, const char *key, void *buf,
                       size_t len, uint64_t off, const char *if_version,
                       size_t *nread, struct tfs_read_info *info)
 {
+    unsigned hint = info->have & TFS_RINFO_WHOLE;
     size_t n = 0;
     int rc;
 
@@ -433,6 +434,7 @@ int tfs_store_read_ex(struct tfs_store *st, const char *key, void *buf,
     assert(buf != NULL || len == 0);
     tfs_errdetail_clear();
     memset(info, 0, sizeof(*info));
+    info->have = hint;
     rc = tfs_key_check(key);
     if (rc == 0 && st->ops->read == NULL && !store_has_read_ex(st))
         rc = -ENOTSUP;
@@ -452,7 +454,7 @@ int tfs_store_read(struct tfs_store *st, const char *key, void *buf,
                    size_t len, uint64_t off, const char *if_version,
                    size_t *nread)
 {
-    struct tfs_read_info info;
+    struct tfs_read_info info = {0};
 
     return tfs_store_read_ex(st, key, buf, len, off, if_version, nread,
                              &info);
@@ -505,10 +507,11 @@ static int store_check_reread(struct tfs_store *st, const char *key,
 
 int tfs_store_read_verified(struct tfs_store *st, const char *key,
                             void *buf, size_t len, uint64_t off,
-                            const char *if_version, size_t *nread,
-                            enum tfs_verify_how *how)
+                            const char *if_version, bool whole_object,
+                            size_t *nread, enum tfs_verify_how *how)
 {
-    struct tfs_read_info info;
+    struct tfs_read_info info = {
+        .have = whole_object && off == 0 ? TFS_RINFO_WHOLE : 0};
     enum tfs_verify_how done = TFS_VERIFIED_NONE;
     bool whole;
     int rc;

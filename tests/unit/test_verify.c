@@ -165,6 +165,7 @@ TEST(s3_what_is_verified)
     struct tfs_store_stats ss;
     enum tfs_verify_how how = TFS_VERIFIED_NONE;
     struct tfs_store *st;
+    struct tfs_stat sst;
     char uri[300];
     size_t n = 0;
 
@@ -181,23 +182,42 @@ TEST(s3_what_is_verified)
     CHECK_OK(tfs_store_put(raw, "single", data, len, NULL));
     CHECK_OK(tfs_store_put(st, "multi", data, len, NULL));
     CHECK_OK(tfs_store_read_verified(st, "single", got, len + 10, 0, NULL,
-                                     &n, &how));
+                                     false, &n, &how));
     CHECK_EQ(n, len);
     CHECK_EQ(how, TFS_VERIFIED_MD5);
-    CHECK_OK(tfs_store_read_verified(st, "single", got, 1000, 0, NULL, &n,
-                                     &how));
+    CHECK_OK(tfs_store_read_verified(st, "single", got, 1000, 0, NULL,
+                                     false, &n, &how));
     CHECK_EQ(how, TFS_VERIFIED_NONE);   /* a prefix: nothing to check */
-    CHECK_OK(tfs_store_read_verified(st, "multi", got, len, 0, NULL, &n,
-                                     &how));
+    CHECK_OK(tfs_store_read_verified(st, "multi", got, len, 0, NULL,
+                                     false, &n, &how));
     CHECK_EQ(n, len);
     CHECK_EQ(how, TFS_VERIFIED_NONE);
     CHECK(memcmp(got, data, len) == 0);
+    /* the whole object at its version, asked without a range: the same
+       bytes, checked; a stale version fails as a ranged read does; a
+       "whole" hint for a prefix still returns only the prefix */
+    CHECK_OK(tfs_store_stat(st, "single", &sst));
+    memset(got, 0, len);
+    CHECK_OK(tfs_store_read_verified(st, "single", got, len, 0, sst.version,
+                                     true, &n, &how));
+    CHECK_EQ(n, len);
+    CHECK_EQ(how, TFS_VERIFIED_MD5);
+    CHECK(memcmp(got, data, len) == 0);
+    CHECK_RC(tfs_store_read_verified(st, "single", got, len, 0,
+                                     "0123456789abcdef0123456789abcdef",
+                                     true, &n, &how), TFS_ECHANGED);
+    memset(got, 0, len);
+    CHECK_OK(tfs_store_read_verified(st, "single", got, 1000, 0, sst.version,
+                                     true, &n, &how));
+    CHECK_EQ(n, 1000);
+    CHECK_EQ(how, TFS_VERIFIED_NONE);
+    CHECK(memcmp(got, data, 1000) == 0 && got[1000] == 0);
     tfs_store_close(st);
     /* through fault(retry(s3)): info comes up the chain; flips are caught */
     snprintf(uri, sizeof(uri), "fault+retry+%s?flip_rate=1", base_uri);
     CHECK_OK(tfs_store_open(&st, uri, NULL));
-    CHECK_RC(tfs_store_read_verified(st, "single", got, len, 0, NULL, &n,
-                                     &how), TFS_ECORRUPT);
+    CHECK_RC(tfs_store_read_verified(st, "single", got, len, 0, NULL,
+                                     false, &n, &how), TFS_ECORRUPT);
     tfs_store_get_stats(st, &ss);
     CHECK_EQ(ss.checksum_mismatches, 1);
     CHECK_EQ(ss.verified_reads, 0);
@@ -205,8 +225,8 @@ TEST(s3_what_is_verified)
     tfs_store_close(st);
     snprintf(uri, sizeof(uri), "fault+%s?flip_rate=1&verify=off", base_uri);
     CHECK_OK(tfs_store_open(&st, uri, NULL));
-    CHECK_OK(tfs_store_read_verified(st, "single", got, len, 0, NULL, &n,
-                                     &how));
+    CHECK_OK(tfs_store_read_verified(st, "single", got, len, 0, NULL,
+                                     false, &n, &how));
     CHECK_EQ(how, TFS_VERIFIED_NONE);
     CHECK(memcmp(got, data, len) != 0);
     tfs_store_close(st);
@@ -242,7 +262,7 @@ TEST(reread_catches_one_flip)
     tfs_store_close(st);
     /* the control: no reread, the flip reaches the reader */
     st = open_remote("flip_rate=1&flip_max=1&verify=off");
-    CHECK_OK(tfs_store_read_verified(st, "obj", got, len, 0, NULL,
+    CHECK_OK(tfs_store_read_verified(st, "obj", got, len, 0, NULL, false,
                                      &(size_t){0}, NULL));
     CHECK(memcmp(got, data, len) != 0);
     tfs_store_close(st);
