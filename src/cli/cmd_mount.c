@@ -428,16 +428,21 @@ static int mount_serve(const struct mount_args *a, const char *uri,
 }
 
 /*
- * The daemon allocates and frees block buffers (up to block_size) all
- * the time.  Served from fresh mmap()s, every one of them would fault in
- * page by page; keeping them on the heap reuses pages already mapped.
- * This is the daemon's process, so tuning malloc here is ours to do (the
- * library never does it inside an application).
+ * Block buffers are mapped on their own and recycled by the cache's pool
+ * (tfs_malloc_faulted, ram.c), so malloc sees only the rest: libfuse's
+ * 1 MiB buffer per FUSE thread, curl's 256 KiB per handle, the read
+ * buffers.  A fixed mmap threshold keeps those mapped too, so what is
+ * freed goes back to the kernel; glibc's own raises the threshold at the
+ * first free of a mapped chunk, after which such buffers land in the
+ * per-thread arenas, which keep their memory.  (Until 2026-12-02 the
+ * threshold was 64 MiB, to keep the block buffers on the heap: with a
+ * 1 GiB RAM tier full the daemon's RSS was 1.6 GiB, docs/cache.md
+ * "Memory".)  This is the daemon's process, so tuning malloc here is
+ * ours to do (the library never does it inside an application).
  */
 static void mount_tune_malloc(void)
 {
-    mallopt(M_MMAP_THRESHOLD, 64 << 20);
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    mallopt(M_MMAP_THRESHOLD, 128 << 10);
 }
 
 int cmd_mount(int argc, char **argv)

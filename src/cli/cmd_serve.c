@@ -290,8 +290,7 @@ int cmd_serve(int argc, char **argv)
 
     if (rc != 0)
         return rc < 0 ? CLI_OK : rc;
-    mallopt(M_MMAP_THRESHOLD, 64 << 20);    /* as the mount: blocks reuse */
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);   /* mapped heap pages */
+    mallopt(M_MMAP_THRESHOLD, 128 << 10);   /* as the mount (cmd_mount.c) */
     tfs_nofile_raise(NULL);
     return serve_run(&a, argv[optind]);
 }
