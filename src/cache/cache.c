@@ -762,6 +762,8 @@ void tfs_cache_metrics_get(struct tfs_cache *c, struct tfs_cache_metrics *out)
     pthread_mutex_unlock(&c->ram_lock);
     pthread_mutex_lock(&c->pool.lock);
     out->ram_pool_idle_bytes = c->pool.idle_bytes;
+    out->ram_pool_out_bytes = __atomic_load_n(&c->pool.out_cap,
+                                              __ATOMIC_RELAXED);
     pthread_mutex_unlock(&c->pool.lock);
     tfs_disk_usage(c, &out->cache_bytes_disk, &out->cache_blocks_disk,
                    &out->cache_capacity_disk);

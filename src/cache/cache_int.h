@@ -175,6 +175,12 @@ struct tfs_bufpool {
     void           *free[TFS_POOL_CLASSES]; /* lists linked by 1st word */
     size_t          idle_bytes;         /* protected by lock */
     size_t          max_idle;
+    uint64_t        out_len;            /* atomic: bytes (asked) of the
+                                           buffers handed out: the RAM
+                                           tier's blocks, blocks loading,
+                                           evicted ones still pinned */
+    uint64_t        out_cap;            /* atomic: the same, as allocated
+                                           (size classes round up) */
 };
 
 /* A buffer for len bytes of a block (NULL when out of memory). */

@@ -61,11 +61,33 @@ static unsigned pool_class(const struct tfs_cache *c, size_t len,
     return k;
 }
 
+/*
+ * Whether the RAM tier is over its bound; caller holds ram_lock.  dying:
+ * bytes the caller took out of the tier that are not yet back in the
+ * pool.  The bound covers the block
+ * buffers out of the pool, not only the tier's: blocks loading (up to
+ * max_inflight of them, from the store, a peer or the disk tier) and
+ * evicted blocks a reader still holds take the same memory, so the tier
+ * makes room for them, up to half its size (a tier smaller than the
+ * loads in flight keeps half for the blocks just loaded, rather than
+ * evicting them before they are read).  docs/cache.md, "Memory".
+ */
+static bool ram_over(const struct tfs_cache *c, uint64_t dying)
+{
+    uint64_t out = __atomic_load_n(&c->pool.out_len, __ATOMIC_RELAXED);
+    uint64_t held = c->ram_bytes + dying;
+    uint64_t other = out > held ? out - held : 0;
+
+    return c->ram_bytes + TFS_MIN(other, c->cfg.mem_cache / 2) >
+           c->cfg.mem_cache;
+}
+
 void *tfs_blockbuf_get(struct tfs_cache *c, size_t len)
 {
     struct tfs_bufpool *pl = &c->pool;
     size_t cap;
     unsigned k = pool_class(c, len, &cap);
+    bool over;
     void *p;
 
     pthread_mutex_lock(&pl->lock);
@@ -75,25 +97,40 @@ void *tfs_blockbuf_get(struct tfs_cache *c, size_t len)
         pl->idle_bytes -= cap;
     }
     pthread_mutex_unlock(&pl->lock);
-    return p != NULL ? p : tfs_malloc_faulted(cap);
+    if (p == NULL)
+        p = tfs_malloc_faulted(cap);
+    if (p == NULL)
+        return NULL;
+    __atomic_fetch_add(&pl->out_len, len, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&pl->out_cap, cap, __ATOMIC_RELAXED);
+    /* make room now, not at the next publish: a burst of loads (the
+       disk tier's readahead) would otherwise come on top of a full tier */
+    pthread_mutex_lock(&c->ram_lock);
+    over = ram_over(c, 0);
+    pthread_mutex_unlock(&c->ram_lock);
+    if (over)
+        tfs_ram_trim(c);
+    return p;
 }
+
 
 void tfs_blockbuf_put(struct tfs_cache *c, void *p, size_t len)
 {
     struct tfs_bufpool *pl = &c->pool;
-    uint64_t ram;
+    uint64_t out;
     size_t cap;
     unsigned k;
 
     if (p == NULL)
         return;
     k = pool_class(c, len, &cap);
-    ram = __atomic_load_n(&c->ram_bytes, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&pl->out_len, len, __ATOMIC_RELAXED);
+    out = __atomic_sub_fetch(&pl->out_cap, cap, __ATOMIC_RELAXED);
     pthread_mutex_lock(&pl->lock);
     /* kept only within the RAM tier's bound (plus two blocks), so the
-       tier and its idle buffers together stay under mem_cache */
+       buffers out and the idle ones together stay under mem_cache */
     if (pl->idle_bytes + cap <= pl->max_idle &&
-        ram + pl->idle_bytes + cap <= c->cfg.mem_cache +
+        out + pl->idle_bytes + cap <= c->cfg.mem_cache +
                                       2 * c->cfg.block_size) {
         memcpy(p, &pl->free[k], sizeof(void *));
         pl->free[k] = p;
@@ -417,7 +454,7 @@ void tfs_ram_put(struct tfs_cache *c, struct tfs_block *b)
     pthread_mutex_lock(&c->ram_lock);
     b->refs--;
     free_it = b->refs == 0 && !b->in_table;
-    trim = b->refs == 0 && (c->ram_bytes > c->cfg.mem_cache ||
+    trim = b->refs == 0 && (ram_over(c, 0) ||
                             (b->spent && c->spent_bytes > c->spent_cap));
     pthread_mutex_unlock(&c->ram_lock);
     if (free_it)
@@ -430,6 +467,7 @@ void tfs_ram_trim(struct tfs_cache *c)
 {
     struct tfs_block *dead = NULL;
     struct tfs_block *b;
+    uint64_t dying = 0;
 
     pthread_mutex_lock(&c->ram_lock);
     b = c->lru.lru_prev;
@@ -438,7 +476,7 @@ void tfs_ram_trim(struct tfs_cache *c)
         /* Spent blocks sit at the cold end: past them, only a full tier
            evicts more; one not on disk (declined, or its write queued) is
            kept while the tier has room. */
-        bool full = c->ram_bytes > c->cfg.mem_cache;
+        bool full = ram_over(c, dying);
 
         if (!full && !(b->spent && c->spent_bytes > c->spent_cap))
             break;
@@ -447,6 +485,7 @@ void tfs_ram_trim(struct tfs_cache *c)
             ram_unhash(c, b);
             ram_unspend(c, b);
             __atomic_fetch_sub(&c->ram_bytes, b->len, __ATOMIC_RELAXED);
+            dying += b->len;
             TFS_COUNT(&c->ctr, evicted_bytes_ram, b->len);
             if (b->prefetched)
                 TFS_COUNT(&c->ctr, prefetch_bytes_wasted, b->len);

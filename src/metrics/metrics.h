@@ -249,6 +249,9 @@ struct tfs_counters {
       "byte bound of the RAM tier (mem_cache)")                            \
     X(U64, ram_pool_idle_bytes, GAUGE, BYTES, NULL,                        \
       "free block buffers kept for reuse, beside the RAM tier")            \
+    X(U64, ram_pool_out_bytes, GAUGE, BYTES, NULL,                         \
+      "block buffers in use, as allocated: the RAM tier's blocks, blocks " \
+      "loading, evicted blocks still being read")                          \
     X(U64, cache_bytes_disk, GAUGE, BYTES, NULL, "bytes in the disk tier") \
     X(U64, cache_capacity_disk, GAUGE, BYTES, "cache_capacity_disk_bytes", \
       "byte bound of the disk tier")                                       \

@@ -885,6 +885,53 @@ TEST(prefetch_hint)
     remove_dirs();
 }
 
+/*
+ * The RAM tier's bound covers blocks loading too (ram.c, ram_over): with
+ * the tier full and prefetches in flight, the block buffers out of the
+ * pool stay within mem_cache plus the one block a worker may start
+ * between two trims.  Before, the tier stayed at mem_cache and the loads
+ * came on top (mem_cache plus max_inflight blocks).
+ */
+TEST(memory_bound_counts_loading)
+{
+    size_t blen = 1u << 20;
+    const char *kv[] = {"block_size", "1M", "mem_cache", "8M",
+                        "max_inflight", "4", "hedge", "0", NULL};
+    const char *keys[24];
+    char names[24][16];
+    unsigned char *data = test_pattern(blen, 11);
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    uint64_t peak = 0;
+
+    setup_dirs();
+    for (int i = 0; i < 24; i++) {
+        snprintf(names[i], sizeof(names[i]), "m%d", i);
+        write_remote(names[i], data, blen);
+        keys[i] = names[i];
+    }
+    st = open_remote("bw=24M");         /* ~1 s for all: loads queue */
+    c = open_cache(st, kv);
+    CHECK_OK(tfs_cache_prefetch(c, keys, 24));
+    for (int i = 0; i < 5000 && stat_of(c, "backend_get_count") < 24; i++) {
+        peak = TFS_MAX(peak, stat_of(c, "ram_pool_out_bytes"));
+        usleep(1000);
+    }
+    usleep(50000);
+    CHECK_EQ(stat_of(c, "backend_get_count"), 24);
+    printf("# peak of block buffers out: %llu MiB\n",
+           (unsigned long long)(peak >> 20));
+    CHECK(peak >= 8 * blen);            /* the tier did fill */
+    CHECK(peak <= 9 * blen);
+    CHECK(stat_of(c, "cache_bytes_ram") <= 8 * blen);
+    CHECK(stat_of(c, "ram_pool_out_bytes") <= 8 * blen);
+    read_all_check(c, keys[23], data, blen, blen);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
 TEST(sequential_readahead)
 {
     size_t len = 8u << 20;
@@ -1770,6 +1817,7 @@ TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
       T(changed_object_never_mixes), T(single_flight), T(capacity_bound),
       T(scan_resistance), T(immutable_snapshot), T(snapshot_alloc_failures),
       T(meta_ttl_and_negative_entries), T(options_table), T(prefetch_hint),
+      T(memory_bound_counts_loading),
       T(sequential_readahead), T(hedged_reads), T(multi_process_sharing),
       T(queued_reads_promoted_not_hedged), T(cache_dir_settings_adopted),
       T(cache_dir_settings_checked), T(index_open_race),
