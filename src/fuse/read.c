@@ -260,7 +260,10 @@ static void fs_rbuf_init(void)
 
 /*
  * A per-thread buffer of at least size bytes, so a read costs no malloc:
- * FS_MAX_READ bytes on first use, grown if the kernel ever asks for more.
+ * size rounded up to 64 KiB, grown when a thread is asked for more.  Not
+ * FS_MAX_READ at once: every FUSE thread that ever answered a read of
+ * the stats file kept a 1 MiB buffer for it (38 MiB of them with a
+ * reader polling the stats, docs/cache.md "Memory").
  */
 static char *fs_read_buf(size_t size)
 {
@@ -272,10 +275,11 @@ static char *fs_read_buf(size_t size)
         return b->data;
     fs_rbuf_free(b);
     pthread_setspecific(fs_rbuf_key, NULL);
-    b = tfs_malloc(sizeof(*b) + TFS_MAX(size, (size_t)FS_MAX_READ));
+    size = TFS_MAX((size + 65535) & ~(size_t)65535, (size_t)65536);
+    b = tfs_malloc(sizeof(*b) + size);
     if (b == NULL)
         return NULL;
-    b->cap = TFS_MAX(size, (size_t)FS_MAX_READ);
+    b->cap = size;
     atomic_fetch_add(&fs_rbuf_bytes, b->cap);
     pthread_setspecific(fs_rbuf_key, b);
     return b->data;
@@ -308,8 +312,14 @@ static int fs_read_moved(struct tfs_fs *fs, struct fs_handle *h, char *buf,
 static int fs_do_read(struct tfs_fs *fs, struct fs_handle *h, size_t size,
                       uint64_t off, const char **data, size_t *n)
 {
-    char *buf = fs_read_buf(size);
+    char *buf;
     int rc;
+
+    if (h->kind == FS_H_HINT)           /* no more than the render */
+        size = TFS_MIN(size, (size_t)512);
+    else if (h->kind == FS_H_CTL)       /* no more than the text left */
+        size = TFS_MIN(size, h->ctl.len - TFS_MIN(off, h->ctl.len));
+    buf = fs_read_buf(size);
 
     if (buf == NULL)
         return -ENOMEM;
