@@ -1144,7 +1144,8 @@ int tfs_cache_lookup(struct tfs_cache *c, const char *key, bool *is_dir,
     return rc;
 }
 
-const char *tfs_cache_key_stable(struct tfs_cache *c, const char *key)
+const char *tfs_cache_key_stable(struct tfs_cache *c, const char *key,
+                                 const char **version)
 {
     struct tfs_meta *m = c->meta;
     size_t i;
@@ -1152,8 +1153,11 @@ const char *tfs_cache_key_stable(struct tfs_cache *c, const char *key)
     if (!c->cfg.immutable || snap_ensure(c) < 0)
         return NULL;
     i = snap_lower(m, key);
-    return i < m->n_snap && strcmp(m->snap[i].key, key) == 0 ? m->snap[i].key
-                                                             : NULL;
+    if (i >= m->n_snap || strcmp(m->snap[i].key, key) != 0)
+        return NULL;
+    if (version != NULL)
+        *version = snap_version(&m->snap[i]);
+    return m->snap[i].key;
 }
 
 void tfs_cache_forget_meta(struct tfs_cache *c)
