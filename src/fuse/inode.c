@@ -15,10 +15,10 @@
  * and the kernel may keep its pages for good.  On an immutable mount the
  * key and the version are the listing snapshot's own copies, which never
  * change while mounted (tfs_cache_key_stable); elsewhere the version is
- * copied after the struct, at its length, not a whole struct tfs_stat.  A lookup that finds a new version gives the name
- * a new inode (node id) and takes the old one out of the key map; open
- * handles keep reading the old version, as after a rename over a local
- * file.
+ * copied after the struct, at its length, not a whole struct tfs_stat.
+ * A lookup that finds a new version gives the name a new inode (node
+ * id) and takes the old one out of the key map; open handles keep
+ * reading the old version, as after a rename over a local file.
  *
  * With write-back, a file written through the mount stands for its
  * staged file (in->wf, a wb_node) instead: its size and mtime come from
@@ -387,8 +387,12 @@ void fs_inode_forget(struct fs_itable *t, uint64_t ino, uint64_t n)
 void fs_inode_key(struct fs_itable *t, const struct fs_inode *in,
                   char *buf)
 {
+    size_t len;
+
     pthread_mutex_lock(&t->lock);
-    snprintf(buf, FS_KEY_MAX + 2, "%s", in->by_key.key);
+    len = strnlen(in->by_key.key, FS_KEY_MAX + 1);
+    memcpy(buf, in->by_key.key, len);   /* every lookup: no snprintf */
+    buf[len] = '\0';
     pthread_mutex_unlock(&t->lock);
 }
 

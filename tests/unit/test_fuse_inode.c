@@ -140,6 +140,7 @@ TEST(borrowed_version)
 
     remote_setup("inode");
     CHECK_OK(tfs_store_put(raw, "d/f", "one", 3, NULL));
+    CHECK_OK(tfs_store_put(raw, "d/h", "aitch", 5, NULL));
     CHECK_OK(tfs_store_open(&st, base_uri, NULL));
     CHECK_OK(tfs_cache_create(&c));
     CHECK_OK(tfs_cache_set(c, "immutable", "1"));
@@ -152,6 +153,11 @@ TEST(borrowed_version)
     CHECK_STR(sv, sb.version);
     CHECK(tfs_cache_key_stable(c, "d/", &sv) == NULL);  /* not a file */
     CHECK(tfs_cache_key_stable(c, "d/g", NULL) == NULL);
+    /* Right after the lookup of another key (the cache remembers the
+       last one found): that key's copies, not the last one's. */
+    CHECK_OK(tfs_cache_lookup(c, "d/f", &is_dir, &got));
+    CHECK_STR(tfs_cache_key_stable(c, "d/h", NULL), "d/h");
+    CHECK(tfs_cache_key_stable(c, "d/f", NULL) == sk);
 
     CHECK_OK(fs_itable_init(&t));
     t.keys = c;
