@@ -145,12 +145,16 @@ TFS_API int tfs_cache_lookup(struct tfs_cache *c, const char *key,
 
 /*
  * In an immutable cache, its own copy of key when key is a file of the
- * listing snapshot: valid until tfs_cache_close, so a caller that keeps
- * many keys (the mount's inodes) need not copy each.  NULL otherwise
- * (not immutable, not a file, the snapshot not loadable).  Thread-safe.
+ * listing snapshot, and (version not NULL) in *version its copy of the
+ * file's version, the one tfs_cache_lookup reports: both valid until
+ * tfs_cache_close and never changed (the snapshot is fixed for the
+ * cache's life), so a caller that keeps many keys (the mount's inodes)
+ * need not copy each.  NULL otherwise (not immutable, not a file, the
+ * snapshot not loadable), *version untouched.  Thread-safe.
  */
 TFS_API const char *tfs_cache_key_stable(struct tfs_cache *c,
-                                         const char *key);
+                                         const char *key,
+                                         const char **version);
 
 /* ---- data ---- */
 

@@ -705,6 +705,27 @@ static int manifest_load(struct tfs_cache *c)
     return 0;
 }
 
+/*
+ * The file this thread's last snap_lookup found, as (snapshot, index):
+ * the mount asks tfs_cache_key_stable for the same key right after each
+ * lookup, which then needs no second binary search.  An index, checked
+ * against the snapshot it is used on, never a pointer that could
+ * outlive its cache.
+ */
+static _Thread_local const struct tfs_meta *snap_last_m;
+static _Thread_local size_t snap_last_i;
+
+/* The index of file key in the snapshot, or m->n_snap. */
+static size_t snap_find(const struct tfs_meta *m, const char *key)
+{
+    size_t i = snap_last_i;
+
+    if (snap_last_m == m && i < m->n_snap && strcmp(m->snap[i].key, key) == 0)
+        return i;
+    i = snap_lower(m, key);
+    return i < m->n_snap && strcmp(m->snap[i].key, key) == 0 ? i : m->n_snap;
+}
+
 /* What key is, from the snapshot. */
 static int snap_lookup(struct tfs_meta *m, const char *key, bool *is_dir,
                        struct tfs_stat *st)
@@ -716,6 +737,8 @@ static int snap_lookup(struct tfs_meta *m, const char *key, bool *is_dir,
     if (i < m->n_snap && strcmp(m->snap[i].key, key) == 0) {
         if (st != NULL)
             snap_stat(&m->snap[i], st);
+        snap_last_m = m;
+        snap_last_i = i;
         return 0;
     }
     /* A directory: some key starts with key + "/". */
@@ -1144,16 +1167,20 @@ int tfs_cache_lookup(struct tfs_cache *c, const char *key, bool *is_dir,
     return rc;
 }
 
-const char *tfs_cache_key_stable(struct tfs_cache *c, const char *key)
+const char *tfs_cache_key_stable(struct tfs_cache *c, const char *key,
+                                 const char **version)
 {
     struct tfs_meta *m = c->meta;
     size_t i;
 
     if (!c->cfg.immutable || snap_ensure(c) < 0)
         return NULL;
-    i = snap_lower(m, key);
-    return i < m->n_snap && strcmp(m->snap[i].key, key) == 0 ? m->snap[i].key
-                                                             : NULL;
+    i = snap_find(m, key);
+    if (i == m->n_snap)
+        return NULL;
+    if (version != NULL)
+        *version = snap_version(&m->snap[i]);
+    return m->snap[i].key;
 }
 
 void tfs_cache_forget_meta(struct tfs_cache *c)

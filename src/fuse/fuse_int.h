@@ -19,11 +19,12 @@
  * control file are never freed.  A handler may use an inode it got from
  * fs_inode_get() without a reference for the length of the request: the
  * kernel does not forget an inode while a request on it is in flight.
- * The immutable fields (ino, is_dir, st, st_ino) are read without the
- * lock; the others (the key: renames change it) only under it.  A file
- * inode is one version of its object (inode.c), which is what lets the
- * kernel keep its pages across opens, or, with write-back, one staged
- * file (a wb_node, src/wb/wb.h) once it was written through the mount.
+ * The immutable fields (ino, is_dir, size, mtime_ns, version, st_ino)
+ * are read without the lock; the others (the key: renames change it)
+ * only under it.  A file inode is one version of its object (inode.c),
+ * which is what lets the kernel keep its pages across opens, or, with
+ * write-back, one staged file (a wb_node, src/wb/wb.h) once it was
+ * written through the mount.
  *
  * FUSE_USE_VERSION is pinned here, once for the module, to the oldest
  * libfuse supported (Debian 12 ships 3.14).
@@ -68,12 +69,17 @@ struct fs_inode {
     bool             keyed;             /* in the key map; t->lock */
     bool             key_borrowed;      /* by_key.key is t->keys' (not
                                            freed); t->lock */
-    struct tfs_stat  st;                /* files: the version this inode
-                                           stands for; immutable */
+    /* files: the version this inode stands for; immutable */
+    uint64_t         size;              /* bytes */
+    int64_t          mtime_ns;
+    const char      *version;           /* the snapshot's copy (t->keys),
+                                           or vbuf; "" for none */
     struct wb_node *_Atomic wf;         /* its staged file (a reference),
                                            set once, never cleared */
     uint64_t         st_ino;            /* reported st_ino; immutable */
     uint64_t         nlookup;           /* protected by t->lock */
+    char             vbuf[];            /* the version, when not the
+                                           snapshot's */
 };
 
 struct fs_itable {
@@ -90,7 +96,8 @@ struct fs_itable {
     int64_t           dir_mtime_ns;     /* directories' mtime: mount time */
     bool              writable;         /* modes 0644/0755, else 0444/0555 */
     struct tfs_cache *keys;             /* immutable mounts: file keys
-                                           borrowed from its snapshot
+                                           and versions borrowed from
+                                           its snapshot
                                            (tfs_cache_key_stable), or
                                            NULL; set before the mount */
 };
@@ -113,6 +120,10 @@ struct fs_inode *fs_inode_get(struct fs_itable *t, uint64_t ino);
 int fs_inode_lookup(struct fs_itable *t, const char *key, bool is_dir,
                     const struct tfs_stat *st, struct wb_node *node,
                     struct fs_inode **out);
+
+/* The version file inode in stands for, as a tfs_stat in buf: buf. */
+const struct tfs_stat *fs_inode_stat(const struct fs_inode *in,
+                                     struct tfs_stat *buf);
 
 /* in's key, copied into buf (FS_KEY_MAX + 2 bytes). */
 void fs_inode_key(struct fs_itable *t, const struct fs_inode *in,

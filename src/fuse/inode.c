@@ -10,12 +10,15 @@
  * reused, so the generation is always 0.  The lock is never held across
  * cache I/O or a FUSE reply: callers copy what they need out.
  *
- * A file inode stands for one version of its object: its stat is fixed
- * when it is created, so its data never changes and the kernel may keep
- * its pages for good.  A lookup that finds a new version gives the name
- * a new inode (node id) and takes the old one out of the key map; open
- * handles keep reading the old version, as after a rename over a local
- * file.
+ * A file inode stands for one version of its object: its size, mtime
+ * and version are fixed when it is created, so its data never changes
+ * and the kernel may keep its pages for good.  On an immutable mount the
+ * key and the version are the listing snapshot's own copies, which never
+ * change while mounted (tfs_cache_key_stable); elsewhere the version is
+ * copied after the struct, at its length, not a whole struct tfs_stat.
+ * A lookup that finds a new version gives the name a new inode (node
+ * id) and takes the old one out of the key map; open handles keep
+ * reading the old version, as after a rename over a local file.
  *
  * With write-back, a file written through the mount stands for its
  * staged file (in->wf, a wb_node) instead: its size and mtime come from
@@ -61,19 +64,49 @@ uint64_t fs_node_ino(uint64_t nid)
     return h < FS_FIRST_INO ? h + FS_FIRST_INO : h;
 }
 
+/*
+ * A file inode's version: the snapshot's own copy when it is the same
+ * (an immutable mount: no 80-byte tfs_stat field per inode, and no copy
+ * of the version either), else a copy after the struct (vlen bytes).
+ */
+static struct fs_inode *itable_alloc(struct fs_itable *t, const char *key,
+                                     bool is_dir, const struct tfs_stat *st,
+                                     const char **stable)
+{
+    const char *version = !is_dir && st != NULL ? st->version : "";
+    const char *sv = NULL;
+    struct fs_inode *in;
+    size_t vlen;
+
+    *stable = t->keys && !is_dir ? tfs_cache_key_stable(t->keys, key, &sv)
+                                 : NULL;
+    if (sv != NULL && strcmp(sv, version) == 0) {
+        in = tfs_calloc(1, sizeof(*in));
+        if (in != NULL)
+            in->version = sv;
+        return in;
+    }
+    vlen = strnlen(version, TFS_VERSION_MAX - 1);
+    in = tfs_calloc(1, sizeof(*in) + vlen + 1);
+    if (in != NULL) {
+        memcpy(in->vbuf, version, vlen);
+        in->version = in->vbuf;
+    }
+    return in;
+}
+
 static struct fs_inode *itable_new_inode(struct fs_itable *t,
                                         const char *key, bool is_dir,
                                         const struct tfs_stat *st,
                                         struct wb_node *node)
 {
-    struct fs_inode *in = tfs_calloc(1, sizeof(*in));
     const char *stable;
+    struct fs_inode *in = itable_alloc(t, key, is_dir, st, &stable);
     struct wb_attr a;
 
     if (in == NULL)
         return NULL;
     /* A million inodes of an immutable mount: no million key copies. */
-    stable = t->keys && !is_dir ? tfs_cache_key_stable(t->keys, key) : NULL;
     in->key_borrowed = stable != NULL;
     in->by_key.key = stable ? (char *)stable : tfs_strdup(key);
     if (in->by_key.key == NULL) {
@@ -82,16 +115,30 @@ static struct fs_inode *itable_new_inode(struct fs_itable *t,
     }
     in->is_dir = is_dir;
     in->keyed = true;
-    if (!is_dir && st != NULL)
-        in->st = *st;
+    if (!is_dir && st != NULL) {
+        in->size = st->size;
+        in->mtime_ns = st->mtime_ns;
+    }
     if (node != NULL) {
         atomic_init(&in->wf, wb_node_get(node));
         wb_node_attr(node, &a);
         in->st_ino = fs_node_ino(a.nid);
     } else {
-        in->st_ino = fs_key_ino(key, is_dir ? NULL : in->st.version);
+        in->st_ino = fs_key_ino(key, is_dir ? NULL : in->version);
     }
     return in;
+}
+
+const struct tfs_stat *fs_inode_stat(const struct fs_inode *in,
+                                     struct tfs_stat *buf)
+{
+    size_t vlen = strnlen(in->version, TFS_VERSION_MAX - 1);
+
+    buf->size = in->size;
+    buf->mtime_ns = in->mtime_ns;
+    memcpy(buf->version, in->version, vlen);
+    buf->version[vlen] = '\0';
+    return buf;
 }
 
 static void itable_free_inode(struct fs_inode *in)
@@ -252,7 +299,7 @@ static bool itable_same_file(const struct fs_inode *in,
         return wf == node;
     if (wf != NULL)
         return wb_node_is_version(wf, st->version);
-    return strcmp(in->st.version, st->version) == 0;
+    return strcmp(in->version, st->version) == 0;
 }
 
 /*
@@ -340,8 +387,12 @@ void fs_inode_forget(struct fs_itable *t, uint64_t ino, uint64_t n)
 void fs_inode_key(struct fs_itable *t, const struct fs_inode *in,
                   char *buf)
 {
+    size_t len;
+
     pthread_mutex_lock(&t->lock);
-    snprintf(buf, FS_KEY_MAX + 2, "%s", in->by_key.key);
+    len = strnlen(in->by_key.key, FS_KEY_MAX + 1);
+    memcpy(buf, in->by_key.key, len);   /* every lookup: no snprintf */
+    buf[len] = '\0';
     pthread_mutex_unlock(&t->lock);
 }
 
@@ -456,9 +507,8 @@ void fs_itable_rename(struct fs_itable *t, const char *from, const char *to,
 void fs_attr_fill(const struct fs_itable *t, const struct fs_inode *in,
                   struct stat *out)
 {
-    const struct tfs_stat *st = &in->st;
-    int64_t mtime_ns = in->is_dir ? t->dir_mtime_ns : st->mtime_ns;
-    uint64_t size = st->size;
+    int64_t mtime_ns = in->is_dir ? t->dir_mtime_ns : in->mtime_ns;
+    uint64_t size = in->size;
     struct wb_node *wf = atomic_load(&in->wf);
     struct wb_attr a;
 

@@ -75,13 +75,13 @@ static int fs_check_current(struct tfs_fs *fs, const struct fs_inode *in,
         return 0;
     rc = tfs_cache_lookup(fs->cache, key, &is_dir, &st);
     if (rc == -EISDIR || rc == -ENOENT || (rc == 0 && is_dir) ||
-        (rc == 0 && strcmp(st.version, in->st.version) != 0)) {
-        TFS_DEBUG("open '%s': version %s is stale", key, in->st.version);
+        (rc == 0 && strcmp(st.version, in->version) != 0)) {
+        TFS_DEBUG("open '%s': version %s is stale", key, in->version);
         return -ESTALE;
     }
     if (rc < 0)
         TFS_INFO("open '%s': cannot revalidate, reading version %s: %s",
-                 key, in->st.version, tfs_strerror(rc));
+                 key, in->version, tfs_strerror(rc));
     return 0;
 }
 
@@ -152,6 +152,7 @@ static int fs_view_open(struct tfs_fs *fs, struct fs_inode *in,
 {
     char key[FS_KEY_MAX + 2];
     struct wb_node *node = fs_inode_node(&fs->inodes, in);
+    struct tfs_stat st;
     struct wb_obj o;
     int lrc;
     int rc;
@@ -162,12 +163,13 @@ static int fs_view_open(struct tfs_fs *fs, struct fs_inode *in,
         rc = fs_open_node(fs, in, node, lrc == 0 ? &o : NULL, fi);
         wb_node_put(node);
     } else if (lrc == 0 && o.node == NULL && !o.is_dir &&
-               strcmp(o.st.version, in->st.version) == 0) {
-        rc = fs_open_version(fs, in, o.read_key, &in->st, fi);
+               strcmp(o.st.version, in->version) == 0) {
+        rc = fs_open_version(fs, in, o.read_key, fs_inode_stat(in, &st),
+                             fi);
     } else if (lrc < 0 && lrc != -ENOENT && tfs_err_is_retryable(lrc)) {
         TFS_INFO("open '%s': cannot revalidate, reading version %s: %s",
-                 key, in->st.version, tfs_strerror(lrc));
-        rc = fs_open_version(fs, in, key, &in->st, fi);
+                 key, in->version, tfs_strerror(lrc));
+        rc = fs_open_version(fs, in, key, fs_inode_stat(in, &st), fi);
     } else {
         rc = -ESTALE;
     }
@@ -186,6 +188,7 @@ static int fs_do_open(struct tfs_fs *fs, fuse_ino_t ino,
 {
     struct fs_inode *in = fs_inode_get(&fs->inodes, ino);
     char key[FS_KEY_MAX + 2];
+    struct tfs_stat st;
     int rc;
 
     atomic_fetch_add(&fs->n.opens, 1);
@@ -206,7 +209,7 @@ static int fs_do_open(struct tfs_fs *fs, fuse_ino_t ino,
     rc = fs_check_current(fs, in, key);
     if (rc < 0)
         return rc;
-    return fs_open_version(fs, in, key, &in->st, fi);
+    return fs_open_version(fs, in, key, fs_inode_stat(in, &st), fi);
 }
 
 void fs_open(fuse_req_t req, fuse_ino_t ino,
@@ -297,10 +300,11 @@ static int fs_read_moved(struct tfs_fs *fs, struct fs_handle *h, char *buf,
 {
     char key[FS_KEY_MAX + 2];
     struct tfs_file *f = NULL;
+    struct tfs_stat st;
     int rc;
 
     fs_inode_key(&fs->inodes, h->in, key);
-    rc = tfs_file_open_stat(fs->cache, key, &h->in->st, &f);
+    rc = tfs_file_open_stat(fs->cache, key, fs_inode_stat(h->in, &st), &f);
     if (rc == 0) {
         rc = tfs_file_read(f, buf, size, off, n);
         tfs_file_close(f);

@@ -156,7 +156,7 @@ static int fs_node_for(struct tfs_fs *fs, struct fs_inode *in, bool trunc,
     struct wb_node *node = fs_inode_node(&fs->inodes, in);
     struct wb_want w = {
         .node = node,
-        .version = node ? NULL : in->st.version,
+        .version = node ? NULL : in->version,
         .trunc = trunc,
     };
     int rc;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The FUSE mount's inode table (src/fuse/inode.c) without a mount: lookup
- * counts, forget, one inode per version, growth, and failing allocations.
- * The mounted behaviour is tests/integ/fuse_mount.c.
+ * counts, forget, one inode per version, growth, failing allocations, and
+ * the keys and versions an immutable mount's inodes borrow from the
+ * cache's snapshot.  The mounted behaviour is tests/integ/fuse_mount.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "fuse/fuse_int.h"
 #include "tierfs/fs.h"
 #include "test.h"
+#include "test_remote.h"
 
 static struct tfs_stat st_of(uint64_t size, const char *version)
 {
@@ -62,7 +64,7 @@ TEST(new_version_new_inode)
     CHECK_OK(fs_inode_lookup(&t, "x", false, &v1, NULL, &old));
     CHECK_OK(fs_inode_lookup(&t, "x", false, &v2, NULL, &cur));
     CHECK(old != cur);
-    CHECK_STR(old->st.version, "v1");   /* the old one lives on */
+    CHECK_STR(old->version, "v1");      /* the old one lives on */
     CHECK(fs_inode_get(&t, old->ino) == old);
     CHECK_OK(fs_inode_lookup(&t, "x", false, &v2, NULL, &again));
     CHECK(again == cur);
@@ -116,6 +118,85 @@ TEST(key_ino)
     CHECK(fs_key_ino("a", "v1") != fs_key_ino("a", "v2"));
     CHECK(fs_key_ino("a/", NULL) != fs_key_ino("a", NULL));
     CHECK(fs_key_ino("a", NULL) >= FS_FIRST_INO);
+}
+
+/*
+ * An immutable cache's inodes borrow the key and the version from its
+ * listing snapshot; the object replaced in the store changes neither.
+ * A version that is not the snapshot's (and a directory) is copied.
+ */
+TEST(borrowed_version)
+{
+    struct fs_itable t;
+    struct fs_inode *a, *b, *d;
+    struct tfs_stat sb, sb2, got;
+    struct tfs_stat other = st_of(6, "v-other");
+    struct tfs_cache *c = NULL;
+    struct tfs_store *st = NULL;
+    const char *sv = NULL;
+    const char *sk;
+    struct stat attr;
+    bool is_dir;
+
+    remote_setup("inode");
+    CHECK_OK(tfs_store_put(raw, "d/f", "one", 3, NULL));
+    CHECK_OK(tfs_store_put(raw, "d/h", "aitch", 5, NULL));
+    CHECK_OK(tfs_store_open(&st, base_uri, NULL));
+    CHECK_OK(tfs_cache_create(&c));
+    CHECK_OK(tfs_cache_set(c, "immutable", "1"));
+    CHECK_OK(tfs_cache_set(c, "cache_dir", cdir));
+    CHECK_OK(tfs_cache_open(c, st));
+    CHECK_OK(tfs_cache_lookup(c, "d/f", &is_dir, &sb));
+    CHECK(!is_dir);
+    sk = tfs_cache_key_stable(c, "d/f", &sv);
+    CHECK(sk != NULL && sv != NULL);
+    CHECK_STR(sv, sb.version);
+    CHECK(tfs_cache_key_stable(c, "d/", &sv) == NULL);  /* not a file */
+    CHECK(tfs_cache_key_stable(c, "d/g", NULL) == NULL);
+    /* Right after the lookup of another key (the cache remembers the
+       last one found): that key's copies, not the last one's. */
+    CHECK_OK(tfs_cache_lookup(c, "d/f", &is_dir, &got));
+    CHECK_STR(tfs_cache_key_stable(c, "d/h", NULL), "d/h");
+    CHECK(tfs_cache_key_stable(c, "d/f", NULL) == sk);
+
+    CHECK_OK(fs_itable_init(&t));
+    t.keys = c;
+    CHECK_OK(fs_inode_lookup(&t, "d/f", false, &sb, NULL, &a));
+    CHECK(a->key_borrowed && a->by_key.key == sk);
+    CHECK(a->version == sv);            /* no copy */
+    CHECK_EQ(fs_inode_stat(a, &got)->size, 3);
+    CHECK_STR(got.version, sb.version);
+    CHECK_EQ(got.mtime_ns, sb.mtime_ns);
+    fs_attr_fill(&t, a, &attr);
+    CHECK_EQ(attr.st_size, 3);
+    CHECK(attr.st_ino == fs_key_ino("d/f", sb.version));
+
+    /* Replaced in the store: the snapshot, and the inode, keep "one". */
+    CHECK_OK(tfs_store_put(raw, "d/f", "other!", 6, NULL));
+    CHECK_OK(tfs_store_stat(raw, "d/f", &got));
+    CHECK(strcmp(got.version, sb.version) != 0);    /* the store's is new */
+    CHECK_OK(tfs_cache_lookup(c, "d/f", &is_dir, &sb2));
+    CHECK_STR(sb2.version, sb.version);
+    CHECK_OK(fs_inode_lookup(&t, "d/f", false, &sb2, NULL, &b));
+    CHECK(b == a);
+    CHECK_STR(a->version, sb.version);
+
+    /* Another version than the snapshot's: a new inode with its copy. */
+    CHECK_OK(fs_inode_lookup(&t, "d/f", false, &other, NULL, &b));
+    CHECK(b != a);
+    CHECK(b->version == b->vbuf);
+    CHECK_STR(b->version, "v-other");
+    CHECK_EQ(fs_inode_stat(b, &got)->size, 6);
+    CHECK_STR(got.version, "v-other");
+    CHECK_STR(a->version, sb.version);  /* the old one unchanged */
+    CHECK_OK(fs_inode_lookup(&t, "d/", true, NULL, NULL, &d));
+    CHECK(!d->key_borrowed);
+    CHECK_STR(d->version, "");
+
+    fs_itable_cleanup(&t);              /* before the cache it borrows */
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    remote_remove();
 }
 
 static unsigned alloc_budget;
@@ -197,5 +278,5 @@ TEST(fs_options)
 }
 
 TESTS(T(lookup_forget), T(new_version_new_inode), T(grow), T(key_ino),
-      T(alloc_failures), T(fs_options));
+      T(borrowed_version), T(alloc_failures), T(fs_options));
 TEST_MAIN()
