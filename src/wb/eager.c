@@ -14,8 +14,10 @@
  *               writer has moved past it, at most eager_parts of one
  *               file at a time; the writer only queues them, never waits
  *   finish      the uploader (up_put, after the seal and the upload
- *               delay) sends the tail and completes; anything wrong there
- *               falls back to the whole-file put
+ *               delay) sends the tail (from its own thread and up to
+ *               3 it starts, at the uploader's priority:
+ *               the part workers run below the writer's) and completes;
+ *               anything wrong there falls back to the whole-file put
  *
  * The rule that keeps the object right: a part is read from the data
  * file only after the writer has moved past it, and any later change to
@@ -32,7 +34,9 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "tierfs/log.h"
@@ -42,6 +46,10 @@
 #define EG_MAGIC      "TFSEAG1\n"       /* side file: magic, then fields */
 #define EG_ABORT_NS   10000000000ull    /* deadline of one abort */
 #define EG_GAPS       8                 /* ranges written out of order */
+#define EG_TAIL_THREADS 4               /* senders of a sealed file's tail */
+#ifndef EG_NICE
+#define EG_NICE       10                /* the part workers' nice value */
+#endif
 
 enum eg_state {
     EG_IDLE,                            /* following the writer; nothing
@@ -333,22 +341,20 @@ static int eg_grow(struct wb_eager *e)
 }
 
 /*
- * Queue the parts the writer has moved past (all that remain once
- * finishing), up to eager_parts in flight.  e->lock held.
+ * Queue the parts the writer has moved past, up to eager_parts in
+ * flight; none once finishing (the uploader sends the tail).  e->lock
+ * held.
  */
 static void eg_pump(struct wb_eager *e)
 {
     struct tfs_wb *wb = e->wb;
 
-    while (e->state == EG_RUNNING && e->inflight < wb->cfg.eager_parts) {
+    while (e->state == EG_RUNNING && !e->finishing &&
+           e->inflight < wb->cfg.eager_parts) {
         uint64_t off = (uint64_t)e->next * e->psize;
         uint64_t len = e->psize;
 
-        if (e->finishing && off >= e->final)
-            break;
-        if (e->finishing)
-            len = TFS_MIN(e->psize, e->final - off);
-        else if (off + e->psize > e->hi)
+        if (off + e->psize > e->hi)
             break;
         if (eg_grow(e) < 0 || eg_submit(e, EG_T_PART, e->next, off, len)) {
             eg_cancel_locked(e, WB_EAGER_ERROR);
@@ -410,21 +416,14 @@ static int eg_send(struct wb_eager *e, const struct eg_task *t, char *etag)
     return rc;
 }
 
-static void eg_do_part(struct wb_eager *e, const struct eg_task *t)
+/* Part t went (rc 0, etag) or not: record it, queue more.  e->lock
+   held. */
+static void eg_part_done(struct wb_eager *e, const struct eg_task *t,
+                         int rc, const char *etag)
 {
-    char etag[TFS_VERSION_MAX] = "";
-    int rc = 0;
-
-    pthread_mutex_lock(&e->lock);
-    if (e->state != EG_RUNNING)
-        rc = -ECANCELED;                /* no use sending it */
-    pthread_mutex_unlock(&e->lock);
-    if (rc == 0)
-        rc = eg_send(e, t, etag);
     if (rc < 0 && rc != -ECANCELED)
         TFS_INFO("eager upload of '%s': part %u failed: " TFS_CAUSE_FMT,
                  e->key, t->idx + 1, TFS_CAUSE_ARGS(rc, tfs_errdetail()));
-    pthread_mutex_lock(&e->lock);
     e->inflight--;
     if (rc == 0) {
         memcpy(e->etags[t->idx], etag, TFS_VERSION_MAX);
@@ -436,6 +435,21 @@ static void eg_do_part(struct wb_eager *e, const struct eg_task *t)
     eg_pump(e);
     eg_settle(e);
     pthread_cond_broadcast(&e->cond);
+}
+
+static void eg_do_part(struct wb_eager *e, const struct eg_task *t)
+{
+    char etag[TFS_VERSION_MAX] = "";
+    int rc = 0;
+
+    pthread_mutex_lock(&e->lock);
+    if (e->state != EG_RUNNING)
+        rc = -ECANCELED;                /* no use sending it */
+    pthread_mutex_unlock(&e->lock);
+    if (rc == 0)
+        rc = eg_send(e, t, etag);
+    pthread_mutex_lock(&e->lock);
+    eg_part_done(e, t, rc, etag);
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -458,10 +472,30 @@ static void eg_do_abort(struct wb_eager *e)
     pthread_mutex_unlock(&e->lock);
 }
 
+/*
+ * Run this worker below the writer: a part's send (and, on a store on
+ * the same machine, its receipt) competes with the writer for the CPU,
+ * and the writer must not slow down for it; an idle CPU still sends at
+ * full speed.  Once per thread; this thread only (Linux: a tid).
+ */
+static void eg_lower_priority(void)
+{
+    static _Thread_local bool done;
+
+    if (done)
+        return;
+    done = true;
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid),
+                    EG_NICE) < 0)
+        TFS_DEBUG("eager: cannot lower the part workers' priority: %s",
+                  tfs_strerror(-errno));
+}
+
 static void eg_run(struct tfs_pool_task *task)
 {
     struct eg_task *t = tfs_container_of(task, struct eg_task, task);
 
+    eg_lower_priority();
     if (t->kind == EG_T_CREATE)
         eg_do_create(t->e);
     else if (t->kind == EG_T_PART)
@@ -698,8 +732,80 @@ static unsigned eg_parts(const struct wb_eager *e, uint64_t size)
 }
 
 /*
- * Send what remains of e for an object of size bytes and wait for every
- * part: 0 when all went, else the upload is cancelled.  e->lock held.
+ * Send the next part of e (of an object of size bytes) from this thread,
+ * the uploader's: the part workers run below the writer's priority
+ * (eg_lower_priority), and once the file is sealed its tail must not
+ * wait behind other work.  e->lock held, dropped while sending.
+ */
+static void eg_send_here(struct wb_eager *e, uint64_t size)
+{
+    struct eg_task t = {.e = e, .kind = EG_T_PART, .idx = e->next};
+    char etag[TFS_VERSION_MAX] = "";
+    int rc = eg_grow(e);
+
+    t.off = (uint64_t)t.idx * e->psize;
+    t.len = TFS_MIN(e->psize, size - t.off);
+    if (rc < 0) {
+        eg_cancel_locked(e, WB_EAGER_ERROR);
+        return;
+    }
+    e->next++;
+    e->inflight++;
+    pthread_mutex_unlock(&e->lock);
+    rc = eg_send(e, &t, etag);
+    pthread_mutex_lock(&e->lock);
+    eg_part_done(e, &t, rc, etag);
+}
+
+/* Send parts of the tail until none is left.  e->lock held. */
+static void eg_tail_loop(struct wb_eager *e)
+{
+    while (e->state == EG_RUNNING && e->next < eg_parts(e, e->final))
+        eg_send_here(e, e->final);
+}
+
+static void *eg_tail_main(void *arg)
+{
+    struct wb_eager *e = arg;
+
+    pthread_mutex_lock(&e->lock);
+    eg_tail_loop(e);
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+/*
+ * The tail: what the part workers have not queued, sent by this thread
+ * and up to EG_TAIL_THREADS - 1 threads it starts, at its priority, as
+ * a put's part threads are (4 by default, upload_concurrency): the file
+ * is sealed, the writer is done, so this goes at full speed.  e->lock
+ * held, dropped inside.
+ */
+static void eg_tail(struct wb_eager *e)
+{
+    unsigned left = eg_parts(e, e->final) - e->next;
+    unsigned n = TFS_MIN(EG_TAIL_THREADS, left);
+    pthread_t tid[EG_TAIL_THREADS];
+    unsigned started = 0;
+
+    pthread_mutex_unlock(&e->lock);
+    for (unsigned i = 1; i < n; i++) {
+        if (pthread_create(&tid[started], NULL, eg_tail_main, e) != 0)
+            break;                      /* go on with fewer */
+        started++;
+    }
+    pthread_mutex_lock(&e->lock);
+    eg_tail_loop(e);
+    pthread_mutex_unlock(&e->lock);
+    for (unsigned i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    pthread_mutex_lock(&e->lock);
+}
+
+/*
+ * Send what remains of e for an object of size bytes (the tail from
+ * the uploader's thread and threads it starts) and wait for every part: 0 when all went,
+ * else the upload is cancelled.  e->lock held.
  */
 static int eg_drain(struct wb_eager *e, const char *key, uint64_t size)
 {
@@ -713,7 +819,7 @@ static int eg_drain(struct wb_eager *e, const char *key, uint64_t size)
         return -ECANCELED;
     e->finishing = true;
     e->final = size;
-    eg_pump(e);
+    eg_tail(e);
     while (e->state == EG_RUNNING &&
            (e->done < eg_parts(e, size) || e->inflight > 0))
         pthread_cond_wait(&e->cond, &e->lock);
