@@ -108,10 +108,14 @@ struct tfs_read_info {
 };
 
 /*
- * 1: the first table.  2: adds read_ex.  A table of an older version
- * simply has no members past its own; the core checks version first.
+ * 1: the first table.  2: adds read_ex.  3: adds part_size and the mpu_*
+ * ops.  A table of an older version simply has no members past its own;
+ * the core checks version first.
  */
-#define TFS_STORE_OPS_VERSION 2
+#define TFS_STORE_OPS_VERSION 3
+
+/* Bytes of a multipart upload's id (tfs_store_mpu_create), with the NUL. */
+#define TFS_UPLOAD_ID_MAX 512
 
 /*
  * The operations table a store implements.  Only src/store/store.c calls
@@ -179,6 +183,34 @@ struct tfs_store_ops {
     int  (*read_ex)(struct tfs_store *st, const char *key, void *buf,
                     size_t len, uint64_t off, const char *if_version,
                     size_t *nread, struct tfs_read_info *info);
+
+    /* ---- version 3 ---- */
+    /*
+     * Optional, all five or none: a multipart upload that the caller
+     * drives part by part (the mount's eager upload of a file being
+     * written, docs/writeback.md).  part_size: the part size the store
+     * wants when the object's length is not known yet (0: none).
+     * mpu_create starts an upload of key and fills upload_id
+     * (TFS_UPLOAD_ID_MAX bytes).  mpu_part sends part number part_no
+     * (1-based) from src and fills etag (TFS_VERSION_MAX bytes); sending a
+     * number again replaces that part.  mpu_complete makes the object of
+     * parts 1..n_parts (etags in order) visible at key, out (may be NULL)
+     * receiving its stat; nothing is visible at key before it returns.
+     * mpu_abort drops the upload and its parts; 0 when it is gone already
+     * (completed or aborted).  Wrappers pass all five through.
+     */
+    uint64_t (*part_size)(struct tfs_store *st);
+    int  (*mpu_create)(struct tfs_store *st, const char *key,
+                       char *upload_id);
+    int  (*mpu_part)(struct tfs_store *st, const char *key,
+                     const char *upload_id, unsigned part_no,
+                     const struct tfs_source *src, char *etag);
+    int  (*mpu_complete)(struct tfs_store *st, const char *key,
+                         const char *upload_id,
+                         const char (*etags)[TFS_VERSION_MAX],
+                         unsigned n_parts, struct tfs_stat *out);
+    int  (*mpu_abort)(struct tfs_store *st, const char *key,
+                      const char *upload_id);
 };
 
 /*
@@ -251,6 +283,25 @@ TFS_API int tfs_store_rename(struct tfs_store *st, const char *src,
 /* Rename where native, else copy then remove (not atomic). */
 TFS_API int tfs_store_move(struct tfs_store *st, const char *src,
                            const char *dst);
+
+/*
+ * Multipart uploads part by part (the ops above): -ENOTSUP where the
+ * store has none (posix), and tfs_store_part_size returns 0 there.  A
+ * part adds its bytes to put_bytes; a completion counts as a put.
+ * upload_id: TFS_UPLOAD_ID_MAX bytes; etag: TFS_VERSION_MAX bytes.
+ */
+TFS_API uint64_t tfs_store_part_size(struct tfs_store *st);
+TFS_API int tfs_store_mpu_create(struct tfs_store *st, const char *key,
+                                 char *upload_id);
+TFS_API int tfs_store_mpu_part(struct tfs_store *st, const char *key,
+                               const char *upload_id, unsigned part_no,
+                               const struct tfs_source *src, char *etag);
+TFS_API int tfs_store_mpu_complete(struct tfs_store *st, const char *key,
+                                   const char *upload_id,
+                                   const char (*etags)[TFS_VERSION_MAX],
+                                   unsigned n_parts, struct tfs_stat *out);
+TFS_API int tfs_store_mpu_abort(struct tfs_store *st, const char *key,
+                                const char *upload_id);
 
 /*
  * Walk every page of a listing, calling fn once per page.  fn returns 0

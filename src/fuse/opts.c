@@ -47,6 +47,8 @@ int tfs_fs_create(struct tfs_fs **out)
     fs->wcfg.upload_delay_ms = 1000;
     fs->wcfg.retry_max_ms = 30000;
     fs->wcfg.early_writeback = 8u << 20;
+    fs->wcfg.eager_parts = 1;           /* 2 slowed the writer: docs/
+                                           performance-write.md */
     *out = fs;
     return 0;
 }
@@ -95,6 +97,7 @@ static const struct tfs_opt_spec fs_opts[] = {
     FS_OPT("upload_delay", TFS_OPT_SEC_MS, wcfg.upload_delay_ms, 0, 1e7),
     FS_OPT("staging_wait", TFS_OPT_SEC_MS, wcfg.staging_wait_ms, 0, 1e7),
     FS_OPT("upload_retry_max", TFS_OPT_SEC_MS, wcfg.retry_max_ms, 0, 1e7),
+    FS_OPT("eager_parts", TFS_OPT_UINT, wcfg.eager_parts, 0, 16),
     FS_OPT("early_writeback", TFS_OPT_SIZE, wcfg.early_writeback, 0,
            TFS_OPT_NOMAX),
     {"metrics", TFS_OPT_STR, offsetof(struct tfs_fs, metrics), 0,

@@ -45,13 +45,15 @@ enum fault_op {
     FAULT_REMOVE,
     FAULT_COPY,
     FAULT_RENAME,
+    FAULT_PART,                         /* a part of a multipart upload */
+    FAULT_MPU,                          /* its create, complete, abort */
     FAULT_N_OPS
 };
 
 #define FAULT_ALL_OPS ((1u << FAULT_N_OPS) - 1)
 
 static const char *const fault_op_names[FAULT_N_OPS] = {
-    "stat", "read", "list", "put", "remove", "copy", "rename",
+    "stat", "read", "list", "put", "remove", "copy", "rename", "part", "mpu",
 };
 
 /* The random decisions one call can make, each drawn independently. */
@@ -385,7 +387,8 @@ static const struct fault_option {
     {"error", fault_set_error, "EIO, EAGAIN, ETIMEDOUT, ECONNRESET, "
                                "ECONNREFUSED, ENOENT, EACCES or server"},
     {"error_ops", fault_set_error_ops, "a comma list of stat, read, list, "
-                                       "put, remove, copy, rename or all"},
+                                       "put, remove, copy, rename, part, "
+                                       "mpu or all"},
     {"error_prefix", fault_set_error_prefix, "a key prefix under 256 "
                                              "bytes"},
     {"flip_rate", fault_set_flip_rate, "a probability in [0, 1]"},
@@ -786,6 +789,64 @@ static int fault_rename(struct tfs_store *st, const char *src,
     return fault_leave(&fc, rc);
 }
 
+/* Multipart uploads part by part: "mpu" faults their create, complete
+   and abort, "part" their parts, which pay the bandwidth cap as puts do. */
+static uint64_t fault_part_size(struct tfs_store *st)
+{
+    return tfs_store_part_size(tfs_store_next(st));
+}
+
+static int fault_mpu_create(struct tfs_store *st, const char *key,
+                            char *upload_id)
+{
+    struct fault_call fc;
+    int rc = fault_enter(st, &fc, FAULT_MPU, key);
+
+    if (rc == 0)
+        rc = tfs_store_mpu_create(fc.next, key, upload_id);
+    return fault_leave(&fc, rc);
+}
+
+static int fault_mpu_part(struct tfs_store *st, const char *key,
+                          const char *upload_id, unsigned part_no,
+                          const struct tfs_source *src, char *etag)
+{
+    struct fault_call fc;
+    int rc = fault_enter(st, &fc, FAULT_PART, key);
+
+    if (rc == 0)
+        rc = fault_throttle(&fc, src->len);
+    if (rc == 0)
+        rc = tfs_store_mpu_part(fc.next, key, upload_id, part_no, src,
+                                etag);
+    return fault_leave(&fc, rc);
+}
+
+static int fault_mpu_complete(struct tfs_store *st, const char *key,
+                              const char *upload_id,
+                              const char (*etags)[TFS_VERSION_MAX],
+                              unsigned n_parts, struct tfs_stat *out)
+{
+    struct fault_call fc;
+    int rc = fault_enter(st, &fc, FAULT_MPU, key);
+
+    if (rc == 0)
+        rc = tfs_store_mpu_complete(fc.next, key, upload_id, etags, n_parts,
+                                    out);
+    return fault_leave(&fc, rc);
+}
+
+static int fault_mpu_abort(struct tfs_store *st, const char *key,
+                           const char *upload_id)
+{
+    struct fault_call fc;
+    int rc = fault_enter(st, &fc, FAULT_MPU, key);
+
+    if (rc == 0)
+        rc = tfs_store_mpu_abort(fc.next, key, upload_id);
+    return fault_leave(&fc, rc);
+}
+
 /* ---- open / close ---- */
 
 /* Apply option o from the URI, else from the TIERFS_FAULT bag env. */
@@ -867,6 +928,11 @@ const struct tfs_store_ops tfs_fault_ops = {
     .remove    = fault_remove,
     .copy      = fault_copy,
     .rename    = fault_rename,
+    .part_size = fault_part_size,
+    .mpu_create = fault_mpu_create,
+    .mpu_part  = fault_mpu_part,
+    .mpu_complete = fault_mpu_complete,
+    .mpu_abort = fault_mpu_abort,
 };
 
 /* ---- public functions ---- */

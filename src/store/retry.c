@@ -403,6 +403,102 @@ static int retry_rename(struct tfs_store *st, const char *src,
     return retry_run(st, &op);
 }
 
+/*
+ * Multipart uploads part by part.  A part is sent again whole (the
+ * store replaces a part number sent twice); a create retried after a
+ * lost answer may leave an empty upload behind (a lifecycle rule covers
+ * it, docs/s3.md); an abort of an upload that is gone succeeds.
+ */
+struct retry_mpu_args {
+    const char                 *key;
+    const char                 *upload_id;
+    char                       *id_out;
+    unsigned                    part_no;
+    const struct tfs_source    *src;
+    char                       *etag;
+    const char                (*etags)[TFS_VERSION_MAX];
+    struct tfs_stat            *out;
+};
+
+static uint64_t retry_part_size(struct tfs_store *st)
+{
+    return tfs_store_part_size(tfs_store_next(st));
+}
+
+static int retry_mpu_create_once(struct tfs_store *next, void *arg)
+{
+    struct retry_mpu_args *a = arg;
+
+    return tfs_store_mpu_create(next, a->key, a->id_out);
+}
+
+static int retry_mpu_create(struct tfs_store *st, const char *key,
+                            char *upload_id)
+{
+    struct retry_mpu_args a = {.key = key, .id_out = upload_id};
+    struct retry_op op = {"mpu create", key, retry_mpu_create_once, &a, 0};
+
+    return retry_run(st, &op);
+}
+
+static int retry_mpu_part_once(struct tfs_store *next, void *arg)
+{
+    struct retry_mpu_args *a = arg;
+
+    return tfs_store_mpu_part(next, a->key, a->upload_id, a->part_no,
+                              a->src, a->etag);
+}
+
+static int retry_mpu_part(struct tfs_store *st, const char *key,
+                          const char *upload_id, unsigned part_no,
+                          const struct tfs_source *src, char *etag)
+{
+    struct retry_mpu_args a = {.key = key, .upload_id = upload_id,
+                               .part_no = part_no, .src = src,
+                               .etag = etag};
+    struct retry_op op = {"part", key, retry_mpu_part_once, &a, src->len};
+
+    return retry_run(st, &op);
+}
+
+static int retry_mpu_complete_once(struct tfs_store *next, void *arg)
+{
+    struct retry_mpu_args *a = arg;
+
+    return tfs_store_mpu_complete(next, a->key, a->upload_id, a->etags,
+                                  a->part_no, a->out);
+}
+
+static int retry_mpu_complete(struct tfs_store *st, const char *key,
+                              const char *upload_id,
+                              const char (*etags)[TFS_VERSION_MAX],
+                              unsigned n_parts, struct tfs_stat *out)
+{
+    struct retry_mpu_args a = {.key = key, .upload_id = upload_id,
+                               .part_no = n_parts, .etags = etags,
+                               .out = out};
+    struct retry_op op = {"mpu complete", key, retry_mpu_complete_once, &a,
+                          0};
+
+    return retry_run(st, &op);
+}
+
+static int retry_mpu_abort_once(struct tfs_store *next, void *arg)
+{
+    struct retry_mpu_args *a = arg;
+
+    return tfs_store_mpu_abort(next, a->key, a->upload_id);
+}
+
+static int retry_mpu_abort(struct tfs_store *st, const char *key,
+                           const char *upload_id)
+{
+    struct retry_mpu_args a = {.key = key, .upload_id = upload_id};
+    struct retry_op op = {"mpu abort", key, retry_mpu_abort_once, &a, 0};
+
+    return retry_run(st, &op);
+}
+
 /* ---- open ---- */
 
 static int retry_open(struct tfs_store *st, const char *location)
@@ -444,6 +540,11 @@ const struct tfs_store_ops tfs_retry_ops = {
     .remove    = retry_remove,
     .copy      = retry_copy,
     .rename    = retry_rename,
+    .part_size = retry_part_size,
+    .mpu_create = retry_mpu_create,
+    .mpu_part  = retry_mpu_part,
+    .mpu_complete = retry_mpu_complete,
+    .mpu_abort = retry_mpu_abort,
 };
 
 /* ---- public function ---- */

@@ -1073,6 +1073,8 @@ struct s3_mpu {
     uint64_t                 len;       /* bytes of the whole object */
     uint64_t                 part_size;
     unsigned                 n_parts;
+    unsigned                 num_base;  /* part i is number num_base+i+1
+                                           (0, but for s3_mpu_part_op) */
     char                   (*etags)[TFS_VERSION_MAX]; /* [n_parts] */
     atomic_uint              next;      /* next part index to take */
     atomic_bool              failed;    /* stop taking parts */
@@ -1182,7 +1184,7 @@ static int s3_mpu_part(struct s3_mpu *m, unsigned i)
     struct tfs_buf xml;
     int rc;
 
-    snprintf(num, sizeof(num), "%u", i + 1);
+    snprintf(num, sizeof(num), "%u", m->num_base + i + 1);
     tfs_buf_init(&xml, S3_ERRBODY_MAX);
     if (m->src != NULL) {
         req.body = (struct s3_body){.src = m->src, .off = off, .len = len};
@@ -1202,7 +1204,7 @@ static int s3_mpu_part(struct s3_mpu *m, unsigned i)
         memcpy(m->etags[i], resp.etag, TFS_VERSION_MAX);
     if (rc == 0 && m->etags[i][0] == '\0')
         rc = tfs_err(TFS_EPROTO, "S3 gave no ETag for part %u (PUT /%s/%s)",
-                     i + 1, m->p->bucket, m->key);
+                     m->num_base + i + 1, m->p->bucket, m->key);
     tfs_buf_cleanup(&xml);
     return rc;
 }
@@ -1603,6 +1605,100 @@ static int s3_copy(struct tfs_store *st, const char *src_key,
     return rc;
 }
 
+/* ---- write side: multipart uploads part by part (the eager upload) ---- */
+
+#define S3_EAGER_PART (16u << 20)       /* part_size when none was given */
+
+_Static_assert(TFS_UPLOAD_ID_MAX == S3_UPLOAD_ID_MAX,
+               "an upload id fits the public buffer");
+
+/*
+ * The part size of an upload whose length is not known yet: the
+ * part_size option when given, else 16 MiB (puts scale theirs with the
+ * object, 8 to 64 MiB; here the length is unknown, and a smaller part
+ * leaves less to send after the last write).
+ */
+static uint64_t s3_part_size_op(struct tfs_store *st)
+{
+    const struct s3_priv *p = tfs_store_priv(st);
+
+    return p->part_size_auto ? S3_EAGER_PART : p->part_size;
+}
+
+static int s3_mpu_create_op(struct tfs_store *st, const char *key,
+                            char *upload_id)
+{
+    struct s3_priv *p = tfs_store_priv(st);
+    char full[S3_KEY_MAX + 1];
+    struct s3_mpu m = {.p = p, .key = full};
+    int rc = s3_full_key(p, key, full);
+
+    if (rc == 0)
+        rc = s3_mpu_initiate(&m);
+    if (rc == 0)
+        memcpy(upload_id, m.upload_id, TFS_UPLOAD_ID_MAX);
+    return rc;
+}
+
+/* Part part_no, the whole of src, with the retries a put's parts get. */
+static int s3_mpu_part_op(struct tfs_store *st, const char *key,
+                          const char *upload_id, unsigned part_no,
+                          const struct tfs_source *src, char *etag)
+{
+    struct s3_priv *p = tfs_store_priv(st);
+    char full[S3_KEY_MAX + 1];
+    char tag[1][TFS_VERSION_MAX];
+    struct s3_mpu m = {.p = p, .key = full, .src = src, .len = src->len,
+                       .part_size = src->len, .n_parts = 1,
+                       .num_base = part_no - 1, .etags = tag};
+    int rc = s3_full_key(p, key, full);
+
+    if (rc < 0)
+        return rc;
+    if (part_no > S3_MAX_PARTS || src->len > S3_MAX_PART || src->len == 0)
+        return tfs_err(-EFBIG, "part %u of %" PRIu64 " bytes is out of S3's "
+                       "bounds (/%s/%s)", part_no, src->len, p->bucket, full);
+    snprintf(m.upload_id, sizeof(m.upload_id), "%s", upload_id);
+    tag[0][0] = '\0';
+    rc = s3_mpu_part_retried(&m, 0);
+    if (rc == 0)
+        memcpy(etag, tag[0], TFS_VERSION_MAX);
+    return rc;
+}
+
+/* Complete, then HEAD for out (RGW 16 gives no ETag in the answer). */
+static int s3_mpu_complete_op(struct tfs_store *st, const char *key,
+                              const char *upload_id,
+                              const char (*etags)[TFS_VERSION_MAX],
+                              unsigned n_parts, struct tfs_stat *out)
+{
+    struct s3_priv *p = tfs_store_priv(st);
+    char full[S3_KEY_MAX + 1];
+    struct s3_mpu m = {.p = p, .key = full, .n_parts = n_parts,
+                       .etags = (char (*)[TFS_VERSION_MAX])etags};
+    int rc = s3_full_key(p, key, full);
+
+    if (rc < 0)
+        return rc;
+    snprintf(m.upload_id, sizeof(m.upload_id), "%s", upload_id);
+    rc = s3_mpu_complete(&m);
+    if (rc == 0)
+        s3_aborts_retry(p);             /* the server answers again */
+    if (rc == 0 && out != NULL)
+        rc = s3_head(p, full, out);
+    return rc;
+}
+
+static int s3_mpu_abort_op(struct tfs_store *st, const char *key,
+                           const char *upload_id)
+{
+    struct s3_priv *p = tfs_store_priv(st);
+    char full[S3_KEY_MAX + 1];
+    int rc = s3_full_key(p, key, full);
+
+    return rc < 0 ? rc : s3_abort_once(p, full, upload_id);
+}
+
 const struct tfs_store_ops tfs_s3_ops = {
     .version   = TFS_STORE_OPS_VERSION,
     .scheme    = "s3",
@@ -1618,4 +1714,9 @@ const struct tfs_store_ops tfs_s3_ops = {
     .copy      = s3_copy,
     .rename    = NULL,                  /* the core copies, then removes */
     .identity  = s3_identity,
+    .part_size = s3_part_size_op,
+    .mpu_create = s3_mpu_create_op,
+    .mpu_part  = s3_mpu_part_op,
+    .mpu_complete = s3_mpu_complete_op,
+    .mpu_abort = s3_mpu_abort_op,
 };

@@ -672,6 +672,95 @@ int tfs_store_move(struct tfs_store *st, const char *src, const char *dst)
     return tfs_store_remove(st, src);
 }
 
+/* ---- multipart uploads part by part ---- */
+
+/* The table has the version 3 ops (the five come together). */
+static bool store_has_mpu(const struct tfs_store *st)
+{
+    return st->ops->version >= 3 && st->ops->mpu_create != NULL;
+}
+
+/* Count a failure of an op that has no counter of its own. */
+static int store_count_err(struct tfs_store *st, int rc)
+{
+    if (rc < 0)
+        atomic_fetch_add(&st->n_error, 1);
+    return rc;
+}
+
+uint64_t tfs_store_part_size(struct tfs_store *st)
+{
+    assert(st != NULL);
+    if (st->ops->version < 3 || st->ops->part_size == NULL)
+        return 0;
+    return st->ops->part_size(st);
+}
+
+int tfs_store_mpu_create(struct tfs_store *st, const char *key,
+                         char *upload_id)
+{
+    int rc;
+
+    assert(st != NULL && key != NULL && upload_id != NULL);
+    tfs_errdetail_clear();
+    rc = tfs_key_check(key);
+    if (rc == 0)
+        rc = store_has_mpu(st) ? st->ops->mpu_create(st, key, upload_id)
+                               : -ENOTSUP;
+    return store_count_err(st, rc);
+}
+
+int tfs_store_mpu_part(struct tfs_store *st, const char *key,
+                       const char *upload_id, unsigned part_no,
+                       const struct tfs_source *src, char *etag)
+{
+    int rc;
+
+    assert(st != NULL && key != NULL && upload_id != NULL && src != NULL &&
+           etag != NULL && part_no > 0);
+    tfs_errdetail_clear();
+    rc = tfs_key_check(key);
+    if (rc == 0)
+        rc = store_has_mpu(st) ? st->ops->mpu_part(st, key, upload_id,
+                                                   part_no, src, etag)
+                               : -ENOTSUP;
+    if (rc == 0)
+        atomic_fetch_add(&st->put_bytes, src->len);
+    return store_count_err(st, rc);
+}
+
+int tfs_store_mpu_complete(struct tfs_store *st, const char *key,
+                           const char *upload_id,
+                           const char (*etags)[TFS_VERSION_MAX],
+                           unsigned n_parts, struct tfs_stat *out)
+{
+    int rc;
+
+    assert(st != NULL && key != NULL && upload_id != NULL &&
+           etags != NULL && n_parts > 0);
+    tfs_errdetail_clear();
+    rc = tfs_key_check(key);
+    if (rc == 0)
+        rc = store_has_mpu(st) ? st->ops->mpu_complete(st, key, upload_id,
+                                                       etags, n_parts, out)
+                               : -ENOTSUP;
+    return store_count(st, &st->n_put, rc);
+}
+
+int tfs_store_mpu_abort(struct tfs_store *st, const char *key,
+                        const char *upload_id)
+{
+    int rc;
+
+    assert(st != NULL && key != NULL && upload_id != NULL);
+    tfs_errdetail_clear();
+    rc = tfs_key_check(key);
+    if (rc == 0)
+        rc = store_has_mpu(st) ? st->ops->mpu_abort(st, key, upload_id)
+                               : -ENOTSUP;
+    return store_count_err(st, rc);
+}
+
 int tfs_store_list_all(struct tfs_store *st, const char *prefix,
                        const char *delim, tfs_list_fn *fn, void *arg)
 {

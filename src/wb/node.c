@@ -298,6 +298,7 @@ void wb_node_put(struct wb_node *n)
     if (n == NULL || atomic_fetch_sub(&n->refs, 1) != 1)
         return;
     wb = n->wb;
+    wb_eager_cancel(n, WB_EAGER_QUIET, true);
     if (n->fd >= 0)
         close(n->fd);
     if (!atomic_load(&wb->closing)) {
@@ -433,6 +434,7 @@ static int node_unseal(struct tfs_wb *wb, struct wb_node *n, uint64_t keep)
     }
     if (n->fd >= 0)
         close(n->fd);
+    wb_eager_cancel(n, WB_EAGER_REWRITE, true);     /* of the old file */
     /* The old file stays: it is the sealed one, or unreferenced (a node
        out of the view), in which case it goes now. */
     pthread_mutex_lock(&wb->lock);
@@ -569,6 +571,8 @@ int wb_node_write(struct tfs_wb *wb, struct wb_node *n, const void *buf,
         node_changed(wb, n, off + done, false);
     if (done > 0)
         node_kick(wb, n, fd, off + done);
+    if (done > 0)
+        wb_eager_wrote(wb, n, off, off + done);
     pthread_rwlock_unlock(&n->rw);
     atomic_fetch_add(&wb->n.writes, 1);
     atomic_fetch_add(&wb->n.write_bytes, done);
@@ -589,6 +593,7 @@ int wb_node_truncate(struct tfs_wb *wb, struct wb_node *n, uint64_t size)
     if (rc < 0)
         return rc;
     pthread_rwlock_wrlock(&n->rw);
+    wb_eager_cancel(n, WB_EAGER_REWRITE, false);
     if (n->cur_sealed || n->id == 0)
         rc = node_unseal(wb, n, TFS_MIN(size, cur));
     fd = rc == 0 ? node_fd(wb, n) : -1;
@@ -673,6 +678,7 @@ int wb_node_replace(struct tfs_wb *wb, struct wb_node *n, const char *key,
     }
     if (n->fd >= 0)
         close(n->fd);
+    wb_eager_cancel(n, WB_EAGER_REWRITE, true);     /* of the old file */
     node_forget_files(wb, n);           /* out of the view: unreferenced */
     n->fd = fd;
     n->id = id;
@@ -772,6 +778,8 @@ int wb_node_seal(struct tfs_wb *wb, struct wb_node *n)
     pthread_mutex_unlock(&n->lock);
     if (dirty)
         rc = node_seal_locked(wb, n, &old_id, &old_size, &end);
+    if (dirty && rc == 0)
+        wb_eager_sealed(n);
     if (rc == 0 && dirty) {
         pthread_mutex_lock(&n->lock);
         n->dirty = false;

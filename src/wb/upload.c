@@ -8,6 +8,7 @@
  *   operations  put a sealed data file (multipart with parallel parts is
  *               the store's), move an object, remove one, check a hidden
  *               directory; the bandwidth cap is charged per file
+ *               (an eager upload of the file, eager.c, only completes)
  *   completion  the metadata cache learns the change first, then the
  *               entry leaves the overlay (a journaled CLEAR); transient
  *               failures back off exponentially and try again, forever;
@@ -265,6 +266,10 @@ static int up_put(struct tfs_wb *wb, struct wb_op *op)
                      op->size);
         goto out_close;
     }
+    /* An eager upload sent most of it already (charged part by part). */
+    rc = wb_eager_finish(wb, op->node, op->id, op->key, op->size, &op->out);
+    if (rc == 0)
+        goto out_close;
     tfs_ratelimit_take(&wb->bw, op->size);
     rc = tfs_store_put_source(wb->st, op->key, &src, &op->out);
 out_close:
@@ -637,6 +642,8 @@ int wb_upload_start(struct tfs_wb *wb)
 {
     int rc = tfs_pool_create(&wb->pool, wb->cfg.upload_jobs);
 
+    if (rc == 0)
+        rc = wb_eager_start(wb);
     if (rc < 0)
         return rc;
     tfs_ratelimit_init(&wb->bw, wb->cfg.upload_bw);
@@ -658,6 +665,7 @@ void wb_upload_stop(struct tfs_wb *wb)
     }
     tfs_pool_destroy(wb->pool);         /* operations in flight finish */
     wb->pool = NULL;
+    wb_eager_stop(wb);                  /* after the puts that wait on it */
 }
 
 /* ---- sync ---- */

@@ -165,6 +165,7 @@ struct wb_node *wb_ent_set_own(struct tfs_wb *wb, struct wb_ent *e, int kind,
     if (e->kind == WB_NODE && !(kind == WB_NODE && node == e->node)) {
         old = e->node;
         old->ent = NULL;
+        wb_eager_cancel(old, WB_EAGER_RENAME, false);  /* left its key */
     }
     if (kind == WB_MOVED && (s = wb_ent_find(wb, src)) != NULL)
         s->pins++;                      /* before unpinning the old one */

@@ -446,6 +446,7 @@ int wb_open(struct tfs_wb **out, const struct wb_cfg *cfg,
     wb->store_dirs = (tfs_store_caps(st) & TFS_SCAP_DIRS) != 0;
     wb->lock_fd = wb->data_fd = wb->j.dir_fd = wb->j.fd = -1;
     wb->lost_fd = -1;
+    wb->eager_fd = -1;
     atomic_init(&wb->next_nid, 1);
     atomic_init(&wb->next_id, 1);
     pthread_rwlock_init(&wb->ns_lock, NULL);
@@ -461,6 +462,8 @@ int wb_open(struct tfs_wb **out, const struct wb_cfg *cfg,
         rc = wb_staging_open(wb);
     if (rc == 0)
         rc = wb_recover(wb);
+    if (rc == 0)
+        rc = wb_eager_open(wb);
     if (rc == 0)
         rc = wb_upload_start(wb);
     wb->opened = rc == 0;
@@ -492,6 +495,7 @@ static void wb_remove_staging(struct tfs_wb *wb)
         return;
     if (unlinkat(wb->j.dir_fd, "data", AT_REMOVEDIR) < 0)
         return;
+    unlinkat(wb->j.dir_fd, "eager", AT_REMOVEDIR);  /* kept when not empty */
     unlinkat(wb->j.dir_fd, "journal", 0);
     unlinkat(wb->j.dir_fd, "lock", 0);
     rmdir(wb->cfg.staging_dir);
@@ -538,6 +542,8 @@ void wb_close(struct tfs_wb *wb)
         close(wb->data_fd);
     if (wb->lost_fd >= 0)
         close(wb->lost_fd);
+    if (wb->eager_fd >= 0)
+        close(wb->eager_fd);
     if (wb->j.dir_fd >= 0)
         close(wb->j.dir_fd);
     if (wb->lock_fd >= 0)
@@ -637,6 +643,13 @@ void wb_metrics_get(struct tfs_wb *wb, struct wb_metrics *s)
     s->backpressure_waits = WB_N(waits);
     s->backpressure_seconds = (double)WB_N(wait_ns) / 1e9;
     s->compactions = WB_N(compactions);
+    s->eager_uploads = WB_N(eager_uploads);
+    s->eager_completed = WB_N(eager_completed);
+    s->eager_bytes = WB_N(eager_bytes);
+    s->eager_aborted_rewrite = WB_N(eager_rewrite);
+    s->eager_aborted_rename = WB_N(eager_rename);
+    s->eager_aborted_error = WB_N(eager_error);
+    s->eager_recovered = WB_N(eager_recovered);
 }
 
 int wb_metrics_json_more(void *arg, struct tfs_buf *b)

@@ -51,6 +51,10 @@ struct wb_cfg {
                                            in a staged file before they are
                                            sent to disk ahead of the seal;
                                            0: at the seal only */
+    unsigned    eager_parts;            /* parts of one file sent at once
+                                           while it is written (eager
+                                           upload, where the store has
+                                           multipart); 0: off */
 };
 
 /*
@@ -280,7 +284,22 @@ void wb_usage(struct tfs_wb *wb, uint64_t *used, uint64_t *max);
     X(U64, journal_bytes, GAUGE, BYTES, NULL, "size of the journal")       \
     X(U64, compactions, COUNTER, COUNT, NULL, "journal rewrites")          \
     X(U64, parked, GAUGE, COUNT, NULL,                                     \
-      "changes parked after a permanent error (also pending)")
+      "changes parked after a permanent error (also pending)")             \
+    X(U64, eager_uploads, COUNTER, COUNT, NULL,                            \
+      "eager uploads started (parts sent while the file is written)")      \
+    X(U64, eager_completed, COUNTER, COUNT, NULL,                          \
+      "eager uploads completed (the file's upload took no whole put)")     \
+    X(U64, eager_bytes, COUNTER, BYTES, NULL,                              \
+      "bytes sent as parts of eager uploads")                              \
+    X(U64, eager_aborted_rewrite, COUNTER, COUNT, NULL,                    \
+      "eager uploads cancelled by a write behind the parts sent, a "       \
+      "truncate or a copy on write")                                       \
+    X(U64, eager_aborted_rename, COUNTER, COUNT, NULL,                     \
+      "eager uploads cancelled by a rename or unlink before the complete") \
+    X(U64, eager_aborted_error, COUNTER, COUNT, NULL,                      \
+      "eager uploads cancelled by a store error (the whole file is put)")  \
+    X(U64, eager_recovered, COUNTER, COUNT, NULL,                          \
+      "uploads aborted from side files of an earlier mount or an unmount")
 
 /* A snapshot of the write-back's figures. */
 struct wb_metrics {

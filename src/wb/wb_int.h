@@ -10,10 +10,12 @@
  *              rename
  *   journal.c  the journal: records, group commit, replay, compaction
  *   upload.c   the uploader: scheduling, store operations, retries, sync
+ *   eager.c    eager uploads: a file's parts sent while it is written
  *   wb.c       open (recovery), close, statistics
  *
  * Lock order: wb->ns_lock, then node->rw, then wb->lock, then
- * node->lock, then the journal's locks.  No lock is held across store
+ * node->lock, then an eager upload's lock (eager.c), then the journal's
+ * locks.  No lock is held across store
  * I/O; node->rw is held across local file I/O of that node only.
  */
 #ifndef TFS_WB_INT_H
@@ -161,6 +163,10 @@ struct wb_node {
                                            asked for yet (node_kick); lock */
     uint64_t         up_gen;            /* sealed_gen in the store; lock */
     struct tfs_stat  up_st;             /* its stat there; lock */
+    struct wb_eager *eager;             /* the eager upload of data file
+                                           id, or NULL; lock */
+    uint64_t         eager_tried;       /* the data file one was started
+                                           for (never twice); lock */
     /* protected by wb->lock */
     struct wb_ent   *ent;               /* its entry, NULL: detached */
     bool             maybe_in_store;    /* the store may hold an object
@@ -289,6 +295,59 @@ struct wb_hurry {
     struct wb_hurry *next;              /* wb->hurry list; wb->lock */
 };
 
+/* ---- eager uploads (eager.c) ---- */
+
+struct wb_eager;
+
+/* Why an eager upload was cancelled (counted in the statistics). */
+enum wb_eager_why {
+    WB_EAGER_QUIET,                     /* not counted: closing, no store
+                                           support */
+    WB_EAGER_REWRITE,                   /* a write behind the parts sent, a
+                                           truncate, a new data file */
+    WB_EAGER_RENAME,                    /* the file left its key: rename,
+                                           unlink, replaced */
+    WB_EAGER_ERROR,                     /* a part, the create or the
+                                           complete failed */
+};
+
+/* Create STAGING/eager, abort what the last mount left there; decide
+   whether this mount uploads eagerly (its store, eager_parts). */
+int wb_eager_open(struct tfs_wb *wb);
+/* Start and stop the eager pool (stop also aborts what is left). */
+int wb_eager_start(struct tfs_wb *wb);
+void wb_eager_stop(struct tfs_wb *wb);
+/*
+ * Abort every upload named in STAGING/eager and remove its side file;
+ * -EAGAIN when some are kept (the store did not answer).
+ */
+int wb_eager_recover(struct tfs_wb *wb);
+/*
+ * A write of [off, end) reached n's data file: follow what is written
+ * from offset 0 on, start an eager upload once that passes the first
+ * part, queue the parts the writer has moved past, cancel on a write
+ * behind them.  Never waits.  n->rw held.
+ */
+void wb_eager_wrote(struct tfs_wb *wb, struct wb_node *n, uint64_t off,
+                    uint64_t end);
+/* n was sealed: forget an eager upload that never started or stopped
+   (the memory of one per small file).  n->rw held. */
+void wb_eager_sealed(struct wb_node *n);
+/*
+ * Cancel n's eager upload (why: wb_eager_why); with drop, forget it (a
+ * new data file, the node's end).  Never waits.  Any lock up to
+ * wb->lock held, not node->lock.
+ */
+void wb_eager_cancel(struct wb_node *n, int why, bool drop);
+/*
+ * The uploader's put of n's sealed data file id (size bytes) at key:
+ * when an eager upload of it runs, send the rest, wait, complete: 0 with
+ * out filled.  1 when there is none or it failed (cancelled, counted):
+ * the caller puts the whole file.
+ */
+int wb_eager_finish(struct tfs_wb *wb, struct wb_node *n, uint64_t id,
+                    const char *key, uint64_t size, struct tfs_stat *out);
+
 /* ---- the write-back object ---- */
 
 struct wb_counters {
@@ -307,6 +366,13 @@ struct wb_counters {
     atomic_uint_fast64_t wait_ns;
     atomic_uint_fast64_t copies;        /* copy-on-write of sealed data */
     atomic_uint_fast64_t compactions;
+    atomic_uint_fast64_t eager_uploads;   /* eager uploads created */
+    atomic_uint_fast64_t eager_completed; /* ... and completed */
+    atomic_uint_fast64_t eager_bytes;     /* bytes of their parts sent */
+    atomic_uint_fast64_t eager_rewrite;   /* cancelled: WB_EAGER_REWRITE */
+    atomic_uint_fast64_t eager_rename;    /* cancelled: WB_EAGER_RENAME */
+    atomic_uint_fast64_t eager_error;     /* cancelled: WB_EAGER_ERROR */
+    atomic_uint_fast64_t eager_recovered; /* aborted from side files */
 };
 
 struct tfs_wb {
@@ -341,6 +407,12 @@ struct tfs_wb {
                                            less a reserve (node.c) */
     struct wb_journal    j;
     void                *replay;        /* during wb_open only (wb.c) */
+
+    /* eager uploads (eager.c) */
+    int                  eager_fd;      /* staging/eager */
+    uint64_t             eager_part;    /* part size; 0: off */
+    atomic_bool          eager_off;     /* off (the store has none) */
+    struct tfs_pool     *epool;         /* eager_parts workers */
 
     /* uploader */
     struct tfs_pool     *pool;

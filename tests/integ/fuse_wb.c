@@ -31,6 +31,14 @@
  *                 store, the first too or its data in lost+found; an
  *                 emptied journal beside 2 data files refuses the mount,
  *                 data kept
+ *   eager         eager uploads (S3): a 72 MiB sequential write's parts go
+ *                 before its close (the metric), the object appears only
+ *                 at the complete, byte-exact; a write behind the parts
+ *                 sent, a rename before the complete and a failing part
+ *                 (fault store) cancel it and the whole file goes; kill
+ *                 -9 with one under way: recovery aborts it (its upload
+ *                 id takes no part) and puts the file.  posix: nothing
+ *                 eager, the file goes whole
  *   many_files    TFS_TEST_WB_MANY_FILES (3000; S3: 600, each new name costs
  *                 a lookup there) files pending in a daemon under
  *                 RLIMIT_NOFILE TFS_TEST_WB_NOFILE (512; S3: 256, soft and
@@ -909,6 +917,201 @@ TEST(journal)
     free(data);
 }
 
+/* ---- eager uploads ---- */
+
+/* Wait up to ms for the figure at path to reach min. */
+static bool stat_wait(const char *path, double min, unsigned ms)
+{
+    uint64_t end = now_ms() + ms;
+
+    while (stat_num(path) < min && now_ms() < end)
+        sleep_ms(20);
+    if (stat_num(path) < min)
+        fprintf(stderr, "    %s: %g, not %g after %u ms\n", path,
+                stat_num(path), min, ms);
+    return stat_num(path) >= min;
+}
+
+/* pwrite len bytes at off in chunk-byte writes. */
+static void fd_write(int fd, const unsigned char *p, size_t len,
+                     uint64_t off, size_t chunk)
+{
+    for (size_t done = 0; done < len;) {
+        size_t n = len - done < chunk ? len - done : chunk;
+        ssize_t w = pwrite(fd, p + done, n, (off_t)(off + done));
+        CHECK(w > 0);
+        done += (size_t)w;
+    }
+}
+
+/* The key and upload id of the one side file in STAGING/eager. */
+static void eager_side(const char *stg, char *key, size_t ksize, char *id,
+                       size_t isize)
+{
+    char dir[PATH_MAX + 16], path[PATH_MAX + 64];
+    unsigned char b[2048];
+    struct dirent *de;
+    size_t klen, ilen;
+    ssize_t n = -1;
+    DIR *d;
+
+    sfmt(dir, sizeof(dir), "%s/eager", stg);
+    CHECK_EQ(dir_count(dir, ""), 1);
+    d = opendir(dir);
+    CHECK(d != NULL);
+    while ((de = readdir(d)) != NULL && n < 0) {
+        int fd;
+        if (de->d_name[0] == '.')
+            continue;
+        sfmt(path, sizeof(path), "%s/%s", dir, de->d_name);
+        fd = open(path, O_RDONLY);
+        n = fd >= 0 ? read(fd, b, sizeof(b)) : -1;
+        if (fd >= 0)
+            close(fd);
+    }
+    closedir(d);
+    CHECK(n > 12 && memcmp(b, "TFSEAG1\n", 8) == 0);
+    klen = b[8] | (size_t)b[9] << 8;
+    CHECK(klen < ksize && 10 + klen + 2 <= (size_t)n);
+    ilen = b[10 + klen] | (size_t)b[11 + klen] << 8;
+    CHECK(ilen < isize && 12 + klen + ilen == (size_t)n);
+    sfmt(key, ksize, "%.*s", (int)klen, (const char *)b + 10);
+    sfmt(id, isize, "%.*s", (int)ilen, (const char *)b + 12 + klen);
+}
+
+/* A sequential write's parts go before the close, the object appears
+   only at the complete, byte-exact; a rewrite behind and a rename
+   cancel it and the whole file goes. */
+static void eager_cases(const char *pre, unsigned char *d, size_t big,
+                        size_t mid)
+{
+    char path[PATH_MAX + 64], path2[PATH_MAX + 64];
+    unsigned char *d2 = malloc(mid);
+    int fd;
+
+    mp(path, sizeof(path), "seq");
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    fd_write(fd, d, big, 0, MIB);
+    CHECK(stat_wait("writeback.eager_bytes", 64.0 * MIB, 30000));
+    CHECK(!store_has(pre, "seq"));
+    CHECK(close(fd) == 0);
+    CHECK(!store_has(pre, "seq"));      /* the upload delay holds it */
+    sync_ok("seq");
+    CHECK(store_equals(pre, "seq", d, big));
+    CHECK_EQ(stat_num("writeback.eager_completed"), 1);
+    CHECK_EQ(stat_num("writeback.eager_bytes"), big);
+    /* a write into a part already sent */
+    memcpy(d2, d + MIB, mid);
+    mp(path, sizeof(path), "rw");
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    fd_write(fd, d2, mid, 0, MIB);
+    CHECK(stat_wait("writeback.eager_bytes", (double)big + 16.0 * MIB,
+                    30000));
+    memset(d2 + 1000, 0x5a, 1000);
+    fd_write(fd, d2 + 1000, 1000, 1000, 1000);
+    CHECK(close(fd) == 0);
+    sync_ok("rw");
+    CHECK(store_equals(pre, "rw", d2, mid));
+    CHECK_EQ(stat_num("writeback.eager_aborted_rewrite"), 1);
+    CHECK_EQ(stat_num("writeback.eager_completed"), 1);
+    /* write-then-rename: the upload at the old key never completes */
+    mp(path, sizeof(path), "x.tmp");
+    CHECK_OK(write_file(path, d + 2 * MIB, mid, O_TRUNC, MIB));
+    CHECK(stat_wait("writeback.eager_uploads", 3, 30000));
+    mp(path2, sizeof(path2), "x");
+    CHECK(rename(path, path2) == 0);
+    sync_ok(NULL);
+    CHECK(store_equals(pre, "x", d + 2 * MIB, mid));
+    CHECK(!store_has(pre, "x.tmp"));
+    CHECK_EQ(stat_num("writeback.eager_aborted_rename"), 1);
+    CHECK_EQ(stat_num("writeback.eager_completed"), 1);
+    free(d2);
+}
+
+/* kill -9 with an eager upload under way: recovery aborts it (its
+   upload id no longer takes parts) and puts the sealed file whole. */
+static void eager_crash(unsigned char *d, size_t mid)
+{
+    char pre[64], uri[2048], stg[PATH_MAX], path[PATH_MAX + 64];
+    char key[1100], id[600], full[1200], dir[PATH_MAX + 16];
+    const char *slow[] = {"--staging-dir", stg, "--upload-delay", "600",
+                          NULL};
+    const char *now[] = {"--staging-dir", stg, "--upload-delay", "0",
+                         NULL};
+    struct tfs_source src = {.buf = "x", .fd = -1, .len = 1};
+    char etag[TFS_VERSION_MAX];
+
+    new_prefix(pre, sizeof(pre));
+    new_dir(stg, sizeof(stg), "staging");
+    remote_uri(uri, sizeof(uri), pre, NULL);
+    mnt_start(uri, slow);
+    mp(path, sizeof(path), "k");
+    CHECK_OK(write_file(path, d + 3 * MIB, mid, O_TRUNC, MIB));
+    CHECK(stat_wait("writeback.eager_bytes", 16.0 * MIB, 30000));
+    eager_side(stg, key, sizeof(key), id, sizeof(id));
+    CHECK_STR(key, "k");
+    mnt_crash();
+    mnt_start(uri, now);
+    sync_ok(NULL);
+    CHECK(store_equals(pre, "k", d + 3 * MIB, mid));
+    CHECK_EQ(stat_num("writeback.eager_recovered"), 1);
+    sfmt(dir, sizeof(dir), "%s/eager", stg);
+    CHECK_EQ(dir_count(dir, ""), 0);
+    sfmt(full, sizeof(full), "%s/%s", pre, key);
+    CHECK_RC(tfs_store_mpu_part(t_st, full, id, 1, &src, etag), -ENOENT);
+    mnt_stop();
+}
+
+/*
+ * Eager uploads (docs/writeback.md).  S3: the cases above, a part that
+ * fails (the fault store) falls back to the whole-file put, a crash.
+ * posix: no multipart, the whole file goes, nothing eager.
+ */
+TEST(eager)
+{
+    size_t big = 72 * MIB;
+    size_t mid = 40 * MIB;
+    unsigned char *d = gen_data(big, 31);
+    char pre[64], uri[2048], stg[PATH_MAX], path[PATH_MAX + 64];
+    const char *args[] = {"--staging-dir", stg, "--upload-delay", "600",
+                          NULL};
+
+    new_prefix(pre, sizeof(pre));
+    new_dir(stg, sizeof(stg), "staging");
+    remote_uri(uri, sizeof(uri), pre, NULL);
+    mnt_start(uri, args);
+    if (!t_s3) {
+        mp(path, sizeof(path), "seq");
+        CHECK_OK(write_file(path, d, mid, O_TRUNC, MIB));
+        sync_ok(NULL);
+        CHECK(store_equals(pre, "seq", d, mid));
+        CHECK_EQ(stat_num("writeback.eager_uploads"), 0);
+        CHECK_EQ(stat_num("writeback.eager_bytes"), 0);
+        mnt_stop();
+        free(d);
+        return;
+    }
+    eager_cases(pre, d, big, mid);
+    mnt_stop();
+    /* every part fails: the whole file goes at the upload */
+    new_prefix(pre, sizeof(pre));
+    new_dir(stg, sizeof(stg), "staging");
+    remote_uri(uri, sizeof(uri), pre, "error_ops=part&error_rate=1");
+    mnt_start(uri, args);
+    mp(path, sizeof(path), "pf");
+    CHECK_OK(write_file(path, d + 4 * MIB, mid, O_TRUNC, MIB));
+    sync_ok(NULL);
+    CHECK(store_equals(pre, "pf", d + 4 * MIB, mid));
+    CHECK_EQ(stat_num("writeback.eager_aborted_error"), 1);
+    CHECK_EQ(stat_num("writeback.eager_completed"), 0);
+    CHECK_EQ(stat_num("writeback.uploaded_files"), 1);
+    mnt_stop();
+    eager_crash(d, mid);
+    free(d);
+}
+
 /* D3: many closed files pending under a low descriptor limit. */
 TEST(many_files)
 {
@@ -967,7 +1170,7 @@ TEST(many_files)
 }
 
 TESTS(T(semantics), T(backpressure), T(crash), T(failure), T(journal),
-      T(many_files));
+      T(eager), T(many_files));
 
 /* ---- setup ---- */
 

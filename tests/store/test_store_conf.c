@@ -521,6 +521,56 @@ TEST(move_object)
     check_content(K("mv/sub/dst"), "moving", 6);
 }
 
+/* ---- multipart uploads part by part ---- */
+
+/* Send src as part num of upload id of key; its ETag into etag. */
+static int mpu_part(const char *key, const char *id, unsigned num,
+                    const void *p, size_t len, char *etag)
+{
+    struct tfs_source src = {.buf = p, .fd = -1, .len = len};
+
+    return tfs_store_mpu_part(st, key, id, num, &src, etag);
+}
+
+/*
+ * Parts sent out of order and one sent twice make the object at the
+ * complete, not before; an aborted upload takes no more parts and
+ * leaves nothing.  A store without multipart says -ENOTSUP.
+ */
+TEST(mpu_parts)
+{
+    size_t a = 128u << 10;
+    unsigned char *p = test_pattern(a + 1000, 7);
+    unsigned char *old = test_pattern(a, 8);
+    char id[TFS_UPLOAD_ID_MAX];
+    char etags[2][TFS_VERSION_MAX];
+    struct tfs_stat s;
+
+    if (tfs_store_part_size(st) == 0) {
+        CHECK_RC(tfs_store_mpu_create(st, K("mpu/obj"), id), -ENOTSUP);
+        goto out;
+    }
+    CHECK_OK(tfs_store_mpu_create(st, K("mpu/obj"), id));
+    CHECK_OK(mpu_part(K("mpu/obj"), id, 2, p + a, 1000, etags[1]));
+    CHECK_OK(mpu_part(K("mpu/obj"), id, 1, old, a, etags[0]));
+    CHECK_OK(mpu_part(K("mpu/obj"), id, 1, p, a, etags[0]));
+    CHECK_RC(tfs_store_stat(st, K("mpu/obj"), &s), -ENOENT);
+    CHECK_OK(tfs_store_mpu_complete(st, K("mpu/obj"), id,
+                                    (const char (*)[TFS_VERSION_MAX])etags,
+                                    2, &s));
+    CHECK_EQ(s.size, a + 1000);
+    check_content(K("mpu/obj"), p, a + 1000);
+    CHECK_OK(tfs_store_mpu_create(st, K("mpu/gone"), id));
+    CHECK_OK(mpu_part(K("mpu/gone"), id, 1, p, a, etags[0]));
+    CHECK_OK(tfs_store_mpu_abort(st, K("mpu/gone"), id));
+    CHECK_OK(tfs_store_mpu_abort(st, K("mpu/gone"), id));
+    CHECK_RC(mpu_part(K("mpu/gone"), id, 1, p, a, etags[0]), -ENOENT);
+    CHECK_RC(tfs_store_stat(st, K("mpu/gone"), &s), -ENOENT);
+out:
+    free(p);
+    free(old);
+}
+
 /* ---- large objects and files ---- */
 
 TEST(put_buffer_large)
@@ -751,7 +801,7 @@ TESTS(T(put_get_small), T(zero_byte_object), T(read_zero_len),
       T(list_partial_prefix), T(list_missing_prefix),
       T(list_pagination_over_1000), T(list_small_pages), T(list_sizes),
       T(list_all_stops), T(delete_object), T(delete_missing),
-      T(copy_object), T(move_object), T(put_buffer_large),
+      T(copy_object), T(move_object), T(mpu_parts), T(put_buffer_large),
       T(put_file_small), T(put_file_multipart), T(put_file_missing),
       T(concurrent_readers), T(atomic_overwrite), T(stats_counted),
       T(missing_container), T(open_errors));
