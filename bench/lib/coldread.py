@@ -1,0 +1,275 @@
+# SPDX-License-Identifier: MIT
+"""bench/cold-read: what a cold read through the mount costs, against the
+raw store's own clients, side by side in one run (issue 17 item 4).
+
+1. One large object (SIZE_MIB, default 1024), read cold through a fresh
+   tierfs mount with `dd bs=1M`, against 8 parallel ranged curl GETs of
+   another copy of the same bytes (the ceiling of one object); the two
+   alternate round by round, each on a copy nobody read before.  Both
+   are timed, and the CPU seconds each spends are counted: the daemon's
+   (all its threads, /proc/PID/stat) and the dd's, against the curls';
+   and the server's (radosgw and ceph-osd) in each.
+2. Small files (N_SMALL x SMALL_KIB), one reader, cold: open + read +
+   close of each through a fresh mount (the listing read untimed first),
+   against one curl process GETting the same objects in turn over one
+   kept-alive connection (a raw single-connection GET loop).
+
+Needs a running S3 server (scripts/s3-server start; its env file in
+S3_DIR) and build/tierfs.  Prints one line per measurement with the load
+average, and a summary with the ratios; JSON on the last line.
+"""
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import tfsbench
+
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+TIERFS = os.environ.get("TIERFS", os.path.join(TOP, "build", "tierfs"))
+MIB = 1 << 20
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def log(msg):
+    load = " ".join(open("/proc/loadavg").read().split()[:3])
+    print(f"{msg}  [load {load}]", flush=True)
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, shell=True, check=True, text=True,
+                          capture_output=True, **kw).stdout
+
+
+def proc_cpu(pid):
+    """utime + stime of a process (all its threads), seconds."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def pids_named(*names):
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/comm") as f:
+                if f.read().strip() in names:
+                    out.append(int(d))
+        except OSError:
+            pass
+    return out
+
+
+class ServerCPU:
+    def __init__(self):
+        self.pids = pids_named("radosgw", "ceph-osd")
+
+    def now(self):
+        return sum(proc_cpu(p) for p in self.pids)
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def curl_base():
+    return ("curl -sS --fail --aws-sigv4 aws:amz:us-east-1:s3 --user "
+            "\"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\" "
+            "-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD'")
+
+
+def curl_ceiling(ep, bucket, key, size, streams=8):
+    part = (size + streams - 1) // streams
+    cmds = []
+    for i in range(streams):
+        lo, hi = i * part, min(size, (i + 1) * part) - 1
+        cmds.append(f"exec {curl_base()} -H 'Range: bytes={lo}-{hi}' "
+                    f"-o /dev/null {ep}/{bucket}/{key}")
+    c0 = children_cpu()
+    t = time.monotonic()
+    procs = [subprocess.Popen(c, shell=True) for c in cmds]
+    for p in procs:
+        if p.wait() != 0:
+            raise RuntimeError("curl failed")
+    wall = time.monotonic() - t
+    return wall, children_cpu() - c0
+
+
+def curl_loop(ep, bucket, keys, work):
+    cfg = os.path.join(work, "curl.cfg")
+    with open(cfg, "w") as f:
+        for k in keys:
+            f.write(f'url = "{ep}/{bucket}/{k}"\noutput = "/dev/null"\n')
+    c0 = children_cpu()
+    t = time.monotonic()
+    subprocess.run(f"exec {curl_base()} -K {cfg}", shell=True, check=True)
+    return time.monotonic() - t, children_cpu() - c0
+
+
+class Mount(tfsbench.Mount):
+    """A fresh mount with its own new cache dir (kept until the end: a
+    cache deleted seconds before makes ext4 skip its freed inodes)."""
+
+    def __init__(self, uri, mnt, cache, *args):
+        super().__init__(uri, mnt, "--cache-dir", cache, *args)
+
+    def __enter__(self):
+        super().__enter__()
+        self.pid = self.stats()["fuse"]["pid"]
+        return self
+
+
+def main():
+    size_mib = int(os.environ.get("SIZE_MIB", "1024"))
+    rounds = int(os.environ.get("ROUNDS", "3"))
+    n_small = int(os.environ.get("N_SMALL", "2000"))
+    small_kib = int(os.environ.get("SMALL_KIB", "48"))
+    mount_args = os.environ.get("MOUNT_ARGS",
+                                "--mem-cache 1G --immutable").split()
+    ep = os.environ["AWS_ENDPOINT_URL"].split(",")[0]
+    bucket = os.environ["TFS_TEST_S3_BUCKET"]
+    run = f"cold{os.getpid()}"
+    base = os.environ.get("BENCH_DIR", "/var/tmp")
+    work = tempfile.mkdtemp(prefix="tfs-cold-", dir=base)
+    mnt, cache = os.path.join(work, "mnt"), os.path.join(work, "cache")
+    res = {"size_mib": size_mib, "rounds": [], "small": []}
+    srv = ServerCPU()
+    try:
+        src = os.path.join(work, "big")
+        sh(f"head -c {size_mib * MIB} /dev/urandom > {src}")
+        for r in range(rounds):
+            for who in ("tierfs", "curl"):
+                sh(f"{TIERFS} put {src} s3://{bucket}/{run}/big-{r}-{who}")
+        os.unlink(src)
+        small = os.path.join(work, "small")
+        os.makedirs(small)
+        rels = [f"d{i % 20:02d}/f{i:05d}" for i in range(n_small)]
+        for i in range(n_small):
+            with open(os.path.join(small, f"f{i:05d}"), "wb") as f:
+                f.write(os.urandom(small_kib << 10))
+        cfg = os.path.join(work, "put.cfg")
+        with open(cfg, "w") as f:
+            for who in ("tierfs", "curl"):
+                for r in range(rounds):
+                    for i, rel in enumerate(rels):
+                        f.write(f'upload-file = "{small}/f{i:05d}"\n'
+                                f'url = "{ep}/{bucket}/{run}/small-{r}-{who}'
+                                f'/{rel}"\noutput = "/dev/null"\n')
+        subprocess.run(f"exec {curl_base()} -K {cfg}", shell=True,
+                       check=True)
+        shutil.rmtree(small)
+        size = size_mib * MIB
+        gib = size / (1 << 30)
+
+        for r in range(rounds):
+            order = ("tierfs", "curl") if r % 2 == 0 else ("curl", "tierfs")
+            row = {}
+            for who in order:
+                key = f"{run}/big-{r}-{who}"
+                if who == "curl":
+                    s0 = srv.now()
+                    wall, cpu = curl_ceiling(ep, bucket, key, size)
+                    row["curl"] = {"mbps": size / wall / 1e6,
+                                   "cpu_per_gib": cpu / gib,
+                                   "server_cpu_per_gib":
+                                   (srv.now() - s0) / gib}
+                else:
+                    with Mount(f"s3://{bucket}/{run}", mnt,
+                               f"{cache}-big{r}", *mount_args) as m:
+                        path = os.path.join(mnt, f"big-{r}-{who}")
+                        os.stat(path)
+                        d0, c0, s0 = proc_cpu(m.pid), children_cpu(), srv.now()
+                        t = time.monotonic()
+                        sh(f"dd if={path} of=/dev/null bs=1M status=none")
+                        wall = time.monotonic() - t
+                        row["tierfs"] = {
+                            "mbps": size / wall / 1e6,
+                            "cpu_per_gib": (proc_cpu(m.pid) - d0) / gib,
+                            "reader_cpu_per_gib": (children_cpu() - c0) / gib,
+                            "server_cpu_per_gib": (srv.now() - s0) / gib}
+                        row["tierfs"]["stats"] = m.stats()
+            t, c = row["tierfs"], row["curl"]
+            log(f"big round {r}: tierfs {t['mbps']:.0f} MB/s "
+                f"(daemon {t['cpu_per_gib']:.2f} + dd "
+                f"{t['reader_cpu_per_gib']:.2f} CPU s/GiB, server "
+                f"{t['server_cpu_per_gib']:.2f}), 8 curls {c['mbps']:.0f} "
+                f"MB/s ({c['cpu_per_gib']:.2f} CPU s/GiB, server "
+                f"{c['server_cpu_per_gib']:.2f}): "
+                f"{t['mbps'] / c['mbps']:.2f}x")
+            t.pop("stats")
+            res["rounds"].append(row)
+
+        for r in range(rounds):
+            order = ("tierfs", "curl") if r % 2 == 0 else ("curl", "tierfs")
+            row = {}
+            for who in order:
+                prefix = f"{run}/small-{r}-{who}"
+                if who == "curl":
+                    keys = [f"{prefix}/{rel}" for rel in rels]
+                    s0 = srv.now()
+                    wall, cpu = curl_loop(ep, bucket, keys, work)
+                    row["curl"] = {"files_s": len(keys) / wall,
+                                   "cpu_ms_per_file": cpu / len(keys) * 1e3,
+                                   "server_cpu_ms_per_file":
+                                   (srv.now() - s0) / len(keys) * 1e3}
+                else:
+                    with Mount(f"s3://{bucket}/{prefix}", mnt,
+                               f"{cache}-small{r}", *mount_args) as m:
+                        names = []
+                        for dp, _, fs in os.walk(mnt):
+                            names += [os.path.join(dp, f) for f in fs]
+                        names.sort()
+                        for p in names:
+                            os.stat(p)
+                        d0, s0 = proc_cpu(m.pid), srv.now()
+                        t = time.monotonic()
+                        buf = bytearray(small_kib << 10 | 4096)
+                        for p in names:
+                            fd = os.open(p, os.O_RDONLY)
+                            while os.readv(fd, [buf]) > 0:
+                                pass
+                            os.close(fd)
+                        wall = time.monotonic() - t
+                        row["tierfs"] = {
+                            "files_s": len(names) / wall,
+                            "cpu_ms_per_file":
+                            (proc_cpu(m.pid) - d0) / len(names) * 1e3,
+                            "server_cpu_ms_per_file":
+                            (srv.now() - s0) / len(names) * 1e3}
+            t, c = row["tierfs"], row["curl"]
+            log(f"small round {r}: tierfs {t['files_s']:.0f} files/s "
+                f"(daemon {t['cpu_ms_per_file']:.2f} ms CPU/file, server "
+                f"{t['server_cpu_ms_per_file']:.2f}), curl loop "
+                f"{c['files_s']:.0f} files/s ({c['cpu_ms_per_file']:.2f} ms "
+                f"CPU/file, server {c['server_cpu_ms_per_file']:.2f}): "
+                f"{t['files_s'] / c['files_s']:.2f}x")
+            res["small"].append(row)
+
+        big = statistics.median(r["tierfs"]["mbps"] / r["curl"]["mbps"]
+                                for r in res["rounds"])
+        sm = statistics.median(s["tierfs"]["files_s"] / s["curl"]["files_s"]
+                               for s in res["small"])
+        res["big_ratio"], res["small_ratio"] = big, sm
+        log(f"cold 1 GiB: tierfs/8-curl median {big:.2f}x (target 0.85); "
+            f"small files: tierfs/curl loop median {sm:.2f}x (target 0.90)")
+        print(json.dumps(res))
+    finally:
+        subprocess.run(f"{TIERFS} rm -r s3://{bucket}/{run}/", shell=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
