@@ -347,6 +347,15 @@ def run_mounts(m, res, work, srv):
     for k, d in m.dirs.items():
         log(f"training emulation through {k}")
         res["train"][k] = bench_train(os.path.join(d, "bench"), 2)
+    # the daemon's memory over everything above (issue 17 item 3)
+    with open(os.path.join(m.dirs["tierfs"], ".tierfs-stats")) as f:
+        st = json.load(f)
+    res["tierfs_mem"] = {"rss_peak": st["fuse"]["rss_peak"],
+                         "rss": st["fuse"]["rss"],
+                         "ram_tier": st["cache_capacity_ram"],
+                         "ram_bytes": st["cache_bytes_ram"]}
+    log(f"tierfs daemon RSS peak {st['fuse']['rss_peak'] >> 20} MiB, RAM "
+        f"tier {st['cache_capacity_ram'] >> 20} MiB")
     # the same job telling the mount its order (order hints, docs/fuse.md):
     # a second tierfs mount of the prefix, its cache empty, as the first's
     # was before its first epoch
@@ -479,6 +488,15 @@ def write_report(res, plots, docs):
         lines.append(f"| {name} | {e[0]['au']:.0%} | {e[1]['au']:.0%} | "
                      f"{e[1]['stall_share']:.0%} | "
                      f"{e[1]['samples_per_s']:.0f} |")
+    if "tierfs_mem" in t:
+        mem = t["tierfs_mem"]
+        lines += ["", "## Memory", "",
+                  "The tierfs daemon's peak RSS over all of the above (one "
+                  f"mount): {mem['rss_peak'] >> 20} MiB with a "
+                  f"{mem['ram_tier'] >> 20} MiB RAM tier: the tier plus "
+                  f"{(mem['rss_peak'] - mem['ram_tier']) / (1 << 20):.0f} "
+                  f"MiB (at the end: {mem['rss'] >> 20} MiB, "
+                  f"{mem['ram_bytes'] >> 20} MiB in the tier)."]
     svg_bars(os.path.join(plots, "seq-read.svg"),
              "sequential read, MB/s", "MB/s", ["cold", "warm"], tools,
              [[t["cold"][k], t["warm"][k]] for k in tools])
