@@ -64,13 +64,13 @@ static unsigned pool_class(const struct tfs_cache *c, size_t len,
 /*
  * Whether the RAM tier is over its bound; caller holds ram_lock.  dying:
  * bytes the caller took out of the tier that are not yet back in the
- * pool.  The bound covers the block
- * buffers out of the pool, not only the tier's: blocks loading (up to
- * max_inflight of them, from the store, a peer or the disk tier) and
- * evicted blocks a reader still holds take the same memory, so the tier
- * makes room for them, up to half its size (a tier smaller than the
- * loads in flight keeps half for the blocks just loaded, rather than
- * evicting them before they are read).  docs/cache.md, "Memory".
+ * pool.  The bound covers the block buffers out of the pool, not only
+ * the tier's: blocks loading (up to max_inflight of them, from the
+ * store, a peer or the disk tier) and evicted blocks a reader still
+ * holds take the same memory, so the tier makes room for them, up to
+ * half its size (a tier smaller than the loads in flight keeps half for
+ * the blocks just loaded, rather than evicting them before they are
+ * read).  docs/cache.md, "Memory".
  */
 static bool ram_over(const struct tfs_cache *c, uint64_t dying)
 {
@@ -112,7 +112,6 @@ void *tfs_blockbuf_get(struct tfs_cache *c, size_t len)
         tfs_ram_trim(c);
     return p;
 }
-
 
 void tfs_blockbuf_put(struct tfs_cache *c, void *p, size_t len)
 {
