@@ -199,7 +199,6 @@ def main():
                             "cpu_per_gib": (proc_cpu(m.pid) - d0) / gib,
                             "reader_cpu_per_gib": (children_cpu() - c0) / gib,
                             "server_cpu_per_gib": (srv.now() - s0) / gib}
-                        row["tierfs"]["stats"] = m.stats()
             t, c = row["tierfs"], row["curl"]
             log(f"big round {r}: tierfs {t['mbps']:.0f} MB/s "
                 f"(daemon {t['cpu_per_gib']:.2f} + dd "
@@ -208,7 +207,6 @@ def main():
                 f"MB/s ({c['cpu_per_gib']:.2f} CPU s/GiB, server "
                 f"{c['server_cpu_per_gib']:.2f}): "
                 f"{t['mbps'] / c['mbps']:.2f}x")
-            t.pop("stats")
             res["rounds"].append(row)
 
         for r in range(rounds):

@@ -62,7 +62,9 @@ static unsigned pool_class(const struct tfs_cache *c, size_t len,
 }
 
 /*
- * Whether the RAM tier is over its bound; caller holds ram_lock.  dying:
+ * Whether the RAM tier is over its bound (ram_bytes and out_len are
+ * changed atomically, so a caller without ram_lock gets an estimate that
+ * tfs_ram_trim checks again under it).  dying:
  * bytes the caller took out of the tier that are not yet back in the
  * pool.  The bound covers the block buffers out of the pool, not only
  * the tier's: blocks loading (up to max_inflight of them, from the
@@ -75,11 +77,11 @@ static unsigned pool_class(const struct tfs_cache *c, size_t len,
 static bool ram_over(const struct tfs_cache *c, uint64_t dying)
 {
     uint64_t out = __atomic_load_n(&c->pool.out_len, __ATOMIC_RELAXED);
-    uint64_t held = c->ram_bytes + dying;
+    uint64_t ram = __atomic_load_n(&c->ram_bytes, __ATOMIC_RELAXED);
+    uint64_t held = ram + dying;
     uint64_t other = out > held ? out - held : 0;
 
-    return c->ram_bytes + TFS_MIN(other, c->cfg.mem_cache / 2) >
-           c->cfg.mem_cache;
+    return ram + TFS_MIN(other, c->cfg.mem_cache / 2) > c->cfg.mem_cache;
 }
 
 void *tfs_blockbuf_get(struct tfs_cache *c, size_t len)
@@ -87,7 +89,6 @@ void *tfs_blockbuf_get(struct tfs_cache *c, size_t len)
     struct tfs_bufpool *pl = &c->pool;
     size_t cap;
     unsigned k = pool_class(c, len, &cap);
-    bool over;
     void *p;
 
     pthread_mutex_lock(&pl->lock);
@@ -105,10 +106,7 @@ void *tfs_blockbuf_get(struct tfs_cache *c, size_t len)
     __atomic_fetch_add(&pl->out_cap, cap, __ATOMIC_RELAXED);
     /* make room now, not at the next publish: a burst of loads (the
        disk tier's readahead) would otherwise come on top of a full tier */
-    pthread_mutex_lock(&c->ram_lock);
-    over = ram_over(c, 0);
-    pthread_mutex_unlock(&c->ram_lock);
-    if (over)
+    if (ram_over(c, 0))
         tfs_ram_trim(c);
     return p;
 }
