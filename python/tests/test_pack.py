@@ -338,10 +338,33 @@ def test_resume_mid_epoch(packed):
                for b in loader(ds, batch_size=4, num_workers=3)]
     for done in (1, 5, 8, len(batches) - 2, len(batches) - 1):
         ds2 = ShardDataset(dst, seed=3, shuffle_buffer=16)
-        ds2.resume(2, done * 4, batch_size=4)
+        ds2.resume(2, sum(len(b) for b in batches[:done]), batch_size=4)
         rest = [[s["__key__"] for s in b]
                 for b in loader(ds2, batch_size=4, num_workers=3)]
         assert rest == batches[done:]
+
+
+@pytest.mark.parametrize("workers,batch,drop_last",
+                         [(2, 7, False), (3, 7, False), (2, 7, True)])
+def test_resume_after_every_batch(packed, workers, batch, drop_last):
+    """F11: a resume right after a worker's short last batch continued
+    one batch early (samples_seen // batch_size counted the short batch
+    as none).  Every resume point of an epoch whose workers each end on
+    a short batch must give the rest of the uninterrupted order."""
+    tree, dst = packed
+    ds = ShardDataset(dst, seed=5, shuffle_buffer=8)
+    ds.set_epoch(1)
+    kw = dict(batch_size=batch, num_workers=workers, drop_last=drop_last)
+    batches = [[s["__key__"] for s in b] for b in loader(ds, **kw)]
+    if not drop_last:
+        assert sum(len(b) for b in batches) == len(tree)
+        assert sum(len(b) < batch for b in batches) >= 2   # short ones
+    for done in range(1, len(batches) + 1):
+        ds2 = ShardDataset(dst, seed=5, shuffle_buffer=8)
+        ds2.resume(1, sum(len(b) for b in batches[:done]), batch_size=batch,
+                   drop_last=drop_last)
+        rest = [[s["__key__"] for s in b] for b in loader(ds2, **kw)]
+        assert rest == batches[done:], f"resumed after {done} batches"
 
 
 def test_persistent_workers_follow_set_epoch(packed):
@@ -374,6 +397,13 @@ def test_worker_positions():
     assert tdata.worker_positions(0, 4, [10, 10, 9]) == ([0, 0, 0], 0)
     assert tdata.worker_positions(16, 4, [10, 10, 9]) == ([8, 4, 4], 1)
     assert tdata.worker_positions(36, 4, [10, 10, 9]) == ([10, 10, 9], 0)
+    # Short last batches count what they held: after 8+8+8 (two rounds)
+    # and 2 (worker 0's short one), worker 1's short batch is next.
+    assert tdata.worker_positions(26, 4, [10, 10, 9]) == ([10, 8, 8], 1)
+    assert tdata.worker_positions(28, 4, [10, 10, 9]) == ([10, 10, 8], 2)
+    # drop_last: a worker with less than a batch left is done.
+    assert tdata.worker_positions(24, 4, [10, 10, 9], True) == (
+        [8, 8, 8], 0)
 
 
 # ---- damage ----

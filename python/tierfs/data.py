@@ -431,20 +431,31 @@ def _worker():
     return (info.id, info.num_workers) if info is not None else (0, 1)
 
 
-def worker_positions(samples_seen, batch_size, lengths):
-    """Where each partition stands after the training loop consumed
-    samples_seen samples (whole batches of batch_size) from a DataLoader
-    whose workers read partitions of these lengths, batches taken
-    round-robin and workers that ran out skipped, as torch's DataLoader
-    does.  Returns (positions, next): the partition the next batch would
-    have come from, which the resumed loader's worker 0 must read."""
+def worker_positions(samples_seen, batch_size, lengths, drop_last=False):
+    """Where each partition stands after the training loop received
+    samples_seen samples from a DataLoader with this batch_size whose
+    workers read partitions of these lengths: batches are taken
+    round-robin from worker 0 on, a worker's last batch may be short (or,
+    with the loader's drop_last, is dropped), and workers that ran out
+    are skipped, as torch's DataLoader does.  samples_seen is the sum of
+    the lengths of the batches received, short ones included (counting
+    batches x batch_size would put a resume after a short batch one
+    batch early).  Returns (positions, next): the partition the next
+    batch would have come from, which the resumed loader's worker 0 must
+    read."""
     pos = [0] * len(lengths)
-    batches = samples_seen // batch_size
+    left = samples_seen
     w = 0
-    while batches > 0 and any(p < n for p, n in zip(pos, lengths)):
-        if pos[w] < lengths[w]:
-            pos[w] = min(lengths[w], pos[w] + batch_size)
-            batches -= 1
+
+    def has_batch(i):
+        rest = lengths[i] - pos[i]
+        return rest >= batch_size if drop_last else rest > 0
+
+    while left > 0 and any(has_batch(i) for i in range(len(lengths))):
+        if has_batch(w):
+            take = min(batch_size, lengths[w] - pos[w])
+            pos[w] += take
+            left -= take
         w = (w + 1) % len(lengths)
     return pos, w
 
@@ -452,10 +463,10 @@ def worker_positions(samples_seen, batch_size, lengths):
 class _Shared:
     """Epoch and resume point, shared with forked DataLoader workers
     (persistent ones included): [epoch, resume_epoch, samples, batch,
-    warned (the RAM tier warning was given)]."""
+    warned (the RAM tier warning was given), the loader's drop_last]."""
 
     def __init__(self):
-        self.v = multiprocessing.RawArray("q", [0, -1, 0, 1, 0])
+        self.v = multiprocessing.RawArray("q", [0, -1, 0, 1, 0, 0])
 
 
 class _Opener:
@@ -541,15 +552,19 @@ class ShardDataset(_IterableBase):
         if self._shared.v[1] != epoch:
             self._shared.v[1] = -1
 
-    def resume(self, epoch, samples_seen, batch_size=1):
+    def resume(self, epoch, samples_seen, batch_size=1, drop_last=False):
         """Start the next iteration of epoch `epoch` after samples_seen
-        samples, as consumed from a DataLoader with this batch_size (use
-        the loader's batch_size, 1 without batching; samples_seen counts
-        whole batches).  No data is read to skip."""
+        samples, as received from a DataLoader with this batch_size and
+        drop_last (use the loader's; batch_size 1 without batching).
+        samples_seen is the sum of len() of the batches received: a
+        worker's last batch of an epoch may be short, and counting it as
+        a whole batch would resume one batch early.  No data is read to
+        skip."""
         self._shared.v[0] = epoch
         self._shared.v[1] = epoch
         self._shared.v[2] = samples_seen
         self._shared.v[3] = max(1, batch_size)
+        self._shared.v[5] = 1 if drop_last else 0
 
     @property
     def epoch(self):
@@ -579,7 +594,7 @@ class ShardDataset(_IterableBase):
             it = ds.iterator(**self._iter_options(w, workers))
             lengths.append(len(it))
             it.close()
-        pos, first = worker_positions(v[2], v[3], lengths)
+        pos, first = worker_positions(v[2], v[3], lengths, bool(v[5]))
         part = (worker + first) % workers
         return part, pos[part]
 
