@@ -58,6 +58,11 @@ mkdir -p "$work/ds" "$mnt"
 j=$("$tierfs" bench prepare --files 64 --size 64K -j 4 --json "$work/ds")
 check "prepare" "$j" "$common and j['ops'] == 64 and j['bytes'] == 64 * 65536"
 [ "$(find "$work/ds" -type f | wc -l)" = 64 ] && ok "prepare wrote 64 files" || bad "prepare wrote 64 files"
+# Each epoch ends when its files are read: the once-a-second sampler held
+# epoch e to e seconds (1 + 2 + 3 s here) before it waited for the
+# timeline's next point only while the workers had files left.
+j=$("$tierfs" bench train -j 2 --epochs 3 --batch 8 --compute-ms 0 --json "$work/ds")
+check "train epochs end with their files (3 epochs of 64 local files in < 3 s, not >= 6)" "$j" "len(j['epochs']) == 3 and j['seconds'] < 3"
 
 run_all directory "$work/ds"
 run_all "store+cache" "file://$work/ds" --mem-cache 64M
