@@ -35,6 +35,21 @@ def mib(n):
     return n / (1 << 20)
 
 
+def size_bytes(text):
+    """ "120M" -> bytes, binary multipliers as tierfs parses sizes."""
+    t = text.strip().upper().rstrip("B").rstrip("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+    return float(t[:-1] if mult > 1 else t) * mult
+
+
+def stall_floor(missed_bytes, bw, compute_s):
+    """The least stall an epoch can have when missed_bytes must cross a
+    link of bw bytes/s while the trainer computes for compute_s: the
+    link alone takes missed_bytes / bw."""
+    link = missed_bytes / bw
+    return max(0.0, 1.0 - compute_s / link) if link > 0 else 0.0
+
+
 def main():
     ap = argparse.ArgumentParser(description="tierfs demo")
     ap.add_argument("--dir", default="/tmp/tierfs-demo")
@@ -102,18 +117,22 @@ def main():
         rows.append(("remount + hint", args.epochs + args.hinted + 1, r,
                      tfsbench.hit_rate(m.stats(), {})))
 
+    bw = size_bytes(args.bw)
     print(f"{'reader':24} {'epoch':>5} {'MB/s':>8} {'samples/s':>10} "
-          f"{'hit rate':>9} {'data stall':>11}")
+          f"{'hit rate':>9} {'data stall':>11} {'link floor':>11}")
     for name, epoch, r, hit in rows:
+        floor = stall_floor((1.0 - (hit or 0.0)) * total, bw, r["compute"])
         print(f"{name:24} {epoch:5d} {r['bytes'] / r['wall'] / 1e6:8.1f} "
               f"{r['samples'] / r['wall']:10.0f} "
               f"{'-' if hit is None else f'{hit:.0%}':>9} "
-              f"{r['stall'] / r['wall']:11.0%}")
+              f"{r['stall'] / r['wall']:11.0%} {floor:11.0%}")
     print("\nall samples verified (size + CRC32); remote = emulated, see "
           "above.\nThe kernel page cache is dropped after each file "
           "(fadvise), as for a dataset\nlarger than RAM, so the figures "
           "are tierfs's own cache.  Pure compute would take\n"
-          f"{rows[0][2]['compute']:.1f} s per epoch.")
+          f"{rows[0][2]['compute']:.1f} s per epoch.  'link floor' is the "
+          "least stall the emulated link\nallows: the bytes the cache "
+          "missed take (1 - hit rate) x dataset / cap to cross it.")
     shutil.rmtree(args.dir, ignore_errors=True)
     return 0
 
