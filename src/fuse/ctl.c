@@ -35,6 +35,9 @@
     X(U64, writes, COUNTER, COUNT, "fuse_write_requests_total",            \
       "FUSE write requests")                                               \
     X(U64, write_bytes, COUNTER, BYTES, NULL, "bytes written through FUSE") \
+    X(U64, flushes_other, COUNTER, COUNT, NULL,                            \
+      "closes of a file open for writing by a process that neither "     \
+      "opened it nor wrote last (a forked child's copy): not sealed")    \
     X(U64, inodes, GAUGE, COUNT, NULL, "inodes the kernel holds")          \
     X(U64, handles, GAUGE, COUNT, NULL, "open files and directories")      \
     X(U64, async_max, GAUGE, COUNT, NULL,                                  \
@@ -181,6 +184,7 @@ static void ctl_fuse_get(struct tfs_fs *fs, struct ctl_fuse *f)
     f->errors = CTL_N(errors);
     f->writes = CTL_N(writes);
     f->write_bytes = CTL_N(write_bytes);
+    f->flushes_other = CTL_N(flushes_other);
     f->inodes = fs_itable_count(&fs->inodes);
     pthread_mutex_lock(&fs->hlock);
     f->handles = fs->nhandles;

@@ -172,6 +172,8 @@ struct fs_counters {
     atomic_uint_fast64_t errors;        /* requests answered with an error */
     atomic_uint_fast64_t writes;        /* write requests */
     atomic_uint_fast64_t write_bytes;   /* bytes written */
+    atomic_uint_fast64_t flushes_other; /* closes of a writing handle by
+                                           another process, not sealed */
     atomic_uint_fast64_t async_reads;   /* reads answered from a fetch
                                            completion */
     atomic_uint_fast64_t async_overflow; /* of them, queued past the
@@ -259,6 +261,10 @@ struct fs_handle {
     struct wb_list     *wlist;          /* FS_H_DIR with write-back */
     struct wb_node     *node;           /* FS_H_NODE; a reference */
     bool                writer;         /* FS_H_NODE: open for writing */
+    pid_t               opener;         /* writer: the opening process
+                                           (thread group), 0: unknown */
+    pid_t               opener_tid;     /* writer: the opening thread */
+    atomic_int          last_write_tid; /* writer: the last write's thread */
     atomic_bool         moved;          /* FS_H_FILE: a pending move of its
                                            object landed; read at the
                                            inode's key (read.c) */
@@ -487,6 +493,9 @@ void fs_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
  */
 int fs_open_write(struct tfs_fs *fs, struct fs_inode *in,
                   struct fuse_file_info *fi);
+/* A handle just opened (or created) for writing: note who opened it
+   (fs_flush; a no-op for other handles). */
+void fs_write_opened(struct fs_handle *h, fuse_req_t req);
 /* Start the write-back when the mount is writable (tfs_fs_open). */
 int fs_wb_open(struct tfs_fs *fs);
 

@@ -226,6 +226,8 @@ void fs_open(fuse_req_t req, fuse_ino_t ino,
         return;
     }
     rc = fs_do_open(fs, ino, fi);
+    if (rc == 0)
+        fs_write_opened(fs_handle_of(fi), req);
     if (rc < 0)
         fuse_reply_err(req, fs_errno(rc));
     else if (fuse_reply_open(req, fi) == -ENOENT)

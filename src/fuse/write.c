@@ -12,8 +12,12 @@
  * data and journal record are fdatasynced before the reply, so close()
  * returns once the bytes are durable on local disk.  Namespace changes
  * are journaled and synced before their reply.  Release seals too, for
- * writes that arrive after the last close (mmap).  Write-only handles
- * write past the kernel's page cache (fs_write_is_direct).
+ * writes that arrive after the last close (mmap).  A close by a process
+ * that neither opened the file nor wrote to it last (a forked child
+ * exiting with the descriptor it inherited) does not seal: the writer is
+ * still writing, and a seal then would upload its half-written file as a
+ * complete version (fs_flush_is_other).  Write-only handles write past
+ * the kernel's page cache (fs_write_is_direct).
  *
  * On a read-only mount every request here is answered EROFS (the mount
  * is rw at the kernel's level so that the order-hint file, whose writes
@@ -224,6 +228,8 @@ void fs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
     struct fuse_entry_param e;
     int rc = fs_do_create(fs, parent, name, fi, &e);
 
+    if (rc == 0)
+        fs_write_opened(fs_handle_of(fi), req);
     if (rc < 0) {
         fuse_reply_err(req, fs_errno(rc));
     } else if (fuse_reply_create(req, &e, fi) == -ENOENT) {
@@ -266,6 +272,9 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
     rc = h->kind == FS_H_NODE && h->writer
                  ? wb_node_write(fs->wb, h->node, buf, size, (uint64_t)off)
                  : -EBADF;
+    if (rc >= 0 && h->kind == FS_H_NODE)
+        atomic_store_explicit(&h->last_write_tid, (int)fuse_req_ctx(req)->pid,
+                              memory_order_relaxed);
 
     if (rc < 0) {
         char key[FS_KEY_MAX + 2];
@@ -357,6 +366,60 @@ void fs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
     fuse_reply_attr(req, &st, fs_attr_timeout(fs));
 }
 
+/* The thread group (process) of thread tid, from /proc; 0: unknown. */
+static pid_t fs_tgid(pid_t tid)
+{
+    char path[64];
+    char line[128];
+    int tgid = 0;
+    FILE *f;
+
+    if (tid <= 0)
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+    f = fopen(path, "re");
+    if (f == NULL)
+        return 0;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "Tgid: %d", &tgid) == 1)
+            break;
+    fclose(f);
+    return (pid_t)tgid;
+}
+
+void fs_write_opened(struct fs_handle *h, fuse_req_t req)
+{
+    pid_t tid = fuse_req_ctx(req)->pid;
+
+    if (h == NULL || h->kind != FS_H_NODE || !h->writer)
+        return;
+    h->opener_tid = tid;
+    h->opener = fs_tgid(tid);
+    atomic_store(&h->last_write_tid, (int)tid);
+}
+
+/*
+ * Is this close (thread tid's flush) of a writing handle by another
+ * process than the one that opened it and than the one that wrote to it
+ * last?  That is a forked child closing the copy of the descriptor it
+ * inherited (at its exit or exec) while the parent goes on writing: it
+ * must not seal.  Anything unknown (a pid the daemon cannot see, a
+ * thread gone) is not "other": the close seals, as every close did.
+ */
+static bool fs_flush_is_other(const struct fs_handle *h, pid_t tid)
+{
+    pid_t closer, wrote;
+
+    if (h == NULL || h->kind != FS_H_NODE || !h->writer || h->opener == 0 ||
+        tid <= 0 || tid == h->opener_tid)
+        return false;
+    closer = fs_tgid(tid);
+    if (closer == 0 || closer == h->opener)
+        return false;
+    wrote = (pid_t)atomic_load(&h->last_write_tid);
+    return wrote != tid && (wrote == 0 || fs_tgid(wrote) != closer);
+}
+
 /* Seal a writing handle's staged file: durable locally when it returns. */
 static int fs_seal(struct tfs_fs *fs, struct fs_handle *h)
 {
@@ -374,10 +437,18 @@ static int fs_seal(struct tfs_fs *fs, struct fs_handle *h)
 }
 
 /* Every close(2): the bytes written are durable on local disk when it
-   returns. */
+   returns; but for another process's close of its inherited copy. */
 void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-    fuse_reply_err(req, fs_errno(fs_seal(fs_of(req), fs_handle_of(fi))));
+    struct tfs_fs *fs = fs_of(req);
+    struct fs_handle *h = fs_handle_of(fi);
+
+    if (fs_flush_is_other(h, fuse_req_ctx(req)->pid)) {
+        atomic_fetch_add(&fs->n.flushes_other, 1);
+        fuse_reply_err(req, 0);
+        return;
+    }
+    fuse_reply_err(req, fs_errno(fs_seal(fs, h)));
 }
 
 void fs_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,

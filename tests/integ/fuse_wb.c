@@ -1169,8 +1169,71 @@ TEST(many_files)
     t_nofile = 0;
 }
 
+/*
+ * A forked child's exit closes the descriptor it inherited, and the
+ * kernel sends the daemon a flush for it.  Such a close sealed the
+ * parent's half-written file, which then went to the store as a
+ * complete version while the parent was still writing (any fork while
+ * a file is open for writing: DataLoader workers forked while a
+ * checkpoint thread writes).  Now only the opening process's closes, or
+ * the closes of the process that wrote last, seal.
+ */
+TEST(fork_close)
+{
+    unsigned char *d = gen_data(2 * MIB, 41);
+    char pre[64], uri[2048], stg[PATH_MAX], path[PATH_MAX + 64];
+    const char *args[] = {"--staging-dir", stg, "--upload-delay", "0",
+                          NULL};
+    double seals, other;
+    int fd, status;
+    pid_t pid;
+
+    new_prefix(pre, sizeof(pre));
+    new_dir(stg, sizeof(stg), "staging");
+    remote_uri(uri, sizeof(uri), pre, NULL);
+    mnt_start(uri, args);
+    /* the child only exits: its close does not seal */
+    mp(path, sizeof(path), "half");
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    fd_write(fd, d, MIB, 0, MIB);
+    seals = stat_num("writeback.seals");
+    other = stat_num("fuse.flushes_other");
+    pid = fork();
+    if (pid == 0)
+        _exit(0);
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+    CHECK_EQ(stat_num("writeback.seals"), seals);
+    usleep(300 * 1000);                 /* an upload would start at once */
+    CHECK(!store_has(pre, "half"));
+    CHECK_EQ(stat_num("fuse.flushes_other"), other + 1);
+    fd_write(fd, d + MIB, MIB, MIB, MIB);
+    CHECK_OK(close(fd));
+    CHECK_EQ(stat_num("writeback.seals"), seals + 1);
+    sync_ok(NULL);
+    CHECK(store_equals(pre, "half", d, 2 * MIB));
+    /* the child writes last: its close seals what it wrote */
+    mp(path, sizeof(path), "child");
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0);
+    fd_write(fd, d, MIB, 0, MIB);
+    seals = stat_num("writeback.seals");
+    pid = fork();
+    if (pid == 0)
+        _exit(pwrite(fd, d + MIB, MIB, MIB) == (ssize_t)MIB ? 0 : 1);
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid &&
+          WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ(stat_num("writeback.seals"), seals + 1);
+    CHECK_EQ(stat_num("fuse.flushes_other"), other + 1);
+    CHECK_OK(close(fd));
+    sync_ok(NULL);
+    CHECK(store_equals(pre, "child", d, 2 * MIB));
+    mnt_stop();
+    free(d);
+}
+
 TESTS(T(semantics), T(backpressure), T(crash), T(failure), T(journal),
-      T(eager), T(many_files));
+      T(eager), T(many_files), T(fork_close));
 
 /* ---- setup ---- */
 
