@@ -224,6 +224,7 @@ static int wr_check_step(struct tfs_ckpt_writer *w)
 int tfs_ckpt_writer_open(struct tfs_ckpt_writer *w, const char *uri,
                          uint64_t step)
 {
+    uint64_t prev;
     int rc = wr_settable(w);
 
     if (rc < 0)
@@ -237,8 +238,13 @@ int tfs_ckpt_writer_open(struct tfs_ckpt_writer *w, const char *uri,
         return rc;
     w->step = step;
     rc = wr_staging_paths(w);
+    /* The store calls of open, on the caller's thread, are bounded by
+     * commit_timeout too (a partitioned store must not hang training). */
+    prev = tfs_deadline_set(w->timeout_ms > 0 ? tfs_now_ns() +
+                            w->timeout_ms * 1000000ull : tfs_deadline_get());
     if (rc == 0)
         rc = wr_check_step(w);
+    tfs_deadline_set(prev);
     if (rc < 0) {
         tfs_store_close(w->st);
         w->st = NULL;
