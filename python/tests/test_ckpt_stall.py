@@ -180,5 +180,68 @@ def test_partitioned_upload(tmp_path):
     _retry_and_gc(tmp_path, root, 2)
 
 
+TORCHRUN_RANK = r"""
+import json, os, signal, sys, time
+import torch
+import torch.distributed as dist
+import tierfs.torch as tt
+from tierfs import TierfsError
+root, tmp, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+if rank == 1:                           # stopped before it saves
+    with open(os.path.join(tmp, "pid1"), "w") as f:
+        f.write(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGSTOP)
+t0 = time.monotonic()
+h = tt.save({"w": torch.randn(1 << 16)}, root, rank=rank, world_size=world,
+            step=STEP, commit_timeout=timeout)   # no run_id: no collective
+res = {"rank": rank, "save_s": time.monotonic() - t0}
+t_saved = time.monotonic()
+try:
+    h.wait()
+    res["ok"] = True
+except TierfsError as e:
+    res.update(ok=False, errno=e.errno, error=str(e))
+res["secs"] = time.monotonic() - t_saved
+if rank == 0:
+    with open(os.path.join(tmp, "pid1")) as f:
+        os.kill(int(f.read()), signal.SIGCONT)
+with open(os.path.join(tmp, "rank%d.json" % rank), "w") as f:
+    json.dump(res, f)
+""".replace("STEP", str(STEP))
+
+
+def test_torchrun_rank_stopped_before_save(tmp_path):
+    """torchrun, 2 ranks (gloo): rank 1 is stopped before it calls save().
+    Rank 0's save() returns at once (no broadcast of a run id) and its
+    wait() raises within commit_timeout + 10 s naming rank 1; resumed,
+    rank 1 fails too (the note rank 0 left predates its open, so it ends
+    at its own deadline), nothing is committed."""
+    root = _setup(tmp_path)
+    script = os.path.join(str(tmp_path), "rank.py")
+    with open(script, "w") as f:
+        f.write(TORCHRUN_RANK)
+    env = _env()
+    env.pop("TIERFS_RUN_ID", None)
+    env["OMP_NUM_THREADS"] = "1"
+    t0 = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--redirects", "1",
+         "--tee", "1", "--nproc_per_node", "2", "--master_port", "29651",
+         script, root, str(tmp_path), str(TIMEOUT)],
+        capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    res = [_result(str(tmp_path), r, 1) for r in range(2)]
+    _report("torchrun, rank 1 stopped before save", res)
+    print("# torchrun job: %.1f s in all" % (time.monotonic() - t0))
+    assert res[0]["save_s"] < 5, res[0]
+    assert not res[0]["ok"] and res[0]["secs"] < TIMEOUT + 10, res[0]
+    assert "step %d: rank 1 put no marker in 5 s" % STEP in res[0]["error"]
+    assert not res[1]["ok"] and res[1]["secs"] < TIMEOUT + 10, res[1]
+    assert "step %d: rank 1: " % STEP in res[1]["error"]
+    _check_nothing_committed(root)
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-s"]))
