@@ -574,9 +574,12 @@ static int wr_each_file(struct tfs_ckpt_writer *w, wr_phase_fn *phase)
     while (w->tasks_left > 0 && rc == 0) {
         if (w->deadline_ns == 0)
             pthread_cond_wait(&w->cond, &w->lock);
-        else if (tfs_now_ns() < w->deadline_ns + WR_ABANDON_NS)
-            tfs_cond_wait_ms(&w->cond, &w->lock, 100);
-        else
+        else if (tfs_now_ns() < w->deadline_ns + WR_ABANDON_NS) {
+            /* w->cond runs on CLOCK_REALTIME (see tfs_ckpt_writer_wait) */
+            struct timespec ts = tfs_abstime(CLOCK_REALTIME, 100000000u);
+
+            pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+        } else
             rc = -ETIMEDOUT;
     }
     if (rc == 0)
