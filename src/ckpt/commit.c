@@ -673,16 +673,76 @@ static int ckpt_census_page(void *arg, const struct tfs_list_page *pg)
     return 0;
 }
 
+/* Which ranks have a marker object at all (whatever attempt). */
+struct ckpt_present {
+    bool    *has;                       /* world_size flags */
+    unsigned n;
+};
+
+static int ckpt_present_page(void *arg, const struct tfs_list_page *pg)
+{
+    struct ckpt_present *w = arg;
+
+    for (size_t i = 0; i < pg->n_entries; i++) {
+        const char *k = strrchr(pg->entries[i].key, '/');
+        unsigned r;
+        char end;
+
+        if (k != NULL && sscanf(k + 1, "rank-%5u.don%c", &r, &end) == 2 &&
+            end == 'e' && r < w->n)
+            w->has[r] = true;
+    }
+    return 0;
+}
+
+/*
+ * ", nor ranks 3, 7 (2 more of 8)": the ranks after r without a marker
+ * object, from one listing of the markers; "" when none or unknown.
+ */
+static void ckpt_also_missing(const struct tfs_ckpt_commit *c, unsigned r,
+                              const char *dir, char *buf, size_t len)
+{
+    struct ckpt_present w = {tfs_calloc(c->world_size, sizeof(bool)),
+                             c->world_size};
+    struct tfs_buf b;
+    char prefix[48];
+    unsigned n = 0;
+
+    buf[0] = '\0';
+    snprintf(prefix, sizeof(prefix), "%s/rank-", dir);
+    if (w.has == NULL || r + 1 >= c->world_size ||
+        tfs_store_list_all(c->st, prefix, NULL, ckpt_present_page, &w) < 0) {
+        tfs_free(w.has);
+        return;
+    }
+    tfs_buf_init(&b, 0);
+    for (unsigned k = r + 1; k < c->world_size; k++) {
+        if (w.has[k])
+            continue;
+        if (n < 8)
+            (void)tfs_buf_printf(&b, "%s%u", n ? ", " : "", k);
+        n++;
+    }
+    if (n > 0)
+        snprintf(buf, len, "; nor rank%s %s%s (%u more of %u)",
+                 n > 1 ? "s" : "", tfs_buf_str(&b), n > 8 ? ", ..." : "", n,
+                 c->world_size);
+    tfs_buf_cleanup(&b);
+    tfs_free(w.has);
+}
+
 /*
  * Rank 0 gave up on rank r's marker: say so, with what of rank r's is in
- * the store (one listing of its shard names, under a short deadline of
- * its own since the commit's has passed).
+ * the store (one listing of its shard names) and which later ranks have
+ * no marker either (one listing of the markers), under a short deadline
+ * of its own since the commit's has passed.
  */
 static int ckpt_no_marker(const struct tfs_ckpt_commit *c, unsigned r)
 {
     struct ckpt_census w = {0};
     uint64_t prev = tfs_ckpt_grace_begin();
     char prefix[64];
+    char more[128];
     char dir[32];
     char t[32];
     char b[32];
@@ -691,16 +751,18 @@ static int ckpt_no_marker(const struct tfs_ckpt_commit *c, unsigned r)
     tfs_ckpt_step_name(dir, sizeof(dir), c->step);
     snprintf(prefix, sizeof(prefix), "%s/model-rank%05u-", dir, r);
     rc = tfs_store_list_all(c->st, prefix, NULL, ckpt_census_page, &w);
+    ckpt_also_missing(c, r, dir, more, sizeof(more));
     tfs_deadline_set(prev);
     tfs_ckpt_fmt_s(t, sizeof(t), c->timeout_ms);
     if (rc < 0)
         return tfs_err(-ETIMEDOUT, "step %" PRIu64 ": rank %u put no marker "
                        "in %s (its files in the store: unknown, the listing "
-                       "failed: %s)", c->step, r, t, tfs_strerror(rc));
+                       "failed: %s)%s", c->step, r, t, tfs_strerror(rc),
+                       more);
     return tfs_err(-ETIMEDOUT, "step %" PRIu64 ": rank %u put no marker in "
-                   "%s (in the store: %zu of its shard files, %s)",
+                   "%s (in the store: %zu of its shard files, %s)%s",
                    c->step, r, t, w.n,
-                   tfs_fmt_bytes(b, sizeof(b), (double)w.bytes));
+                   tfs_fmt_bytes(b, sizeof(b), (double)w.bytes), more);
 }
 
 static int ckpt_wait_marker(const struct tfs_ckpt_commit *c, unsigned r,

@@ -225,6 +225,7 @@ int tfs_ckpt_writer_open(struct tfs_ckpt_writer *w, const char *uri,
                          uint64_t step)
 {
     uint64_t prev;
+    uint64_t dl;
     int rc = wr_settable(w);
 
     if (rc < 0)
@@ -240,11 +241,21 @@ int tfs_ckpt_writer_open(struct tfs_ckpt_writer *w, const char *uri,
     rc = wr_staging_paths(w);
     /* The store calls of open, on the caller's thread, are bounded by
      * commit_timeout too (a partitioned store must not hang training). */
-    prev = tfs_deadline_set(w->timeout_ms > 0 ? tfs_now_ns() +
-                            w->timeout_ms * 1000000ull : tfs_deadline_get());
+    dl = w->timeout_ms > 0 ? tfs_now_ns() + w->timeout_ms * 1000000ull
+                           : tfs_deadline_get();
+    prev = tfs_deadline_set(dl);
     if (rc == 0)
         rc = wr_check_step(w);
     tfs_deadline_set(prev);
+    if (rc < 0 && dl != 0 && tfs_now_ns() >= dl) {
+        char t[32];
+        char d[256];
+
+        snprintf(d, sizeof(d), "%s", tfs_errdetail());
+        tfs_ckpt_fmt_s(t, sizeof(t), w->timeout_ms);
+        rc = tfs_err(-ETIMEDOUT, "step %" PRIu64 ": rank %u: open did not "
+                     "finish in %s (the store: %s)", w->step, w->rank, t, d);
+    }
     if (rc < 0) {
         tfs_store_close(w->st);
         w->st = NULL;

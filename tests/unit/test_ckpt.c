@@ -1046,53 +1046,60 @@ static void check_not_committed(const char *dir)
 }
 
 /*
- * Three ranks; rank 1's store is partitioned (a black hole: every call
- * hangs) once it has opened.  Its upload hangs; each rank's wait ends by
- * its commit_timeout: rank 1 naming its upload, rank 0 naming rank 1 (a
- * census of what rank 1 has in the store), rank 2 at once on rank 0's
- * abort note with rank 0's reason.  Nothing is committed.  The retry,
+ * Four ranks; the stores of ranks 1 and 3 are partitioned (a black hole:
+ * every call hangs) once they have opened.  Their uploads hang; each
+ * rank's wait ends by its commit_timeout: ranks 1 and 3 naming their
+ * upload, rank 0 naming rank 1 (a census of what rank 1 has in the
+ * store) and rank 3, rank 2 at once on rank 0's abort note with rank 0's
+ * reason.  Nothing is committed.  The retry,
  * rank 1 first (it opens while the old note is still there and must not
  * take it for its own attempt's), commits.
  */
 TEST(stalled_rank)
 {
-    struct rank_arg a[3];
+    struct rank_arg a[4];
     char dir[128];
-    char pf[160];
-    char u1[320];
+    char pf[2][160];
+    char u[2][320];
     const uint64_t ms = 1500;
 
     path(dir, sizeof(dir), "stall");
-    path(pf, sizeof(pf), "stall.partition");
-    snprintf(u1, sizeof(u1), "fault+file://%s?partition_file=%s", dir, pf);
+    path(pf[0], sizeof(pf[0]), "stall.partition1");
+    path(pf[1], sizeof(pf[1]), "stall.partition3");
+    for (int i = 0; i < 2; i++)
+        snprintf(u[i], sizeof(u[i]), "fault+file://%s?partition_file=%s",
+                 dir, pf[i]);
     CHECK_OK(save(dir, 1, 0));
-    for (unsigned k = 0; k < 3; k++)
-        a[k] = (struct rank_arg){k == 1 ? u1 : dir, k, 3, NULL, ms, 0, "",
-                                 k == 1 ? pf : NULL, 0};
-    run_ranks(a, 3);
-    show_ranks(a, 3, ms);
-    for (unsigned k = 0; k < 3; k++) {
+    /* Ranks 1 and 3 of 4 partitioned, each after its own open. */
+    for (unsigned k = 0; k < 4; k++)
+        a[k] = (struct rank_arg){k % 2 ? u[k / 2] : dir, k, 4, NULL, ms, 0,
+                                 "", k % 2 ? pf[k / 2] : NULL, 0};
+    run_ranks(a, 4);
+    show_ranks(a, 4, ms);
+    for (unsigned k = 0; k < 4; k++) {
         CHECK_RC(a[k].rc, -ETIMEDOUT);
         CHECK(a[k].secs < (double)ms / 1000 + 1.5);
     }
     CHECK(strstr(a[1].detail, "step 10: rank 1: upload of "
                  "model-rank00001-00001.safetensors did not finish in "
-                 "1.5 s (0 B of 540 B of its shards in the store; the "
+                 "1.5 s (0 B of 492 B of its shards in the store; the "
                  "store: fault: partitioned, deadline passed") != NULL);
+    CHECK(strstr(a[3].detail, "step 10: rank 3: upload of ") != NULL);
     CHECK(strstr(a[0].detail, "step 10: rank 1 put no marker in 1.5 s (in "
-                 "the store: 0 of its shard files, 0 B)") != NULL);
+                 "the store: 0 of its shard files, 0 B); nor rank 3 (1 more "
+                 "of 4)") != NULL);
     CHECK(strcmp(a[2].detail, a[0].detail) == 0);
     CHECK(a[2].secs < a[0].secs + 1.2);  /* not its own deadline + 1.5 */
-    CHECK(unlink(pf) == 0);
+    CHECK(unlink(pf[0]) == 0 && unlink(pf[1]) == 0);
     check_not_committed(dir);
     /* The retry. */
     start_delay_ms[0] = 400;
-    for (unsigned k = 0; k < 3; k++)
-        a[k] = (struct rank_arg){k == 1 ? u1 : dir, k, 3, NULL, 20000, 0, "",
-                                 NULL, 0};
-    run_ranks(a, 3);
+    for (unsigned k = 0; k < 4; k++)
+        a[k] = (struct rank_arg){k % 2 ? u[k / 2] : dir, k, 4, NULL, 20000, 0,
+                                 "", NULL, 0};
+    run_ranks(a, 4);
     start_delay_ms[0] = 0;
-    for (unsigned k = 0; k < 3; k++) {
+    for (unsigned k = 0; k < 4; k++) {
         if (a[k].rc != 0)
             TEST_FAIL_("retry, rank %u: %d [%s]", k, a[k].rc, a[k].detail);
     }
@@ -1103,6 +1110,26 @@ TEST(stalled_rank)
     CHECK_EQ(step, 10);
     CHECK_OK(tfs_ckpt_reader_verify(r, NULL));
     tfs_ckpt_reader_close(r);
+    /* Partitioned before open: open (on the caller's thread) gives up
+     * by commit_timeout too. */
+    struct tfs_ckpt_writer *w = writer(1, 2, 0);
+    FILE *f = fopen(pf[0], "w");
+    uint64_t t0;
+    int rc;
+
+    CHECK(f != NULL);
+    fclose(f);
+    CHECK_OK(tfs_ckpt_writer_set(w, "commit_timeout_ms", "500"));
+    t0 = tfs_now_ns();
+    rc = tfs_ckpt_writer_open(w, u[0], 20);
+    printf("# open of a partitioned store ended after %.2f s\n",
+           (double)(tfs_now_ns() - t0) / 1e9);
+    CHECK_RC(rc, -ETIMEDOUT);
+    CHECK(tfs_now_ns() - t0 < 1500000000ull);
+    CHECK(strstr(tfs_errdetail(), "step 20: rank 1: open did not finish in "
+                 "0.5 s (the store: fault: partitioned") != NULL);
+    tfs_ckpt_writer_close(w);
+    CHECK(unlink(pf[0]) == 0);
 }
 
 /*
