@@ -49,8 +49,8 @@ struct tfs_ckpt_reader;
 /*
  * Create a writer with defaults: rank 0 of 1, shards of at most 512 MiB,
  * staging under $TIERFS_CKPT_STAGING or /var/tmp/tierfs-ckpt-EUID, 4 upload
- * threads, no bandwidth cap, keep every checkpoint, a 10 minute commit
- * deadline.  Free with tfs_ckpt_writer_close.  -ENOMEM.
+ * threads, no bandwidth cap, keep every checkpoint, a 5 minute commit
+ * timeout.  Free with tfs_ckpt_writer_close.  -ENOMEM.
  */
 TFS_API int tfs_ckpt_writer_create(struct tfs_ckpt_writer **out);
 
@@ -75,9 +75,14 @@ TFS_API int tfs_ckpt_writer_create(struct tfs_ckpt_writer **out);
  *   upload_threads  upload threads (default 4; 1..64)
  *   upload_bw       an upload bandwidth cap in bytes/s, a size (default
  *                   0: none)
- *   timeout_ms      how long the commit waits for the other ranks'
- *                   markers (rank 0) or for the index (other ranks);
- *                   default 600000; 0: no deadline
+ *   commit_timeout_ms  (alias timeout_ms) the most the background
+ *                   part may take on this rank, from the end of save():
+ *                   finishing, uploads (a hanging one is cut at the
+ *                   deadline, or abandoned 1 s past it), the marker and
+ *                   the wait for the markers (rank 0) or the index
+ *                   (others, which wait up to 5 s longer for rank 0's
+ *                   abort note); also bounds open's store calls.
+ *                   Default 300000 (5 min); 0: no deadline
  *   options         store options ("k=v&k2=v2") merged over the URI's
  *                   query
  *   sync            1: tfs_ckpt_writer_save also finishes the staging
@@ -147,9 +152,13 @@ TFS_API int tfs_ckpt_writer_save(struct tfs_ckpt_writer *w);
  * Wait up to timeout_ms (negative: forever) for the background commit.
  * Returns its status: 0 once the checkpoint is committed (for every rank:
  * the index names this rank's shards), -EINPROGRESS if still running at
- * the timeout, or the error that ended it, with its detail (-ETIMEDOUT
- * when the other ranks' markers or the index did not come before the
- * commit deadline).  -EINVAL before save.  Thread-safe.
+ * the timeout, or the error that ended it, with its detail naming the
+ * step, the rank and what it last did: -ETIMEDOUT when an upload, a
+ * rank's marker or the index did not come within commit_timeout_ms, or
+ * the error of the rank that aborted the attempt (its abort note: rank 0
+ * puts one when it gives up, any rank when it fails before its
+ * deadline, and every other rank's wait ends on it).  -EINVAL before
+ * save.  Thread-safe.
  */
 TFS_API int tfs_ckpt_writer_wait(struct tfs_ckpt_writer *w,
                                  int64_t timeout_ms);

@@ -224,16 +224,20 @@ class SaveHandle:
 
 
 def _run_id(run_id, world_size):
+    """The run id of a save, agreed without a collective (a broadcast on
+    the training thread would hang for the process group's timeout if one
+    rank is stopped): run_id=, else $TIERFS_RUN_ID, else torchrun's
+    $TORCHELASTIC_RUN_ID plus $TORCHELASTIC_RESTART_COUNT (the same on
+    every rank of one generation of the group), else none (the attempt
+    nonce still keeps a retry from committing stale markers)."""
     if run_id:
         return run_id
     if os.environ.get("TIERFS_RUN_ID"):
         return os.environ["TIERFS_RUN_ID"]
-    dist = getattr(torch, "distributed", None)
-    if (world_size > 1 and dist is not None and dist.is_available() and
-            dist.is_initialized()):
-        box = [secrets.token_hex(8)]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
+    elastic = os.environ.get("TORCHELASTIC_RUN_ID")
+    if world_size > 1 and elastic:
+        return "%s.%s" % (elastic,
+                          os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     return ""
 
 
@@ -250,7 +254,8 @@ def _pick_step(root, step, world_size, options):
 def save(state_dict, uri, rank=0, world_size=1, async_=True, step=None,
          keep_last=0, shard_size=None, staging_dir=None, staging_keep=None,
          options=None, run_id=None, overwrite=False, upload_bw=0,
-         upload_threads=None, sync_staging=False, timeout_s=None):
+         upload_threads=None, sync_staging=False, commit_timeout=None,
+         timeout_s=None):
     """Save state_dict (nested dicts, lists, tuples of tensors, ShardSlices
     and JSON values) as this rank's part of the checkpoint at uri
     (ROOT/step-N, or ROOT with step=N; with one rank and no step, the step
@@ -258,7 +263,11 @@ def save(state_dict, uri, rank=0, world_size=1, async_=True, step=None,
     local staging; returns a SaveHandle (already waited for when
     async_=False).  keep_last: rank 0 then removes all but the newest
     keep_last checkpoints; staging_keep: local staging copies this rank
-    keeps (default 1, for fast restores on this node)."""
+    keeps (default 1, for fast restores on this node).  commit_timeout
+    (seconds, default 300; timeout_s is an alias): the most the commit
+    may take on each rank after save() returns, uploads and the wait for
+    the other ranks included; wait() then raises TierfsError naming the
+    rank, the step and what it last did."""
     _reap()
     root, in_uri = _ck.split_uri(uri)
     step = _pick_step(root, step if step is not None else in_uri, world_size,
@@ -274,7 +283,9 @@ def save(state_dict, uri, rank=0, world_size=1, async_=True, step=None,
                    options=options,
                    run_id=_run_id(run_id, world_size), overwrite=overwrite,
                    upload_bw=upload_bw, upload_threads=upload_threads,
-                   sync=sync_staging, timeout_s=timeout_s, extra=extra)
+                   sync=sync_staging,
+                   timeout_s=commit_timeout if commit_timeout is not None
+                   else timeout_s, extra=extra)
     try:
         hold = []                       # alive until w.save() returns
         for name, v in flat.tensors.items():

@@ -299,7 +299,17 @@ struct tfs_ckpt_commit {
     const char       *attempt;          /* rank 0's; accepted markers carry
                                            it (world_size > 1) */
     uint64_t          deadline_ns;      /* 0: none */
+    uint64_t          timeout_ms;       /* what deadline_ns came from, for
+                                           messages */
+    uint64_t          grace_ns;         /* ranks > 0 wait this much past
+                                           the deadline for rank 0's
+                                           abort note */
+    const char       *ignore_abort;     /* a nonce whose abort note was
+                                           there before this rank opened
+                                           (stale: ignored), or NULL */
     unsigned          keep_last;        /* 0: keep all */
+    bool             *noted;            /* set when a wait ended on an
+                                           abort note; may be NULL */
 };
 
 /*
@@ -313,6 +323,36 @@ int tfs_ckpt_attempt_start(struct tfs_store *st, uint64_t step,
 /* The current nonce of step ("" when none has been put). */
 int tfs_ckpt_attempt_read(struct tfs_store *st, uint64_t step,
                           char out[TFS_CKPT_ATTEMPT_LEN]);
+/*
+ * Abort notes: step-N/abort, "NONCE RC RANK\nREASON", tied to the attempt
+ * nonce it names.  Rank 0 puts one when it gives up on an attempt, a rank
+ * when it fails before its deadline; the waits of the other ranks end on
+ * it with rc and the reason.  A note naming another nonce is stale.
+ */
+#define TFS_CKPT_ABORT_NAME "abort"
+#define TFS_CKPT_REASON_MAX 512
+
+int tfs_ckpt_abort_put(struct tfs_store *st, uint64_t step,
+                       const char *attempt, unsigned rank, int rc,
+                       const char *reason);
+/*
+ * The note of step: 1 with *rc, its rank and reason (TFS_CKPT_REASON_MAX
+ * bytes) and its nonce in attempt_out (may be NULL); 0 when there is
+ * none.
+ */
+int tfs_ckpt_abort_read(struct tfs_store *st, uint64_t step, int *rc,
+                        unsigned *rank, char *reason,
+                        char attempt_out[TFS_CKPT_ATTEMPT_LEN]);
+/* "300 s", "1.5 s" */
+void tfs_ckpt_fmt_s(char *buf, size_t len, uint64_t ms);
+/*
+ * Give the calling thread a short deadline (now + CKPT grace) for what is
+ * done after the commit deadline (a listing for the error, an abort
+ * note); returns the previous one, to be given back to tfs_deadline_set.
+ */
+uint64_t tfs_ckpt_grace_begin(void);
+#define TFS_CKPT_GRACE_NS (5ull * 1000000000ull)
+
 /* Put this rank's marker (after its shards are durable in the store). */
 int tfs_ckpt_put_marker(const struct tfs_ckpt_commit *c,
                         const struct tfs_ckpt_marker *m);
@@ -367,6 +407,7 @@ struct wr_file {
     uint64_t             data_xxh3;
     int                  fd;            /* the tmp file until finished */
     bool                 finished;      /* renamed into place */
+    bool                 in_store;      /* uploaded; protected by w->lock */
     bool                 recycled;      /* tmp is an older staging file */
     bool                 direct;        /* its data went out with O_DIRECT */
     struct tfs_pool_task task;          /* one phase, on the upload pool */
@@ -386,7 +427,7 @@ struct tfs_ckpt_writer {
     unsigned         keep_last;
     unsigned         upload_threads;
     uint64_t         upload_bw;         /* bytes/s, 0: none */
-    uint64_t         timeout_ms;
+    uint64_t         timeout_ms;        /* commit_timeout_ms */
     char            *options;           /* owned, or NULL */
     bool             sync;
     char            *run_id;            /* owned */
@@ -398,6 +439,10 @@ struct tfs_ckpt_writer {
     struct tfs_store *st;               /* owned */
     uint64_t         step;
     char             attempt[TFS_CKPT_ATTEMPT_LEN]; /* rank 0's nonce */
+    char             stale_abort[TFS_CKPT_ATTEMPT_LEN]; /* ranks > 0: the
+                                           nonce of an abort note there at
+                                           open ("" none) */
+    uint64_t         deadline_ns;       /* of the background part; 0 none */
     char            *stage_step;        /* STAGING/<ns>/step-N, owned */
     char            *stage_ns;          /* STAGING/<ns>, owned */
     int              stage_fd;          /* stage_step, opened at save */

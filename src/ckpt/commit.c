@@ -487,6 +487,111 @@ int tfs_ckpt_attempt_read(struct tfs_store *st, uint64_t step,
     return rc;
 }
 
+/* ---- abort notes ---- */
+
+void tfs_ckpt_fmt_s(char *buf, size_t len, uint64_t ms)
+{
+    if (ms % 1000 == 0)
+        snprintf(buf, len, "%" PRIu64 " s", ms / 1000);
+    else
+        snprintf(buf, len, "%.1f s", (double)ms / 1000.0);
+}
+
+uint64_t tfs_ckpt_grace_begin(void)
+{
+    return tfs_deadline_set(tfs_now_ns() + TFS_CKPT_GRACE_NS);
+}
+
+int tfs_ckpt_abort_put(struct tfs_store *st, uint64_t step,
+                       const char *attempt, unsigned rank, int rc,
+                       const char *reason)
+{
+    struct tfs_buf text;
+    struct tfs_buf key;
+    int prc;
+
+    if (attempt == NULL || attempt[0] == '\0')
+        return 0;                       /* no attempt: no one to tell */
+    tfs_buf_init(&text, 0);
+    tfs_buf_init(&key, 0);
+    prc = tfs_buf_printf(&text, "%s %d %u\n%.*s\n", attempt, rc, rank,
+                         TFS_CKPT_REASON_MAX - 1, reason);
+    if (prc == 0)
+        prc = tfs_ckpt_key(&key, step, TFS_CKPT_ABORT_NAME);
+    if (prc == 0)
+        prc = ckpt_put_str(st, tfs_buf_str(&key), &text);
+    tfs_buf_cleanup(&text);
+    tfs_buf_cleanup(&key);
+    return prc;
+}
+
+int tfs_ckpt_abort_read(struct tfs_store *st, uint64_t step, int *rc,
+                        unsigned *rank, char *reason,
+                        char attempt_out[TFS_CKPT_ATTEMPT_LEN])
+{
+    char nonce[TFS_CKPT_ATTEMPT_LEN];
+    struct tfs_buf key;
+    char *text = NULL;
+    size_t len = 0;
+    char *nl;
+    int code = 0;
+    unsigned who = 0;
+    int grc;
+
+    tfs_buf_init(&key, 0);
+    grc = tfs_ckpt_key(&key, step, TFS_CKPT_ABORT_NAME);
+    if (grc == 0)
+        grc = tfs_ckpt_get(st, tfs_buf_str(&key), 4096, &text, &len);
+    tfs_buf_cleanup(&key);
+    if (grc == -ENOENT || grc == -ENOTDIR)
+        return 0;
+    if (grc < 0)
+        return grc;
+    nl = strchr(text, '\n');
+    if (nl == NULL || sscanf(text, "%16s %d %u", nonce, &code, &who) != 3 ||
+        code >= 0) {
+        tfs_free(text);
+        return 0;                       /* not ours: treated as none */
+    }
+    len = strlen(nl + 1);
+    while (len > 0 && nl[len] == '\n')
+        len--;
+    snprintf(reason, TFS_CKPT_REASON_MAX, "%.*s", (int)len, nl + 1);
+    if (attempt_out != NULL)
+        snprintf(attempt_out, TFS_CKPT_ATTEMPT_LEN, "%s", nonce);
+    *rc = code;
+    *rank = who;
+    tfs_free(text);
+    return 1;
+}
+
+/*
+ * One look for an abort note of this attempt (mine: the nonce this rank
+ * holds now): 0 when there is none, else its rc with the reason as the
+ * detail.  Errors reading it count as none (the next poll looks again).
+ */
+static int ckpt_check_abort(const struct tfs_ckpt_commit *c,
+                            const char *mine)
+{
+    char reason[TFS_CKPT_REASON_MAX];
+    char nonce[TFS_CKPT_ATTEMPT_LEN];
+    unsigned who = 0;
+    int code = 0;
+    int rc;
+
+    if (mine == NULL || mine[0] == '\0')
+        return 0;
+    rc = tfs_ckpt_abort_read(c->st, c->step, &code, &who, reason, nonce);
+    if (rc <= 0 || strcmp(nonce, mine) != 0 ||
+        (c->ignore_abort != NULL && strcmp(nonce, c->ignore_abort) == 0))
+        return 0;
+    if (c->noted != NULL)
+        *c->noted = true;
+    if (who == 0 || strncmp(reason, "step ", 5) == 0)
+        return tfs_err(code, "%s", reason);
+    return tfs_err(code, "rank %u: %s", who, reason);
+}
+
 /* Sleep before the next poll; -ETIMEDOUT once the deadline has passed. */
 static int ckpt_backoff(const struct tfs_ckpt_commit *c, uint64_t *wait_ns)
 {
@@ -552,6 +657,114 @@ static int ckpt_check_files(const struct tfs_ckpt_commit *c,
     return rc;
 }
 
+struct ckpt_census {
+    size_t   n;                         /* shard files of the rank */
+    uint64_t bytes;
+};
+
+static int ckpt_census_page(void *arg, const struct tfs_list_page *pg)
+{
+    struct ckpt_census *w = arg;
+
+    for (size_t i = 0; i < pg->n_entries; i++) {
+        w->n++;
+        w->bytes += pg->entries[i].st.size;
+    }
+    return 0;
+}
+
+/* Which ranks have a marker object at all (whatever attempt). */
+struct ckpt_present {
+    bool    *has;                       /* world_size flags */
+    unsigned n;
+};
+
+static int ckpt_present_page(void *arg, const struct tfs_list_page *pg)
+{
+    struct ckpt_present *w = arg;
+
+    for (size_t i = 0; i < pg->n_entries; i++) {
+        const char *k = strrchr(pg->entries[i].key, '/');
+        unsigned r;
+        char end;
+
+        if (k != NULL && sscanf(k + 1, "rank-%5u.don%c", &r, &end) == 2 &&
+            end == 'e' && r < w->n)
+            w->has[r] = true;
+    }
+    return 0;
+}
+
+/*
+ * ", nor ranks 3, 7 (2 more of 8)": the ranks after r without a marker
+ * object, from one listing of the markers; "" when none or unknown.
+ */
+static void ckpt_also_missing(const struct tfs_ckpt_commit *c, unsigned r,
+                              const char *dir, char *buf, size_t len)
+{
+    struct ckpt_present w = {tfs_calloc(c->world_size, sizeof(bool)),
+                             c->world_size};
+    struct tfs_buf b;
+    char prefix[48];
+    unsigned n = 0;
+
+    buf[0] = '\0';
+    snprintf(prefix, sizeof(prefix), "%s/rank-", dir);
+    if (w.has == NULL || r + 1 >= c->world_size ||
+        tfs_store_list_all(c->st, prefix, NULL, ckpt_present_page, &w) < 0) {
+        tfs_free(w.has);
+        return;
+    }
+    tfs_buf_init(&b, 0);
+    for (unsigned k = r + 1; k < c->world_size; k++) {
+        if (w.has[k])
+            continue;
+        if (n < 8)
+            (void)tfs_buf_printf(&b, "%s%u", n ? ", " : "", k);
+        n++;
+    }
+    if (n > 0)
+        snprintf(buf, len, "; nor rank%s %s%s (%u more of %u)",
+                 n > 1 ? "s" : "", tfs_buf_str(&b), n > 8 ? ", ..." : "", n,
+                 c->world_size);
+    tfs_buf_cleanup(&b);
+    tfs_free(w.has);
+}
+
+/*
+ * Rank 0 gave up on rank r's marker: say so, with what of rank r's is in
+ * the store (one listing of its shard names) and which later ranks have
+ * no marker either (one listing of the markers), under a short deadline
+ * of its own since the commit's has passed.
+ */
+static int ckpt_no_marker(const struct tfs_ckpt_commit *c, unsigned r)
+{
+    struct ckpt_census w = {0};
+    uint64_t prev = tfs_ckpt_grace_begin();
+    char prefix[64];
+    char more[128];
+    char dir[32];
+    char t[32];
+    char b[32];
+    int rc;
+
+    tfs_ckpt_step_name(dir, sizeof(dir), c->step);
+    snprintf(prefix, sizeof(prefix), "%s/model-rank%05u-", dir, r);
+    rc = tfs_store_list_all(c->st, prefix, NULL, ckpt_census_page, &w);
+    ckpt_also_missing(c, r, dir, more, sizeof(more));
+    tfs_deadline_set(prev);
+    tfs_ckpt_fmt_s(t, sizeof(t), c->timeout_ms);
+    if (rc < 0)
+        return tfs_err(-ETIMEDOUT, "step %" PRIu64 ": rank %u put no marker "
+                       "in %s (its files in the store: unknown, the listing "
+                       "failed: %s)%s", c->step, r, t, tfs_strerror(rc),
+                       more);
+    return tfs_err(-ETIMEDOUT, "step %" PRIu64 ": rank %u put no marker in "
+                   "%s (in the store: %zu of its shard files, %s)%s",
+                   c->step, r, t, w.n,
+                   tfs_fmt_bytes(b, sizeof(b), (double)w.bytes), more);
+}
+
 static int ckpt_wait_marker(const struct tfs_ckpt_commit *c, unsigned r,
                             struct tfs_ckpt_marker *out)
 {
@@ -567,10 +780,9 @@ static int ckpt_wait_marker(const struct tfs_ckpt_commit *c, unsigned r,
         rc = ckpt_try_marker(c, r, tfs_buf_str(&key), out);
         if (rc != -EAGAIN)
             break;
-        rc = ckpt_backoff(c, &wait_ns);
-        if (rc < 0)
-            rc = tfs_err(rc, "rank %u's marker %s did not appear before "
-                         "the deadline", r, tfs_buf_str(&key));
+        rc = ckpt_check_abort(c, c->attempt);
+        if (rc == 0 && ckpt_backoff(c, &wait_ns) < 0)
+            rc = ckpt_no_marker(c, r);
     }
     tfs_buf_cleanup(&key);
     if (rc == 0)
@@ -758,13 +970,22 @@ static int ckpt_rejoin(const struct tfs_ckpt_commit *c,
     return rc < 0 && tfs_err_is_retryable(rc) ? 0 : rc;
 }
 
-int tfs_ckpt_await_index(const struct tfs_ckpt_commit *c,
+int tfs_ckpt_await_index(const struct tfs_ckpt_commit *c0,
                          struct tfs_ckpt_marker *mine)
 {
+    struct tfs_ckpt_commit cc = *c0;
+    const struct tfs_ckpt_commit *c = &cc;
     uint64_t wait_ns = 10000000;
+    uint64_t prev = tfs_deadline_get();
     struct tfs_buf key;
+    char t[32];
     int rc;
 
+    /* Past our own deadline, a little longer for rank 0's note. */
+    if (cc.deadline_ns != 0) {
+        cc.deadline_ns += cc.grace_ns;
+        tfs_deadline_set(cc.deadline_ns);
+    }
     tfs_buf_init(&key, 0);
     rc = tfs_ckpt_key(&key, c->step, TFS_CKPT_INDEX_NAME);
     while (rc == 0) {
@@ -781,15 +1002,20 @@ int tfs_ckpt_await_index(const struct tfs_ckpt_commit *c,
                         !tfs_err_is_retryable(rc)))
             break;
         rc = c->world_size > 1 ? ckpt_rejoin(c, mine) : 0;
+        if (rc == 0 && c->world_size > 1)
+            rc = ckpt_check_abort(c, mine->attempt);
         if (rc < 0)
             break;
         rc = ckpt_backoff(c, &wait_ns);
+        tfs_ckpt_fmt_s(t, sizeof(t), c->timeout_ms);
         if (rc < 0)
-            rc = tfs_err(rc, "no index naming rank %u's shards appeared at "
-                         "%s before the deadline", c->rank,
-                         tfs_buf_str(&key));
+            rc = tfs_err(rc, "step %" PRIu64 ": rank %u: no index naming its "
+                         "shards appeared at %s in %s (and no abort note "
+                         "from rank 0)", c->step, c->rank, tfs_buf_str(&key),
+                         t);
     }
     tfs_buf_cleanup(&key);
+    tfs_deadline_set(prev);
     return rc;
 }
 
@@ -858,6 +1084,24 @@ static int ckpt_remove_many(struct tfs_store *st, const uint64_t *v,
     return rc;
 }
 
+/* Whether step's current attempt has an abort note (a failed save). */
+static int ckpt_aborted(struct tfs_store *st, uint64_t step, bool *yes)
+{
+    char reason[TFS_CKPT_REASON_MAX];
+    char nonce[TFS_CKPT_ATTEMPT_LEN];
+    char now[TFS_CKPT_ATTEMPT_LEN] = "";
+    unsigned who = 0;
+    int code = 0;
+    int rc = tfs_ckpt_abort_read(st, step, &code, &who, reason, nonce);
+
+    *yes = false;
+    if (rc == 1)
+        rc = tfs_ckpt_attempt_read(st, step, now);
+    if (rc == 0 && code < 0)
+        *yes = strcmp(now, nonce) == 0;
+    return rc;
+}
+
 int tfs_ckpt_retain(struct tfs_store *st, unsigned keep, bool incomplete,
                     bool dry_run, size_t *removed)
 {
@@ -875,9 +1119,20 @@ int tfs_ckpt_retain(struct tfs_store *st, unsigned keep, bool incomplete,
     if (rc == 0 && incomplete && n_done > 0)
         rc = tfs_ckpt_steps(st, TFS_CKPT_LIST_INCOMPLETE, &partial,
                             &n_partial);
-    /* Incomplete steps older than the newest checkpoint are abandoned. */
-    while (cut < n_partial && partial[cut] < done[n_done - 1])
-        cut++;
+    if (rc == 0 && incomplete && n_done == 0)
+        rc = tfs_ckpt_steps(st, TFS_CKPT_LIST_INCOMPLETE, &partial,
+                            &n_partial);
+    /* Incomplete steps older than the newest checkpoint are abandoned,
+     * and so is a newer one whose current attempt was aborted. */
+    for (size_t i = 0; i < n_partial && rc == 0; i++) {
+        bool aborted = false;
+
+        if (n_done == 0 || partial[i] > done[n_done - 1])
+            rc = ckpt_aborted(st, partial[i], &aborted);
+        if (rc == 0 && ((n_done > 0 && partial[i] < done[n_done - 1]) ||
+                        aborted))
+            partial[cut++] = partial[i];
+    }
     if (rc == 0 && cut > 0)
         rc = ckpt_remove_many(st, partial, cut, dry_run, removed);
     tfs_free(done);

@@ -41,6 +41,9 @@
 #include "tierfs/log.h"
 
 #define WR_DEFAULT_SHARD (512ull << 20)
+#define WR_DEFAULT_TIMEOUT_MS 300000ull /* commit_timeout_ms: 5 min */
+#define WR_ABANDON_NS (1000000000ull)   /* an upload past the deadline */
+#define WR_NONCE_WAIT_NS (2000000000ull) /* for rank 0's nonce, to abort */
 
 /* ---- creation and settings ---- */
 
@@ -55,7 +58,7 @@ int tfs_ckpt_writer_create(struct tfs_ckpt_writer **out)
     w->shard_size = WR_DEFAULT_SHARD;
     w->staging_keep = 1;
     w->upload_threads = 4;
-    w->timeout_ms = 600000;
+    w->timeout_ms = WR_DEFAULT_TIMEOUT_MS;
     w->stage_fd = -1;
     w->staging_dir = env != NULL && env[0] ? tfs_strdup(env)
                                            : tfs_ckpt_staging_default();
@@ -114,6 +117,7 @@ static const struct tfs_opt_spec wr_opts[] = {
     WR_OPT("keep_last", TFS_OPT_UINT, keep_last, 0, TFS_OPT_NOMAX),
     WR_OPT("upload_threads", TFS_OPT_UINT, upload_threads, 1, 64),
     WR_OPT("upload_bw", TFS_OPT_SIZE, upload_bw, 0, TFS_OPT_NOMAX),
+    WR_OPT("commit_timeout_ms", TFS_OPT_MS, timeout_ms, 0, TFS_OPT_NOMAX),
     WR_OPT("timeout_ms", TFS_OPT_MS, timeout_ms, 0, TFS_OPT_NOMAX),
     WR_OPT("options", TFS_OPT_STR, options, 0, TFS_OPT_NOMAX),
     WR_OPT("sync", TFS_OPT_BOOL, sync, 0, 1),
@@ -160,6 +164,19 @@ static int wr_staging_paths(struct tfs_ckpt_writer *w)
     return rc;
 }
 
+static int wr_stale_abort(struct tfs_ckpt_writer *w)
+{
+    char reason[TFS_CKPT_REASON_MAX];
+    unsigned who = 0;
+    int code = 0;
+    int rc = tfs_ckpt_abort_read(w->st, w->step, &code, &who, reason,
+                                 w->stale_abort);
+
+    if (rc == 0)
+        w->stale_abort[0] = '\0';
+    return rc < 0 ? rc : 0;
+}
+
 /* Refuse (or, overwriting, uncommit) a step that already has an index. */
 static int wr_check_step(struct tfs_ckpt_writer *w)
 {
@@ -185,16 +202,30 @@ static int wr_check_step(struct tfs_ckpt_writer *w)
         rc = tfs_ckpt_key(&key, w->step, name);
     if (rc == 0)
         rc = tfs_store_remove(w->st, tfs_buf_str(&key));
+    /* Nor anyone's: rank 0 opens a new attempt (commit.c), without the
+     * abort note of an earlier one. */
+    if (rc == 0 && w->rank == 0 && w->world_size > 1) {
+        rc = tfs_ckpt_key(&key, w->step, TFS_CKPT_ABORT_NAME);
+        if (rc == 0)
+            rc = tfs_store_remove(w->st, tfs_buf_str(&key));
+        if (rc == -ENOENT)
+            rc = 0;
+        if (rc == 0)
+            rc = tfs_ckpt_attempt_start(w->st, w->step, w->attempt);
+    }
     tfs_buf_cleanup(&key);
-    /* Nor anyone's: rank 0 opens a new attempt (commit.c). */
-    if (rc == 0 && w->rank == 0 && w->world_size > 1)
-        rc = tfs_ckpt_attempt_start(w->st, w->step, w->attempt);
+    /* A note already there when we open is about an earlier attempt
+     * (or one that gave up before we came): never ours to act on. */
+    if (rc == 0 && w->rank != 0 && w->world_size > 1)
+        rc = wr_stale_abort(w);
     return rc;
 }
 
 int tfs_ckpt_writer_open(struct tfs_ckpt_writer *w, const char *uri,
                          uint64_t step)
 {
+    uint64_t prev;
+    uint64_t dl;
     int rc = wr_settable(w);
 
     if (rc < 0)
@@ -208,8 +239,23 @@ int tfs_ckpt_writer_open(struct tfs_ckpt_writer *w, const char *uri,
         return rc;
     w->step = step;
     rc = wr_staging_paths(w);
+    /* The store calls of open, on the caller's thread, are bounded by
+     * commit_timeout too (a partitioned store must not hang training). */
+    dl = w->timeout_ms > 0 ? tfs_now_ns() + w->timeout_ms * 1000000ull
+                           : tfs_deadline_get();
+    prev = tfs_deadline_set(dl);
     if (rc == 0)
         rc = wr_check_step(w);
+    tfs_deadline_set(prev);
+    if (rc < 0 && dl != 0 && tfs_now_ns() >= dl) {
+        char t[32];
+        char d[256];
+
+        snprintf(d, sizeof(d), "%s", tfs_errdetail());
+        tfs_ckpt_fmt_s(t, sizeof(t), w->timeout_ms);
+        rc = tfs_err(-ETIMEDOUT, "step %" PRIu64 ": rank %u: open did not "
+                     "finish in %s (the store: %s)", w->step, w->rank, t, d);
+    }
     if (rc < 0) {
         tfs_store_close(w->st);
         w->st = NULL;
@@ -463,8 +509,11 @@ static void wr_file_task(struct tfs_pool_task *task)
 {
     struct wr_file *f = tfs_container_of(task, struct wr_file, task);
     struct tfs_ckpt_writer *w = f->w;
+    /* In the background every store call ends by the commit deadline. */
+    uint64_t prev = tfs_deadline_set(w->deadline_ns);
     int rc = w->phase(w, f);
 
+    tfs_deadline_set(prev);
     pthread_mutex_lock(&w->lock);
     if (rc < 0 && w->tasks_rc == 0) {
         w->tasks_rc = rc;
@@ -475,9 +524,45 @@ static void wr_file_task(struct tfs_pool_task *task)
     pthread_mutex_unlock(&w->lock);
 }
 
+/* Bytes of this rank's files in the store, and of all of them. */
+static void wr_sent(struct tfs_ckpt_writer *w, char *buf, size_t len)
+{
+    char a[32];
+    char b[32];
+
+    snprintf(buf, len, "%s of %s of its shards in the store",
+             tfs_fmt_bytes(a, sizeof(a), (double)atomic_load(&w->uploaded)),
+             tfs_fmt_bytes(b, sizeof(b), (double)w->total));
+}
+
+/*
+ * The commit deadline passed with uploads still running (a store call
+ * that ignores the thread's deadline): they are left behind, to end on
+ * their own (close waits for them); the save fails now.  Called with
+ * w->lock held.
+ */
+static int wr_abandon(struct tfs_ckpt_writer *w)
+{
+    const char *name = "?";
+    char t[32];
+    char sent[96];
+
+    for (size_t i = 0; i < w->n_files; i++) {
+        if (!w->files[i].in_store) {
+            name = w->files[i].name;
+            break;
+        }
+    }
+    tfs_ckpt_fmt_s(t, sizeof(t), w->timeout_ms);
+    wr_sent(w, sent, sizeof(sent));
+    return tfs_err(-ETIMEDOUT, "upload of %s did not finish in %s (%s; "
+                   "abandoned)", name, t, sent);
+}
+
 /*
  * Run phase on every file, in parallel on the upload pool, and wait for
- * all of them; the first error (with its detail).
+ * all of them (in the background, only until the commit deadline); the
+ * first error (with its detail).
  */
 static int wr_each_file(struct tfs_ckpt_writer *w, wr_phase_fn *phase)
 {
@@ -496,10 +581,23 @@ static int wr_each_file(struct tfs_ckpt_writer *w, wr_phase_fn *phase)
             wr_file_task(&w->files[i].task);    /* cannot happen: run it */
     }
     pthread_mutex_lock(&w->lock);
-    while (w->tasks_left > 0)
-        pthread_cond_wait(&w->cond, &w->lock);
-    rc = w->tasks_rc;
-    if (rc < 0)
+    rc = 0;
+    while (w->tasks_left > 0 && rc == 0) {
+        if (w->deadline_ns == 0)
+            pthread_cond_wait(&w->cond, &w->lock);
+        else if (tfs_now_ns() < w->deadline_ns + WR_ABANDON_NS) {
+            /* w->cond runs on CLOCK_REALTIME (see tfs_ckpt_writer_wait) */
+            struct timespec ts = tfs_abstime(CLOCK_REALTIME, 100000000u);
+
+            pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+        } else
+            rc = -ETIMEDOUT;
+    }
+    if (rc == 0)
+        rc = w->tasks_rc;
+    if (rc == -ETIMEDOUT && w->tasks_left > 0)
+        rc = wr_abandon(w);
+    else if (rc < 0)
         tfs_errdetail_set("%s", w->detail);
     pthread_mutex_unlock(&w->lock);
     return rc;
@@ -570,6 +668,12 @@ static void wr_marker_free(struct tfs_ckpt_marker *m)
     tfs_free(m->tensors);
 }
 
+/* Whether the commit deadline has passed, or will in ns. */
+static bool wr_past_deadline(const struct tfs_ckpt_writer *w, uint64_t ns)
+{
+    return w->deadline_ns != 0 && tfs_now_ns() + ns >= w->deadline_ns;
+}
+
 /* Finish f in staging (unless done) and upload it. */
 static int wr_upload_one(struct tfs_ckpt_writer *w, struct wr_file *f)
 {
@@ -582,21 +686,88 @@ static int wr_upload_one(struct tfs_ckpt_writer *w, struct wr_file *f)
     for (int attempt = 0; rc == 0; attempt++) {
         tfs_ratelimit_take(&w->rl, f->size);
         rc = tfs_store_put_file(w->st, tfs_buf_str(&key), f->path, NULL);
-        if (rc == 0 || attempt == 2 || !tfs_err_is_retryable(rc))
+        if (rc == 0 || attempt == 2 || !tfs_err_is_retryable(rc) ||
+            wr_past_deadline(w, 100000000ull << attempt))
             break;
         tfs_sleep_ns(100000000ull << attempt);
         rc = 0;
     }
-    if (rc < 0)
+    if (rc < 0 && wr_past_deadline(w, 0)) {
+        char t[32];
+        char sent[96];
+        char d[256];
+
+        snprintf(d, sizeof(d), "%s", tfs_errdetail());
+        tfs_ckpt_fmt_s(t, sizeof(t), w->timeout_ms);
+        wr_sent(w, sent, sizeof(sent));
+        rc = tfs_err(-ETIMEDOUT, "upload of %s did not finish in %s (%s; "
+                     "the store: %s)", f->name, t, sent, d);
+    } else if (rc < 0) {
         rc = tfs_ckpt_err_in(rc, tfs_buf_str(&key), "upload");
-    else
+    } else {
         atomic_fetch_add(&w->uploaded, f->size);
+        pthread_mutex_lock(&w->lock);
+        f->in_store = true;
+        pthread_mutex_unlock(&w->lock);
+    }
     tfs_buf_cleanup(&key);
     return rc;
 }
 
+/* "step N: rank R: " before the detail of this rank's own failure. */
+static int wr_own_err(const struct tfs_ckpt_writer *w, int rc,
+                      const char *what)
+{
+    char d[512];
+
+    snprintf(d, sizeof(d), "%s", tfs_errdetail());
+    if (what != NULL)
+        return tfs_err(rc, "step %" PRIu64 ": rank %u: %s: %s", w->step,
+                       w->rank, what, d);
+    return tfs_err(rc, "step %" PRIu64 ": rank %u: %s", w->step, w->rank,
+                   d);
+}
+
+/*
+ * Tell the other ranks that this attempt failed (abort notes, commit.c):
+ * rank 0 always; another rank only for an error of its own before its
+ * deadline (after it, rank 0 has given up already, and a rank resumed
+ * late must not abort a retry).  Under a short deadline of its own; a
+ * store that cannot be reached is simply not told.
+ */
+static void wr_publish(struct tfs_ckpt_writer *w, int rc, const char *nonce)
+{
+    char reason[TFS_CKPT_REASON_MAX];
+    char now[TFS_CKPT_ATTEMPT_LEN] = "";
+    uint64_t prev;
+    int prc = 0;
+
+    if (w->world_size < 2 || (w->rank != 0 && wr_past_deadline(w, 0)))
+        return;
+    snprintf(reason, sizeof(reason), "%s", tfs_errdetail());
+    prev = tfs_ckpt_grace_begin();
+    /* No nonce yet: rank 0 has not opened the step.  Give it a moment
+     * (a note without the nonce would be taken for a stale one). */
+    for (uint64_t end = tfs_now_ns() + WR_NONCE_WAIT_NS;
+         prc == 0 && (nonce == NULL || nonce[0] == '\0') &&
+         tfs_now_ns() < end && !wr_past_deadline(w, 0);) {
+        prc = tfs_ckpt_attempt_read(w->st, w->step, now);
+        nonce = now;
+        if (prc == 0 && now[0] == '\0')
+            tfs_sleep_ns(50000000);
+    }
+    if (prc == 0 && strcmp(nonce, w->stale_abort) != 0)
+        prc = tfs_ckpt_abort_put(w->st, w->step, nonce, w->rank, rc, reason);
+    tfs_deadline_set(prev);
+    if (prc < 0)
+        TFS_INFO("ckpt: rank %u could not publish the abort of step %"
+                 PRIu64 ": %s", w->rank, w->step, tfs_strerror(prc));
+    tfs_errdetail_set("%s", reason);
+}
+
 static int wr_commit(struct tfs_ckpt_writer *w)
 {
+    bool noted = false;                 /* ended by someone's abort note */
     struct tfs_ckpt_commit c = {
         .st = w->st,
         .step = w->step,
@@ -604,25 +775,41 @@ static int wr_commit(struct tfs_ckpt_writer *w)
         .world_size = w->world_size,
         .run_id = w->run_id,
         .attempt = w->rank == 0 && w->world_size > 1 ? w->attempt : NULL,
+        .deadline_ns = w->deadline_ns,
+        .timeout_ms = w->timeout_ms,
+        .grace_ns = TFS_MIN(TFS_CKPT_GRACE_NS, w->timeout_ms * 1000000ull),
+        .ignore_abort = w->stale_abort[0] != '\0' ? w->stale_abort : NULL,
         .keep_last = w->keep_last,
+        .noted = &noted,
     };
     struct tfs_ckpt_marker m = {0};
+    char t[32];
     int rc = wr_each_file(w, wr_upload_one);
 
-    if (w->timeout_ms > 0)
-        c.deadline_ns = tfs_now_ns() + w->timeout_ms * 1000000ull;
+    tfs_ckpt_fmt_s(t, sizeof(t), w->timeout_ms);
+    if (rc < 0)
+        rc = wr_own_err(w, rc, NULL);
     if (rc == 0)
         rc = wr_marker(w, &m);
     if (rc == 0 && w->rank == 0)
         memcpy(m.attempt, w->attempt, sizeof(m.attempt));
     else if (rc == 0)
         rc = tfs_ckpt_attempt_read(w->st, w->step, m.attempt);
-    if (rc == 0)
-        rc = tfs_ckpt_put_marker(&c, &m);
+    if (rc == 0 && wr_past_deadline(w, 0))
+        rc = tfs_err(-ETIMEDOUT, "step %" PRIu64 ": rank %u: the commit "
+                     "deadline (%s) passed before its marker was put",
+                     w->step, w->rank, t);
+    else if (rc == 0 && (rc = tfs_ckpt_put_marker(&c, &m)) < 0)
+        rc = wr_own_err(w, rc, "marker");
     if (rc == 0 && w->rank == 0)
         rc = tfs_ckpt_commit_index(&c, &m);
     else if (rc == 0)
         rc = tfs_ckpt_await_index(&c, &m);
+    if (rc < 0 && strncmp(tfs_errdetail(), "step ", 5) != 0)
+        rc = wr_own_err(w, rc, NULL);
+    /* Ended by a note: those who wait have been told already. */
+    if (rc < 0 && !noted)
+        wr_publish(w, rc, m.attempt);
     wr_marker_free(&m);
     if (rc == 0)
         tfs_ckpt_stage_prune(w);
@@ -633,8 +820,11 @@ static void wr_commit_task(struct tfs_pool_task *task)
 {
     struct tfs_ckpt_writer *w =
         tfs_container_of(task, struct tfs_ckpt_writer, commit_task);
+    uint64_t prev = tfs_deadline_set(w->deadline_ns);
     int rc = wr_commit(w);
     char step[32];
+
+    tfs_deadline_set(prev);
 
     tfs_ckpt_step_name(step, sizeof(step), w->step);
     if (rc < 0)
@@ -665,6 +855,9 @@ static int wr_pools(struct tfs_ckpt_writer *w)
 
 static int wr_start(struct tfs_ckpt_writer *w)
 {
+    /* commit_timeout bounds all of the background part, from here. */
+    if (w->timeout_ms > 0)
+        w->deadline_ns = tfs_now_ns() + w->timeout_ms * 1000000ull;
     w->commit_task.fn = wr_commit_task;
     return tfs_pool_submit(w->commit_pool, &w->commit_task);
 }
@@ -688,6 +881,8 @@ int tfs_ckpt_writer_save(struct tfs_ckpt_writer *w)
         rc = wr_start(w);
     if (rc < 0) {
         tfs_ckpt_stage_discard(w);
+        rc = wr_own_err(w, rc, "save");
+        wr_publish(w, rc, w->rank == 0 ? w->attempt : NULL);
         pthread_mutex_lock(&w->lock);
         w->done = true;
         w->status = rc;

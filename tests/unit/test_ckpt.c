@@ -246,10 +246,13 @@ struct rank_arg {
     uint64_t    timeout_ms;
     int         rc;
     char        detail[512];
+    const char *partition;              /* created after open, or NULL */
+    double      secs;                   /* from save to the end of wait */
 };
 
 static unsigned own_seed;               /* changes the own%u tensors */
 static unsigned start_delay_ms[8];      /* per rank, before open */
+static const char *rank_staging[8];     /* per rank, or NULL: "staging" */
 
 static void *rank_main(void *p)
 {
@@ -271,7 +274,9 @@ static void *rank_main(void *p)
     if (rc == 0)
         rc = wset_num(w, "world_size", a->ws);
     if (rc == 0)
-        rc = tfs_ckpt_writer_set(w, "staging_dir", staging);
+        rc = tfs_ckpt_writer_set(w, "staging_dir",
+                                 rank_staging[a->rank] != NULL
+                                     ? rank_staging[a->rank] : staging);
     if (rc == 0 && a->run_id)
         rc = tfs_ckpt_writer_set(w, "run_id", a->run_id);
     if (rc == 0)
@@ -286,10 +291,18 @@ static void *rank_main(void *p)
     snprintf(name, sizeof(name), "own%u", a->rank);
     if (rc == 0)
         rc = tfs_ckpt_writer_add(w, name, "F32", 1, (int64_t[]){5}, own, 20);
+    if (rc == 0 && a->partition != NULL) {
+        FILE *pf = fopen(a->partition, "w");
+
+        if (pf != NULL)
+            fclose(pf);
+    }
+    a->secs = (double)tfs_now_ns() / 1e9;
     if (rc == 0)
         rc = tfs_ckpt_writer_save(w);
     if (rc == 0)
         rc = tfs_ckpt_writer_wait(w, -1);
+    a->secs = (double)tfs_now_ns() / 1e9 - a->secs;
     snprintf(a->detail, sizeof(a->detail), "%s", tfs_errdetail());
     tfs_ckpt_writer_close(w);
     a->rc = rc;
@@ -322,7 +335,7 @@ TEST(ranks)
     fill(mfull, sizeof(mfull), 9);
     path(uri, sizeof(uri), "ranks");
     for (unsigned k = 0; k < 3; k++)
-        a[k] = (struct rank_arg){uri, k, 3, "r1", 20000, 0, ""};
+        a[k] = (struct rank_arg){uri, k, 3, "r1", 20000, 0, "", NULL, 0};
     run_ranks(a, 3);
     for (unsigned k = 0; k < 3; k++)
         CHECK_OK(a[k].rc);
@@ -363,10 +376,11 @@ TEST(commit_protocol)
     path(uri, sizeof(uri), "proto");
     CHECK_OK(save(uri, 1, 0));
     /* Rank 1 never comes: rank 0 gives up, nothing is committed. */
-    a[0] = (struct rank_arg){uri, 0, 2, "x", 300, 0, ""};
+    a[0] = (struct rank_arg){uri, 0, 2, "x", 300, 0, "", NULL, 0};
     run_ranks(a, 1);
     CHECK_RC(a[0].rc, -ETIMEDOUT);
-    CHECK(strstr(a[0].detail, "rank 1's marker") != NULL);
+    CHECK(strstr(a[0].detail, "step 10: rank 1 put no marker in 0.3 s "
+                 "(in the store: 0 of its shard files") != NULL);
     CHECK_OK(tfs_ckpt_list(uri, NULL, 0, steps, 4, &n));
     CHECK(n == 1 && steps[0] == 1);
     CHECK_OK(tfs_ckpt_list(uri, NULL, TFS_CKPT_LIST_INCOMPLETE, steps, 4,
@@ -375,18 +389,19 @@ TEST(commit_protocol)
     CHECK_OK(tfs_ckpt_latest(uri, NULL, &step));
     CHECK_EQ(step, 1);
     /* A stale marker of another run is not taken for this one. */
-    a[0] = (struct rank_arg){uri, 1, 2, "old", 200, 0, ""};
+    a[0] = (struct rank_arg){uri, 1, 2, "old", 200, 0, "", NULL, 0};
     run_ranks(a, 1);
     CHECK_RC(a[0].rc, -ETIMEDOUT);
-    CHECK(strstr(a[0].detail, "no index naming rank 1's shards") != NULL);
-    a[0] = (struct rank_arg){uri, 0, 2, "new", 300, 0, ""};
+    CHECK(strstr(a[0].detail, "step 10: rank 1: no index naming its "
+                 "shards") != NULL);
+    a[0] = (struct rank_arg){uri, 0, 2, "new", 300, 0, "", NULL, 0};
     run_ranks(a, 1);
     CHECK_RC(a[0].rc, -ETIMEDOUT);
     CHECK_OK(tfs_ckpt_latest(uri, NULL, &step));
     CHECK_EQ(step, 1);
     /* Both ranks of the same run: committed. */
-    a[0] = (struct rank_arg){uri, 0, 2, "new", 20000, 0, ""};
-    a[1] = (struct rank_arg){uri, 1, 2, "new", 20000, 0, ""};
+    a[0] = (struct rank_arg){uri, 0, 2, "new", 20000, 0, "", NULL, 0};
+    a[1] = (struct rank_arg){uri, 1, 2, "new", 20000, 0, "", NULL, 0};
     run_ranks(a, 2);
     CHECK_OK(a[0].rc);
     CHECK_OK(a[1].rc);
@@ -509,7 +524,7 @@ TEST(retention)
     CHECK_OK(tfs_ckpt_list(uri, NULL, 0, steps, 8, &n));
     CHECK(n == 2 && steps[0] == 3 && steps[1] == 4);
     /* An abandoned save older than the newest checkpoint. */
-    a = (struct rank_arg){uri, 1, 2, "", 100, 0, ""};
+    a = (struct rank_arg){uri, 1, 2, "", 100, 0, "", NULL, 0};
     run_ranks(&a, 1);                   /* step 10: rank 1 only */
     CHECK_RC(a.rc, -ETIMEDOUT);
     CHECK_OK(save(uri, 20, 0));
@@ -971,16 +986,16 @@ TEST(stale_marker_retry)
 
     path(uri, sizeof(uri), "retry");
     own_seed = 1;
-    a[0] = (struct rank_arg){uri, 0, 2, NULL, 200, 0, ""};
+    a[0] = (struct rank_arg){uri, 0, 2, NULL, 200, 0, "", NULL, 0};
     run_ranks(a, 1);
     CHECK_RC(a[0].rc, -ETIMEDOUT);
-    a[0] = (struct rank_arg){uri, 1, 2, NULL, 200, 0, ""};
+    a[0] = (struct rank_arg){uri, 1, 2, NULL, 200, 0, "", NULL, 0};
     run_ranks(a, 1);
     CHECK_RC(a[0].rc, -ETIMEDOUT);      /* its marker stays behind */
     own_seed = 2;
     start_delay_ms[1] = 400;
-    a[0] = (struct rank_arg){uri, 0, 2, NULL, 5000, 0, ""};
-    a[1] = (struct rank_arg){uri, 1, 2, NULL, 5000, 0, ""};
+    a[0] = (struct rank_arg){uri, 0, 2, NULL, 5000, 0, "", NULL, 0};
+    a[1] = (struct rank_arg){uri, 1, 2, NULL, 5000, 0, "", NULL, 0};
     run_ranks(a, 2);
     start_delay_ms[1] = 0;
     CHECK_OK(a[0].rc);
@@ -992,19 +1007,190 @@ TEST(stale_marker_retry)
      * then joins rank 0's when that appears. */
     path(uri, sizeof(uri), "retry2");
     own_seed = 3;
-    a[0] = (struct rank_arg){uri, 0, 2, NULL, 200, 0, ""};
+    a[0] = (struct rank_arg){uri, 0, 2, NULL, 200, 0, "", NULL, 0};
     run_ranks(a, 1);
     CHECK_RC(a[0].rc, -ETIMEDOUT);
     own_seed = 4;
     start_delay_ms[0] = 400;
-    a[0] = (struct rank_arg){uri, 0, 2, NULL, 5000, 0, ""};
-    a[1] = (struct rank_arg){uri, 1, 2, NULL, 5000, 0, ""};
+    a[0] = (struct rank_arg){uri, 0, 2, NULL, 5000, 0, "", NULL, 0};
+    a[1] = (struct rank_arg){uri, 1, 2, NULL, 5000, 0, "", NULL, 0};
     run_ranks(a, 2);
     start_delay_ms[0] = 0;
     own_seed = 0;
     CHECK_OK(a[0].rc);
     CHECK_OK(a[1].rc);
     check_own1(uri, 4);
+}
+
+/* ---- a commit that never hangs ---- */
+
+static void show_ranks(const struct rank_arg *a, unsigned n, uint64_t ms)
+{
+    for (unsigned k = 0; k < n; k++)
+        printf("# commit_timeout %.1f s, rank %u ended after %.2f s: %d "
+               "(%s)\n", (double)ms / 1000, k, a[k].secs, a[k].rc,
+               a[k].detail);
+}
+
+/* Nothing of step 10 is visible; `latest` still names step 1. */
+static void check_not_committed(const char *dir)
+{
+    uint64_t steps[4];
+    uint64_t step = 0;
+    size_t n = 0;
+
+    CHECK_OK(tfs_ckpt_list(dir, NULL, 0, steps, 4, &n));
+    CHECK(n == 1 && steps[0] == 1);
+    CHECK_OK(tfs_ckpt_latest(dir, NULL, &step));
+    CHECK_EQ(step, 1);
+}
+
+/*
+ * Four ranks; the stores of ranks 1 and 3 are partitioned (a black hole:
+ * every call hangs) once they have opened.  Their uploads hang; each
+ * rank's wait ends by its commit_timeout: ranks 1 and 3 naming their
+ * upload, rank 0 naming rank 1 (a census of what rank 1 has in the
+ * store) and rank 3, rank 2 at once on rank 0's abort note with rank 0's
+ * reason.  Nothing is committed.  The retry,
+ * rank 1 first (it opens while the old note is still there and must not
+ * take it for its own attempt's), commits.
+ */
+TEST(stalled_rank)
+{
+    struct rank_arg a[4];
+    char dir[128];
+    char pf[2][160];
+    char u[2][320];
+    const uint64_t ms = 1500;
+
+    path(dir, sizeof(dir), "stall");
+    path(pf[0], sizeof(pf[0]), "stall.partition1");
+    path(pf[1], sizeof(pf[1]), "stall.partition3");
+    for (int i = 0; i < 2; i++)
+        snprintf(u[i], sizeof(u[i]), "fault+file://%s?partition_file=%s",
+                 dir, pf[i]);
+    CHECK_OK(save(dir, 1, 0));
+    /* Ranks 1 and 3 of 4 partitioned, each after its own open. */
+    for (unsigned k = 0; k < 4; k++)
+        a[k] = (struct rank_arg){k % 2 ? u[k / 2] : dir, k, 4, NULL, ms, 0,
+                                 "", k % 2 ? pf[k / 2] : NULL, 0};
+    run_ranks(a, 4);
+    show_ranks(a, 4, ms);
+    for (unsigned k = 0; k < 4; k++) {
+        CHECK_RC(a[k].rc, -ETIMEDOUT);
+        CHECK(a[k].secs < (double)ms / 1000 + 1.5);
+    }
+    CHECK(strstr(a[1].detail, "step 10: rank 1: upload of "
+                 "model-rank00001-00001.safetensors did not finish in "
+                 "1.5 s (0 B of 492 B of its shards in the store; the "
+                 "store: fault: partitioned, deadline passed") != NULL);
+    CHECK(strstr(a[3].detail, "step 10: rank 3: upload of ") != NULL);
+    CHECK(strstr(a[0].detail, "step 10: rank 1 put no marker in 1.5 s (in "
+                 "the store: 0 of its shard files, 0 B); nor rank 3 (1 more "
+                 "of 4)") != NULL);
+    CHECK(strcmp(a[2].detail, a[0].detail) == 0);
+    CHECK(a[2].secs < a[0].secs + 1.2);  /* not its own deadline + 1.5 */
+    CHECK(unlink(pf[0]) == 0 && unlink(pf[1]) == 0);
+    check_not_committed(dir);
+    /* The retry. */
+    start_delay_ms[0] = 400;
+    for (unsigned k = 0; k < 4; k++)
+        a[k] = (struct rank_arg){k % 2 ? u[k / 2] : dir, k, 4, NULL, 20000, 0,
+                                 "", NULL, 0};
+    run_ranks(a, 4);
+    start_delay_ms[0] = 0;
+    for (unsigned k = 0; k < 4; k++) {
+        if (a[k].rc != 0)
+            TEST_FAIL_("retry, rank %u: %d [%s]", k, a[k].rc, a[k].detail);
+    }
+    struct tfs_ckpt_reader *r = reader(dir, TFS_CKPT_STEP_LATEST, false);
+    uint64_t step = 0;
+
+    tfs_ckpt_reader_info(r, &step, NULL, NULL, NULL, NULL);
+    CHECK_EQ(step, 10);
+    CHECK_OK(tfs_ckpt_reader_verify(r, NULL));
+    tfs_ckpt_reader_close(r);
+    /* Partitioned before open: open (on the caller's thread) gives up
+     * by commit_timeout too. */
+    struct tfs_ckpt_writer *w = writer(1, 2, 0);
+    FILE *f = fopen(pf[0], "w");
+    uint64_t t0;
+    int rc;
+
+    CHECK(f != NULL);
+    fclose(f);
+    CHECK_OK(tfs_ckpt_writer_set(w, "commit_timeout_ms", "500"));
+    t0 = tfs_now_ns();
+    rc = tfs_ckpt_writer_open(w, u[0], 20);
+    printf("# open of a partitioned store ended after %.2f s\n",
+           (double)(tfs_now_ns() - t0) / 1e9);
+    CHECK_RC(rc, -ETIMEDOUT);
+    CHECK(tfs_now_ns() - t0 < 1500000000ull);
+    CHECK(strstr(tfs_errdetail(), "step 20: rank 1: open did not finish in "
+                 "0.5 s (the store: fault: partitioned") != NULL);
+    tfs_ckpt_writer_close(w);
+    CHECK(unlink(pf[0]) == 0);
+}
+
+/*
+ * A rank's own fatal error (its shard put refused) ends every rank's
+ * wait at once, long before commit_timeout, with that rank's reason;
+ * `ckpt gc` removes the aborted step even though it is the newest.
+ */
+TEST(failed_rank)
+{
+    struct rank_arg a[3];
+    char dir[128];
+    char u1[320];
+    uint64_t steps[4];
+    size_t removed = 0;
+    size_t n = 0;
+
+    path(dir, sizeof(dir), "failed");
+    snprintf(u1, sizeof(u1), "fault+file://%s?error_rate=1&error=EACCES&"
+             "error_ops=put&error_prefix=step-000010/model-rank00001", dir);
+    CHECK_OK(save(dir, 1, 0));
+    for (unsigned k = 0; k < 3; k++)
+        a[k] = (struct rank_arg){k == 1 ? u1 : dir, k, 3, NULL, 20000, 0, "",
+                                 NULL, 0};
+    run_ranks(a, 3);
+    show_ranks(a, 3, 20000);
+    for (unsigned k = 0; k < 3; k++) {
+        CHECK_RC(a[k].rc, -EACCES);
+        CHECK(a[k].secs < 3.0);
+        CHECK(strstr(a[k].detail, "step 10: rank 1: step-000010/model-"
+                     "rank00001-00001.safetensors: upload: ") != NULL);
+    }
+    check_not_committed(dir);
+    CHECK_OK(tfs_ckpt_list(dir, NULL, TFS_CKPT_LIST_INCOMPLETE, steps, 4,
+                           &n));
+    CHECK(n == 1 && steps[0] == 10);
+    CHECK_OK(tfs_ckpt_gc(dir, NULL, 1, false, &removed));
+    CHECK_EQ(removed, 1);
+    CHECK_OK(tfs_ckpt_list(dir, NULL, TFS_CKPT_LIST_INCOMPLETE, steps, 4,
+                           &n));
+    CHECK_EQ(n, 0);
+    check_not_committed(dir);
+    /* A rank whose save() itself fails (its staging cannot be made: a
+     * file is in the way) tells the others too. */
+    char bad[160];
+    FILE *f;
+
+    path(bad, sizeof(bad), "failed.notadir");
+    CHECK((f = fopen(bad, "w")) != NULL);
+    fclose(f);
+    rank_staging[2] = bad;
+    for (unsigned k = 0; k < 3; k++)
+        a[k] = (struct rank_arg){dir, k, 3, NULL, 20000, 0, "", NULL, 0};
+    run_ranks(a, 3);
+    rank_staging[2] = NULL;
+    show_ranks(a, 3, 20000);
+    for (unsigned k = 0; k < 3; k++) {
+        CHECK(a[k].rc < 0 && a[k].rc != -ETIMEDOUT);
+        CHECK(a[k].secs < 3.0);
+        CHECK(strstr(a[k].detail, "step 10: rank 2: save: ") != NULL);
+    }
+    check_not_committed(dir);
 }
 
 /* ---- overlapping commits (R3) ---- */
@@ -1082,7 +1268,7 @@ static void teardown(void)
 TESTS(T(roundtrip), T(ranks), T(commit_protocol), T(options), T(retention),
       T(checksums), T(recycle), T(direct_staging), T(streaming),
       T(allocation_failures), T(latest_overlapping_commits),
-      T(stale_marker_retry));
+      T(stale_marker_retry), T(stalled_rank), T(failed_rank));
 
 int main(int argc, char **argv)
 {
