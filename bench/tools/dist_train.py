@@ -43,9 +43,10 @@ the world size is the saved one, else the next epoch (docs/dist.md).
 
 `check`: the steps of a job's logs, a restart's steps replacing those
 the killed group logged after its resume point; per epoch, every sample
-seen (missing 0) and repeats equal to the sampler's padding (per segment
-of the epoch: ceil(R / W) * W - R for the R samples left at its start
-with W ranks; the whole epoch at once for shards); every resume at a
+seen (missing 0) and repeats equal to the sampler's padding (that of
+the segment that ends the epoch: ceil(R / W) * W - R for the R samples
+left at its start with W ranks; a segment cut by a world-size change
+ends before its padding; shards: ceil(N / W) * W - N); every resume at a
 step a commit was taken at (a multiple of K), not before the newest
 "commit" rank 0 logged before it (lost steps beyond the last commit: 0),
 with the loaded HASH equal to that step's logged HASH (the resumed model
@@ -397,7 +398,9 @@ def timeline(logdir):
                         "redone": max(0, logged - s0)})
         for s in [s for s in steps if s > s0]:
             del steps[s]
-        commits = [c for c in commits if c <= s0]
+        # the step resumed from is committed (it was loaded from its
+        # index) even when rank 0 died before logging it
+        commits = [c for c in commits if c < s0] + ([s0] if s0 else [])
         for gg, rank, kind, f in rows:
             if gg != g:
                 continue
@@ -437,19 +440,27 @@ def cmd_check(a):
     for ep, v in sorted(epochs.items()):
         distinct = len(set(v["keys"]))
         if a.mode == "files":
-            pad = 0
-            for w, g in v["segments"]:
-                rest = n - min(g, n)
-                pad += math.ceil(rest / w) * w - rest
+            # only the segment that ends the epoch pads: the ones cut
+            # by a world-size change stopped before their padding
+            w, g = v["segments"][-1]
+            rest = n - min(g, n)
+            pad = math.ceil(rest / w) * w - rest
         else:
             w = v["segments"][0][0]
             pad = math.ceil(n / w) * w - n
         cover[ep] = {"samples": len(v["keys"]), "missing": n - distinct,
                      "repeats": len(v["keys"]) - distinct, "padding": pad,
                      "worlds": [w for w, _ in v["segments"]]}
-        changed = len(v["segments"]) > 1
-        if a.mode == "shards" and changed:
-            continue                    # the rest of it is skipped
+        nxt = epochs.get(ep + 1)
+        if a.mode == "shards" and nxt and \
+                nxt["segments"][0][0] != v["segments"][-1][0]:
+            # another world size went on at the next epoch: the rest of
+            # this one is skipped (docs/dist.md); what was read, once
+            cover[ep]["cut"] = True
+            if len(v["keys"]) - distinct > pad:
+                bad.append(f"epoch {ep}: {len(v['keys']) - distinct} "
+                           f"repeats, padding {pad}")
+            continue
         if distinct != n or len(v["keys"]) - distinct != pad:
             bad.append(f"epoch {ep}: {n - distinct} missing, "
                        f"{len(v['keys']) - distinct} repeats, padding {pad}")

@@ -33,10 +33,12 @@ were consumed, under any world size W': the rest R = P[g:N] is padded
 padding taken from P's first elements, and rank r' takes R[r'::W'].
 With W' = W and g = k * W that is the same list as resume(epoch, k).
 A sample is thus seen once per epoch across ranks and world-size
-changes, plus the padding: each segment of an epoch (from its start or a
-resume to its end) adds ceil(len(R) / W') * W' - len(R) repeats of P's
-first elements (none with drop_last, which instead leaves out the last
-len(R) mod W' of the segment).
+changes, plus the padding of the segment that reaches the epoch's end
+(from the epoch's start or the last resume): ceil(len(R) / W') * W' -
+len(R) repeats of P's first elements for the R left at its start (a
+segment cut by a change stops before its padding, which comes last in
+every rank's list); with drop_last instead the last len(R) mod W' of R
+are left out.
 """
 import math
 
