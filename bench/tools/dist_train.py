@@ -11,10 +11,13 @@ and resumed; for python/tests/test_torchrun.py and bench/dist-kill
                   [--segment N] [--exit-after STEP] [--replicated]
         one rank's program (started by torchrun)
     dist_train.py launch --nproc W [--kills K] [--kill-min S --kill-max S]
+                  [--kill-steps LO HI --last-step S] [--kill-group]
                   [--port P] [--max-restarts R] RUN-ARGS...
         one torchrun job of W ranks; kills K times a random rank by pid
         (kill -9) at a uniform draw in [min, max] s after the group's start
-        or restart; prints one JSON line
+        or restart, or (--kill-steps LO HI) once it logged a uniform draw
+        of LO-HI steps past it; --kill-group: the whole job, once; prints
+        one JSON line
     dist_train.py check LOGDIR --samples N [--ref REFDIR] [--every K]
         the checks below; one JSON line, status 1 on any failure
 
@@ -292,6 +295,15 @@ def last_step(logdir, rank):
     return s
 
 
+def start_step(logdir, rank):
+    s = 0
+    with open(os.path.join(logdir, f"rank-{rank}.log")) as f:
+        for line in f:
+            if line.startswith("start "):
+                s = int(line.split()[1])
+    return s
+
+
 def cmd_launch(a):
     logdir = a.run_args[a.run_args.index("--log") + 1]
     os.makedirs(logdir, exist_ok=True)
@@ -322,13 +334,27 @@ def cmd_launch(a):
             if p.poll() is not None:
                 break
             base = want
-            time.sleep(rng.uniform(a.kill_min, a.kill_max))
             victim = rng.randrange(a.nproc)
+            if a.kill_steps:
+                # a random step of the rest of the job, then a random
+                # point within that step (in its compute, its save, ...)
+                s0 = start_step(logdir, victim)
+                lo, hi = a.kill_steps
+                target = min(s0 + rng.randint(lo, hi), a.last_step - 1)
+                while p.poll() is None and \
+                        last_step(logdir, victim) < target:
+                    time.sleep(0.005)
+                time.sleep(rng.uniform(0, a.kill_max))
+            else:
+                time.sleep(rng.uniform(a.kill_min, a.kill_max))
             with open(os.path.join(logdir, f"pid-{victim}")) as f:
                 pid = int(f.read())
             at = last_step(logdir, victim)
             try:
-                os.kill(pid, signal.SIGKILL)
+                if a.kill_group:        # the whole job: no restart
+                    os.killpg(p.pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 break                   # the job ended meanwhile
             kills.append({"rank": victim, "pid": pid, "after_step": at,
@@ -340,7 +366,7 @@ def cmd_launch(a):
         print(f"dist_train: the job ran past {a.timeout} s", file=sys.stderr)
     print(json.dumps({"rc": rc, "nproc": a.nproc, "kills": kills,
                       "wall_s": round(time.monotonic() - t0, 2)}))
-    return 0 if rc == 0 else 1
+    return 0 if rc == 0 or (a.kill_group and kills) else 1
 
 
 # ---- checking ----
@@ -388,6 +414,8 @@ def timeline(logdir):
         world = starts[0]["world"]
         logged = max(steps) if steps else 0
         resumes.append({"gen": list(g), "step": s0, "world": world,
+                        "prev_world": resumes[-1]["world"] if resumes
+                        else world,
                         "ranks": len(starts),
                         "same_step": all(f["step"] == s0 for f in starts),
                         "hash": starts[0]["hash"],
@@ -436,6 +464,11 @@ def cmd_check(a):
             ep["segments"].append([e["world"], len(ep["keys"])])
         for k in e["ranks"].values():
             ep["keys"].extend(k)
+    # shards: a resume under another world size mid-epoch goes on at the
+    # next epoch; the epoch it left is cut short (docs/dist.md)
+    cut = {steps[r["step"]]["epoch"] for r in resumes[1:]
+           if a.mode == "shards" and r["world"] != r["prev_world"] and
+           r["step"] in steps}
     cover = {}
     for ep, v in sorted(epochs.items()):
         distinct = len(set(v["keys"]))
@@ -451,11 +484,8 @@ def cmd_check(a):
         cover[ep] = {"samples": len(v["keys"]), "missing": n - distinct,
                      "repeats": len(v["keys"]) - distinct, "padding": pad,
                      "worlds": [w for w, _ in v["segments"]]}
-        nxt = epochs.get(ep + 1)
-        if a.mode == "shards" and nxt and \
-                nxt["segments"][0][0] != v["segments"][-1][0]:
-            # another world size went on at the next epoch: the rest of
-            # this one is skipped (docs/dist.md); what was read, once
+        if ep in cut and distinct != n:
+            # what was read of it, once
             cover[ep]["cut"] = True
             if len(v["keys"]) - distinct > pad:
                 bad.append(f"epoch {ep}: {len(v['keys']) - distinct} "
@@ -531,6 +561,14 @@ def main():
     la.add_argument("--kills", type=int, default=0)
     la.add_argument("--kill-min", type=float, default=1)
     la.add_argument("--kill-max", type=float, default=3)
+    la.add_argument("--kill-group", action="store_true",
+                    help="kill -9 the whole job (torchrun and every rank) "
+                    "once, instead of one rank")
+    la.add_argument("--kill-steps", type=int, nargs=2, metavar=("LO", "HI"),
+                    help="kill when the victim is a uniform draw of LO-HI "
+                    "steps past the (re)start (then up to --kill-max s "
+                    "more), before --last-step")
+    la.add_argument("--last-step", type=int, default=1 << 30)
     la.add_argument("--port", type=int, default=29611)
     la.add_argument("--max-restarts", type=int, default=3)
     la.add_argument("--seed", type=int, default=None)

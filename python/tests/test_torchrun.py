@@ -7,11 +7,11 @@
   a DDP model trained from raw files in a real tierfs mount (a directory
   store) and from a packed dataset (ShardDataset), checkpoints every 4
   steps from all ranks into a directory behind fault+file:// (5 ms a
-  request); one rank kill -9ed by pid and the group restarted by
-  --max_restarts, the resumed run equal to an uninterrupted one bit for
-  bit (batches and final model); a 4-rank job stopped mid-epoch and
-  resumed by 2 ranks, the epoch continued exactly.  Every resume's step
-  passes `tierfs ckpt verify`.
+  request); one rank kill -9ed by pid 7-12 steps into the job (mid
+  epoch 0) and the group restarted by --max_restarts, the resumed run
+  equal to an uninterrupted one bit for bit (batches and final model); a
+  4-rank job stopped mid-epoch and resumed by 2 ranks, the epoch
+  continued exactly.  Every resume's step passes `tierfs ckpt verify`.
 """
 import json
 import os
@@ -188,7 +188,8 @@ def job():
 
         def launch(self, name, nproc=4, kills=0, mode="files", extra=()):
             r = _tool("launch", "--nproc", str(nproc), "--kills", str(kills),
-                      "--kill-min", "0.8", "--kill-max", "1.6", "--seed", "11",
+                      "--kill-steps", "7", "12", "--kill-max", "0.1",
+                      "--last-step", "32", "--seed", "11",
                       "--port", str(next(ports)), "--timeout", "150", "--",
                       *self.args(name, mode), *extra)
             assert r["rc"] == 0, r
