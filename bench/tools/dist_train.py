@@ -89,7 +89,8 @@ def log_line(f, text):
 
 
 def state_hash(model, opt):
-    """XXH-free: sha256 of the parameters and the momentum buffers."""
+    """16 hex digits of the sha256 of the parameters and the optimizer's
+    buffers (momentum), in name order."""
     h = hashlib.sha256()
     for _, p in sorted(model.state_dict().items()):
         h.update(p.detach().contiguous().numpy().tobytes())
@@ -146,9 +147,11 @@ def cmd_run(a):
     kw = {}
     if a.replicated:
         import inspect
-        if "replicated" not in inspect.signature(tt.save).parameters:
-            print("dist_train: --replicated: this tierfs.torch.save has no "
-                  "replicated option", file=sys.stderr)
+        if not any("replicated" in inspect.signature(f).parameters
+                   for f in (tt.save, Checkpointer.__init__)):
+            print("dist_train: --replicated: this tierfs.torch has no "
+                  "replicated saves (Checkpointer and save take no "
+                  "'replicated')", file=sys.stderr)
             return 2
         kw["replicated"] = True
     ck = Checkpointer(a.ckpt, every=a.every, keep_last=a.keep_last,
