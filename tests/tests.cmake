@@ -143,7 +143,7 @@ set_tests_properties(python.hint PROPERTIES LABELS "python;fuse" TIMEOUT 300)
 # ShardDataset, checkpoints every 4 steps from all ranks behind
 # fault+file:// (5 ms); one rank kill -9ed and the group restarted by
 # --max_restarts (batches and final model equal an uninterrupted run's
-# bit for bit), one 4 -> 2 world-size change mid-epoch; about 100 s.
+# bit for bit), one 4 -> 2 world-size change mid-epoch; 60-100 s.
 # Rendezvous ports 29621-29629.
 add_test(NAME python.torchrun
   COMMAND env TIERFS_LIB=$<TARGET_FILE:tierfs_shared>
