@@ -137,6 +137,23 @@ add_test(NAME python.hint
           ${PROJECT_SOURCE_DIR}/python/tests/test_hint.py)
 set_tests_properties(python.hint PROPERTIES LABELS "python;fuse" TIMEOUT 300)
 
+# tierfs under torchrun (docs/dist.md): tierfs.torch.DistributedSampler
+# against torch's, then bench/tools/dist_train.py with torchrun
+# --nproc_per_node 4 (gloo): DDP from raw files in a real mount and from
+# ShardDataset, checkpoints every 4 steps from all ranks behind
+# fault+file:// (5 ms); one rank kill -9ed and the group restarted by
+# --max_restarts (batches and final model equal an uninterrupted run's
+# bit for bit), one 4 -> 2 world-size change mid-epoch; 60-100 s.
+# Rendezvous ports 29621-29629.
+add_test(NAME python.torchrun
+  COMMAND env TIERFS_LIB=$<TARGET_FILE:tierfs_shared>
+          TFS_TEST_BIN=$<TARGET_FILE:tierfs>
+          PYTHONPATH=${PROJECT_SOURCE_DIR}/python PYTHONDONTWRITEBYTECODE=1
+          /usr/bin/python3 -m pytest -q -p no:cacheprovider
+          ${PROJECT_SOURCE_DIR}/python/tests/test_torchrun.py)
+set_tests_properties(python.torchrun PROPERTIES LABELS "python;fuse;ckpt"
+  TIMEOUT 300)
+
 # Write-back in the mount (tests/integ/fuse_wb.c).
 # Writes through the mounted binary, checked in the store itself: the
 # semantics (read-your-writes, renames, deletes, sync), backpressure, 20

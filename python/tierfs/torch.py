@@ -21,6 +21,7 @@ from ._ckpt_torch import (Checkpointer, LazyStateDict, SaveHandle,  # noqa
                           ShardSlice, load, save, shard)
 from .data import ShardDataset, ShardIndexDataset, StallMeter  # noqa: F401
 from .hint import OrderHint, find_mount  # noqa: F401
+from .sampler import DistributedSampler  # noqa: F401
 
 
 class OrderedPrefetch(_tud.Sampler):
