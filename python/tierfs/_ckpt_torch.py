@@ -172,11 +172,11 @@ def _host(t):
 # ---- replicated state: one copy, written by all ranks ----
 
 # A tensor larger than total / (world_size * _CUT) is cut into dim-0
-# slices of about that size, at most one per rank (the writer takes one
-# piece of a tensor per rank), placed together on the least loaded ranks;
-# whole tensors, largest first, go to the least loaded rank: every unit
-# is at most a quarter of a share or spread over all ranks, so greedy
-# placement ends within about a quarter of the mean.
+# slices, one per rank (the writer takes one piece of a tensor per rank;
+# fewer when it has fewer rows), so it loads every rank alike; the other
+# tensors, each at most a quarter of a rank's share, go largest first to
+# the least loaded rank, so greedy placement ends within a quarter of
+# the mean.
 _CUT = 4
 
 
@@ -208,7 +208,7 @@ def _plan(items, world_size):
     for name, _, shape, elem in items:
         nb = _nbytes(shape, elem)
         rows = int(shape[0]) if len(shape) else 0
-        k = min(world_size, rows, -(-nb // limit)) if nb > limit else 1
+        k = min(world_size, rows) if nb > limit else 1
         order.append((nb, name, rows, max(1, k)))
     order.sort(key=lambda x: (-x[0], x[1]))
     heap = [(0, r) for r in range(world_size)]
