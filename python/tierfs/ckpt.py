@@ -71,9 +71,7 @@ def list_steps(uri, options=None, incomplete=False):
     """Committed steps under uri, ascending (or, with incomplete, the step
     directories without an index)."""
     flags = _capi.CKPT_LIST_INCOMPLETE if incomplete else 0
-    n = ctypes.c_size_t()
-    _capi.check(_capi.tfs_ckpt_list(_b(uri), _b(options), flags, None, 0,
-                                    ctypes.byref(n)))
+    n = ctypes.c_size_t(1008)           # one listing unless there are more
     while True:
         room = n.value + 16
         v = (ctypes.c_uint64 * room)()
@@ -84,13 +82,23 @@ def list_steps(uri, options=None, incomplete=False):
 
 
 def latest(uri, options=None):
-    """The step `latest` names (or the newest committed), or None."""
+    """The step `latest` names (or the newest committed), or None when
+    there is none.  Store errors raise, a missing bucket too."""
     step = ctypes.c_uint64()
     rc = _capi.tfs_ckpt_latest(_b(uri), _b(options), ctypes.byref(step))
-    if rc == -errno.ENOENT:             # no checkpoint yet
+    if rc == -errno.ENOENT and not _no_bucket():    # no checkpoint yet
         return None
     _capi.check(rc)
     return step.value
+
+
+def _no_bucket(detail=None):
+    """Whether the last -ENOENT came from a bucket that does not exist: a
+    wrong URI, an error, never "no checkpoint yet" (the S3 store gives
+    -ENOENT for both; its detail names the S3 code)."""
+    if detail is None:
+        detail = _capi.tfs_errdetail().decode("utf-8", "replace")
+    return "NoSuchBucket" in detail
 
 
 def read_latest(uri, options=None):
@@ -102,7 +110,9 @@ def read_latest(uri, options=None):
     try:
         with Store(root, options) as st:
             text = st.read("latest", 0, 4096)
-    except _capi.TierfsNotFoundError:
+    except _capi.TierfsNotFoundError as e:
+        if _no_bucket(e.detail):
+            raise
         return None
     name = text.decode("utf-8", "replace").strip()
     m = re.fullmatch(r"step-([0-9]{6,19})", name)
