@@ -66,12 +66,21 @@ def _worker(argv):
     if mode == "save":                  # URI STEP RANK WORLD KIND
         uri, step, rank, world, kind = argv[1:6]
         rank, world = int(rank), int(world)
-        st = _state(kind.replace("+fsdp", ""))
+        st = _state(kind.replace("+fsdp", "").replace("+odd", ""))
         if kind.endswith("+fsdp"):
             st["fsdp"] = _fsdp(rank, world)[1]
+        odd = kind.endswith("+odd") and rank == world - 1
+        if odd:                         # this rank lacks a sliced tensor
+            del st["big"]
         h = tt.save(st, uri, rank=rank, world_size=world, step=int(step),
-                    run_id="dist", replicated=True, timeout_s=120)
-        h.wait()
+                    run_id="dist", replicated=True,
+                    timeout_s=5 if kind.endswith("+odd") else 120)
+        try:
+            h.wait()
+        except tierfs.TierfsError as e:
+            print(json.dumps({"rank": rank, "cls": type(e).__name__,
+                              "error": str(e)}))
+            return
         print(json.dumps({"rank": rank, "blocked_s": h.blocked_s}))
         return
     if mode == "resume":                # URI RANK WORLD (no group)
@@ -231,6 +240,17 @@ def test_replicated_with_shard_slices(root):
         same(want_sl.tensor.contiguous(), sl.tensor)
         assert sl.offsets == want_sl.offsets
         same(want, got)
+
+
+def test_replicated_mismatch_without_group_is_refused_at_commit(root):
+    """No process group: the commit's tiling check refuses the tensor a
+    rank did not save its part of, naming it; nothing is committed."""
+    out = _ranks(lambda r: ["save", root, "2", str(r), "2", "model+odd"], 2)
+    assert out[0]["cls"] == "TierfsCorruptError", out
+    assert "tensor 'big'" in out[0]["error"], out
+    assert "do all ranks hold the same state?" in out[0]["error"], out
+    assert out[1]["cls"] == "TierfsTimeoutError", out
+    assert ck.latest(root) is None
 
 
 def test_plan_is_deterministic_and_balanced():
