@@ -414,6 +414,33 @@ def test_missing_bucket_is_an_error_not_a_fresh_run():
         tt.Checkpointer("s3://tierfs-no-such-bucket-dist/run").resume()
 
 
+def test_reader_from_given_index(tmp_path, monkeypatch):
+    """Reader(index=text) reads no `latest`, lists nothing, GETs no index,
+    and checks the text as a fetched index."""
+    monkeypatch.setenv("TIERFS_CKPT_STAGING", str(tmp_path / "staging"))
+    root, log = str(tmp_path / "ck"), str(tmp_path / "calls.log")
+    tt.save({"w": torch.arange(64.)}, root + "/step-000007", async_=False)
+    with ck.Reader(root) as r:
+        text = r.index_text()
+    with ck.Reader(f"fault+file://{root}?log={log}", index=text,
+                   use_staging=False) as r:
+        assert r.step == 7 and r.read("w") == torch.arange(64.).numpy() \
+            .tobytes()
+    calls = open(log).read().splitlines()
+    assert not [c for c in calls if c.endswith(" latest") or
+                c.startswith("list") or c.endswith("index.json")], calls
+    with pytest.raises(tierfs.TierfsCorruptError, match="given index"):
+        ck.Reader(root, index=text[:-2])
+    with pytest.raises(tierfs.TierfsCorruptError, match="names step 7, "
+                                                        "not 8"):
+        ck.Reader(root, step=8, index=text)
+    bad = json.loads(text)
+    f = next(iter(bad["tierfs"]["files"].values()))
+    f["header_xxh3"] = "0" * 16
+    with pytest.raises(tierfs.TierfsCorruptError, match="header checksum"):
+        ck.Reader(root, index=json.dumps(bad), use_staging=False)
+
+
 def test_fault_log_lines(tmp_path):
     log = str(tmp_path / "calls.log")
     with tierfs.Store(f"fault+file://{tmp_path}?log={log}") as st:
