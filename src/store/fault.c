@@ -4,8 +4,9 @@
  * slow or flaky remote (include/tierfs/fault.h, docs/wrappers.md).
  *
  * Every operation first passes one gate, fault_enter(), which in order
- * waits out (or refuses) a partition, sleeps the injected latency and
- * decides whether to fail with the injected error.  Transfers then pay the
+ * logs the call (log=PATH), waits out (or refuses) a partition, sleeps
+ * the injected latency and decides whether to fail with the injected
+ * error.  Transfers then pay the
  * bandwidth cap (a put before calling through, a read after), and a read
  * may come back with one byte flipped.  Every stall ends early, with
  * -ETIMEDOUT, at the calling thread's deadline (tfs_deadline_get()), as a
