@@ -202,6 +202,12 @@ foreach(t torch cli badinput crash stall)
   set_tests_properties(ckpt.${t} PROPERTIES LABELS "python;ckpt"
     TIMEOUT 600)
 endforeach()
+# Distributed: replicated state written once by 1, 2 and 4 ranks, one
+# reader of the control state in a gloo group of 4 (ports 29631-29649),
+# the TierfsError subclasses (issue 18 items 2, 5, 7).
+add_test(NAME ckpt.dist COMMAND ${TFS_CKPT_ENV} ${TFS_CKPT_PYTEST}
+  ${TFS_CKPT_DIR}/test_ckpt_dist.py)
+set_tests_properties(ckpt.dist PROPERTIES LABELS "python;ckpt" TIMEOUT 300)
 tfs_s3_test(ckpt.torch-s3 ${TFS_CKPT_ENV} TFS_TEST_CKPT_STORE=s3
   TFS_TEST_S3_URI=s3://tierfs-test ${TFS_CKPT_PYTEST}
   ${TFS_CKPT_DIR}/test_ckpt_torch.py ${TFS_CKPT_DIR}/test_ckpt_cli.py)

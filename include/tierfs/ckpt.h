@@ -188,6 +188,12 @@ TFS_API int tfs_ckpt_reader_create(struct tfs_ckpt_reader **out);
  *   threads       streaming threads (default 4; 1..256)
  *   options       store options ("k=v&k2=v2") merged over the URI's query
  *   use_staging   0: never read from the local staging copy (default 1)
+ *   index         the text of the index (as tfs_ckpt_reader_index gave
+ *                 it in another process): open reads no `latest`, lists
+ *                 nothing and does not GET the index, but checks the
+ *                 text exactly as a fetched one (parsed, its step the one
+ *                 asked for unless TFS_CKPT_STEP_LATEST, then every
+ *                 shard's header against it).  At most 64 MiB.
  */
 TFS_API int tfs_ckpt_reader_set(struct tfs_ckpt_reader *r, const char *name,
                                 const char *value);
@@ -202,6 +208,14 @@ TFS_API int tfs_ckpt_reader_set(struct tfs_ckpt_reader *r, const char *name,
  */
 TFS_API int tfs_ckpt_reader_open(struct tfs_ckpt_reader *r, const char *uri,
                                  int64_t step);
+
+/*
+ * The index text the open reader parsed (NUL-terminated, *len bytes; len
+ * may be NULL), valid until close: what one rank hands the others for
+ * the option "index".  -EINVAL before open.
+ */
+TFS_API int tfs_ckpt_reader_index(struct tfs_ckpt_reader *r,
+                                  const char **json, size_t *len);
 
 /* Facts of the open checkpoint.  Any out pointer may be NULL. */
 TFS_API void tfs_ckpt_reader_info(struct tfs_ckpt_reader *r, uint64_t *step,

@@ -10,15 +10,24 @@ A thin layer over libtierfs (ctypes).  The store layer:
         for key, stat in st.list("a/"):
             ...
 
-Failures raise TierfsError (an OSError with .errno, .rc and .detail).
+Failures raise TierfsError (an OSError with .errno, .rc, .detail and
+.retryable), as the subclass for the cause: TierfsTimeoutError (also a
+TimeoutError), TierfsNotFoundError (FileNotFoundError),
+TierfsPermissionError (PermissionError), TierfsCorruptError (ValueError),
+TierfsNoSpaceError; docs/ckpt.md has the table.
 """
 import ctypes
 from collections import namedtuple
 
 from . import _capi
-from ._capi import TierfsError, encode as _b
+from ._capi import (TierfsCorruptError, TierfsError,  # noqa: F401
+                    TierfsNoSpaceError, TierfsNotFoundError,
+                    TierfsPermissionError, TierfsTimeoutError,
+                    encode as _b)
 
-__all__ = ["Store", "StatResult", "TierfsError", "version"]
+__all__ = ["Store", "StatResult", "TierfsError", "TierfsTimeoutError",
+           "TierfsNotFoundError", "TierfsPermissionError",
+           "TierfsCorruptError", "TierfsNoSpaceError", "version"]
 
 StatResult = namedtuple("StatResult", "size mtime_ns version")
 
@@ -36,6 +45,7 @@ class Store(_capi.Handle):
     Thread-safe, like the C handle it wraps."""
 
     def __init__(self, uri, options=None):
+        self._h = None
         h = ctypes.c_void_p()
         _capi.check(_capi.tfs_store_open(ctypes.byref(h), _b(uri),
                                          _b(options) if options else None))

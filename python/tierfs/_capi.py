@@ -15,13 +15,70 @@ VERSION_MAX = 80
 
 class TierfsError(OSError):
     """A libtierfs call failed: .rc is the library's status (negative),
-    .errno the matching errno, str() the message and the detail."""
+    .errno the matching errno, .detail the library's detail text, str()
+    the message and the detail; .retryable whether the same call may
+    succeed if repeated (timeouts, resets, throttling, 5xx).  check()
+    raises the subclass that matches rc (table in docs/ckpt.md)."""
 
     def __init__(self, rc, message, detail=""):
         self.rc = rc
         self.detail = detail
+        self.message = message
         text = f"{message} ({detail})" if detail else message
         super().__init__(_lib.tfs_errno(rc) if _lib else 0, text)
+
+    @property
+    def retryable(self):
+        return bool(tfs_err_is_retryable(self.rc)) if _lib else False
+
+    def __reduce__(self):
+        return (type(self), (self.rc, self.message, self.detail))
+
+
+class TierfsTimeoutError(TierfsError, TimeoutError):
+    """The store (or a deadline) timed out: -ETIMEDOUT.  Retryable."""
+
+
+class TierfsNotFoundError(TierfsError, FileNotFoundError):
+    """No such object, checkpoint or step: -ENOENT / -ENOTDIR."""
+
+
+class TierfsPermissionError(TierfsError, PermissionError):
+    """The store refused (403: -EACCES, -EPERM), no credentials
+    (TFS_ENOCRED), or a path escaping the store root (TFS_EESCAPE)."""
+
+
+class TierfsCorruptError(TierfsError, ValueError):
+    """Stored bytes are not what was written: a checksum mismatch
+    (TFS_ECORRUPT) or a damaged file (TFS_EFORMAT: truncated shard, bad
+    header or index).  Also a ValueError: the data is bad, retrying the
+    same read does not help."""
+
+
+class TierfsNoSpaceError(TierfsError):
+    """No room: -ENOSPC (local staging or cache full) or -EDQUOT."""
+
+
+def _error_codes():
+    import errno as _e
+    return {
+        -_e.ETIMEDOUT: TierfsTimeoutError,
+        -_e.ENOENT: TierfsNotFoundError, -_e.ENOTDIR: TierfsNotFoundError,
+        -_e.EACCES: TierfsPermissionError, -_e.EPERM: TierfsPermissionError,
+        -20011: TierfsPermissionError,      # TFS_ENOCRED
+        -20007: TierfsPermissionError,      # TFS_EESCAPE
+        -20002: TierfsCorruptError,         # TFS_ECORRUPT
+        -20014: TierfsCorruptError,         # TFS_EFORMAT
+        -_e.ENOSPC: TierfsNoSpaceError, -_e.EDQUOT: TierfsNoSpaceError,
+    }
+
+
+_ERROR_CLASSES = _error_codes()
+
+
+def error_class(rc):
+    """The TierfsError subclass check() raises for rc."""
+    return _ERROR_CLASSES.get(rc, TierfsError)
 
 
 class Stat(ctypes.Structure):
@@ -97,6 +154,7 @@ tfs_strerror = _proto("tfs_strerror", _S, _I)
 tfs_errname = _proto("tfs_errname", _S, _I)
 tfs_errdetail = _proto("tfs_errdetail", _S)
 tfs_errno = _proto("tfs_errno", _I, _I)
+tfs_err_is_retryable = _proto("tfs_err_is_retryable", _I, _I)
 
 tfs_store_open = _proto("tfs_store_open", _I, ctypes.POINTER(_P), _S, _S)
 tfs_store_close = _proto("tfs_store_close", None, _P)
@@ -206,6 +264,7 @@ tfs_ckpt_reader_create = _proto("tfs_ckpt_reader_create", _I,
                                 ctypes.POINTER(_P))
 tfs_ckpt_reader_set = _proto("tfs_ckpt_reader_set", _I, _P, _S, _S)
 tfs_ckpt_reader_open = _proto("tfs_ckpt_reader_open", _I, _P, _S, _I64)
+tfs_ckpt_reader_index = _proto("tfs_ckpt_reader_index", _I, _P, _PS, _PSZ)
 tfs_ckpt_reader_info = _proto("tfs_ckpt_reader_info", None, _P, _PU64,
                               ctypes.POINTER(_UI), _PU64, _PSZ, _PSZ)
 tfs_ckpt_reader_tensor = _proto("tfs_ckpt_reader_tensor", _I, _P, _SZ, _PS,
@@ -253,7 +312,7 @@ def check(rc):
     """Raise TierfsError for a failed call; return rc otherwise."""
     if rc < 0:
         detail = tfs_errdetail().decode("utf-8", "replace")
-        raise TierfsError(rc, tfs_strerror(rc).decode(), detail)
+        raise error_class(rc)(rc, tfs_strerror(rc).decode(), detail)
     return rc
 
 

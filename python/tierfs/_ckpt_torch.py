@@ -20,17 +20,18 @@ slice that rank needs under that world size.
 import atexit
 import collections
 import copy
+import hashlib
+import heapq
 import json
 import math
 import os
-import secrets
 import threading
 import time
 
 import torch
 
 from . import ckpt as _ck
-from ._capi import TierfsError
+from ._capi import TierfsError, error_class
 
 __all__ = ["save", "load", "Checkpointer", "SaveHandle", "ShardSlice",
            "shard", "LazyStateDict"]
@@ -167,6 +168,94 @@ def _host(t):
     return t
 
 
+# ---- replicated state: one copy, written by all ranks ----
+
+# A tensor larger than total / (world_size * _CUT) is cut into dim-0
+# slices, one per rank (the writer takes one piece of a tensor per rank;
+# fewer when it has fewer rows), so it loads every rank alike; the other
+# tensors, each at most a quarter of a rank's share, go largest first to
+# the least loaded rank, so greedy placement ends within a quarter of
+# the mean.
+_CUT = 4
+
+
+def _nbytes(shape, elem):
+    n = elem
+    for x in shape:
+        n *= int(x)
+    return n
+
+
+def _plan(items, world_size):
+    """Which rank writes what of a replicated state, from names, dtypes
+    and shapes only: every rank computes the same plan without talking.
+    items: [(name, dtype, shape, element size)].  Returns (units, digest):
+    units[rank] = [(name, lo, hi)], lo None for a whole tensor, else the
+    dim-0 rows [lo, hi) of a slice (at most one slice of a tensor per
+    rank); digest names the input (ranks whose
+    digests differ hold different states)."""
+    desc = json.dumps([[n, d, list(map(int, sh))] for n, d, sh, _ in items]
+                      + [world_size], separators=(",", ":"))
+    digest = hashlib.sha256(desc.encode()).hexdigest()[:16]
+    units = [[] for _ in range(world_size)]
+    if world_size == 1:
+        units[0] = [(n, None, None) for n, _, _, _ in items]
+        return units, digest
+    total = sum(_nbytes(sh, e) for _, _, sh, e in items)
+    limit = max(1, total // (world_size * _CUT))
+    order = []                          # (bytes, name, rows, pieces)
+    for name, _, shape, elem in items:
+        nb = _nbytes(shape, elem)
+        rows = int(shape[0]) if len(shape) else 0
+        k = min(world_size, rows) if nb > limit else 1
+        order.append((nb, name, rows, max(1, k)))
+    order.sort(key=lambda x: (-x[0], x[1]))
+    heap = [(0, r) for r in range(world_size)]
+    for nb, name, rows, k in order:     # largest first, least loaded
+        got = [heapq.heappop(heap) for _ in range(k)]   # k distinct ranks
+        for i, (load, r) in enumerate(got):
+            if k == 1:
+                units[r].append((name, None, None))
+                heapq.heappush(heap, (load + nb, r))
+                continue
+            lo, hi = rows * i // k, rows * (i + 1) // k
+            units[r].append((name, lo, hi))
+            heapq.heappush(heap, (load + nb // rows * (hi - lo), r))
+    return units, digest
+
+
+def _dist_group(world_size):
+    """torch.distributed when a process group is up and world_size > 1."""
+    dist = getattr(torch, "distributed", None)
+    if (world_size > 1 and dist is not None and dist.is_available() and
+            dist.is_initialized()):
+        return dist
+    return None
+
+
+def _check_plan(dist, world_size, digest, described):
+    """With a process group, refuse a replicated save whose ranks hold
+    different states, on every rank, naming the first tensor that
+    differs (one small all_gather; a second only on a mismatch)."""
+    got = [None] * world_size
+    dist.all_gather_object(got, digest)
+    if len(set(got)) == 1:
+        return
+    maps = [None] * world_size
+    dist.all_gather_object(maps, described)
+    names = sorted(set().union(*[set(m) for m in maps]))
+    for name in names:
+        seen = [m.get(name) for m in maps]
+        if any(x != seen[0] for x in seen):
+            where = ", ".join(f"rank {r}: " + ("absent" if x is None else
+                                               f"{x[0]} {tuple(x[1])}")
+                              for r, x in enumerate(seen))
+            raise ValueError(f"replicated save: tensor {name!r} differs "
+                             f"between ranks ({where})")
+    raise ValueError("replicated save: the ranks' states differ in the "
+                     "order of their tensors")
+
+
 # ---- saving ----
 
 _orphans = []                           # writers whose handles were dropped
@@ -251,11 +340,37 @@ def _pick_step(root, step, world_size, options):
     return 0 if last is None else last + 1
 
 
+def _replicated_share(flat, rank, world_size, check):
+    """This rank's units of the replicated tensors in flat, and the plan's
+    digest (with check, compared across ranks when a process group is
+    up: a collective on the caller's thread)."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside a world of {world_size}")
+    items, described = [], {}
+    for name, v in flat.tensors.items():
+        if isinstance(v, ShardSlice):
+            continue
+        if v.dtype not in _DTYPES:
+            raise TypeError(f"tensor {name!r}: dtype {v.dtype} has no "
+                            "safetensors name")
+        items.append((name, _DTYPES[v.dtype], tuple(v.shape),
+                      v.element_size()))
+        described[name] = (_DTYPES[v.dtype], list(v.shape))
+    units, digest = _plan(items, world_size)
+    dist = _dist_group(world_size) if check else None
+    if dist is not None:
+        _check_plan(dist, world_size, digest, described)
+    mine = {}
+    for name, lo, hi in units[rank]:
+        mine.setdefault(name, []).append((lo, hi))
+    return mine, digest
+
+
 def save(state_dict, uri, rank=0, world_size=1, async_=True, step=None,
          keep_last=0, shard_size=None, staging_dir=None, staging_keep=None,
          options=None, run_id=None, overwrite=False, upload_bw=0,
          upload_threads=None, sync_staging=False, commit_timeout=None,
-         timeout_s=None):
+         timeout_s=None, replicated=False, check_replicas=False):
     """Save state_dict (nested dicts, lists, tuples of tensors, ShardSlices
     and JSON values) as this rank's part of the checkpoint at uri
     (ROOT/step-N, or ROOT with step=N; with one rank and no step, the step
@@ -267,7 +382,17 @@ def save(state_dict, uri, rank=0, world_size=1, async_=True, step=None,
     (seconds, default 300; timeout_s is an alias): the most the commit
     may take on each rank after save() returns, uploads and the wait for
     the other ranks included; wait() then raises TierfsError naming the
-    rank, the step and what it last did."""
+    rank, the step and what it last did.
+
+    replicated=True (DDP): every plain tensor is the same on every rank;
+    each rank writes only its share of them (whole tensors, or dim-0
+    slices of large ones, balanced by bytes, planned from names, dtypes
+    and shapes alone), so the checkpoint holds one copy and load() gives
+    full tensors.  ShardSlices are still saved by their own rank.
+    check_replicas=True also compares the ranks' plans before anything is
+    written, with one all_gather over the process group: a collective on
+    this thread, which a stopped rank holds for the group's timeout, so
+    it is off by default (the commit and load check it anyway)."""
     _reap()
     root, in_uri = _ck.split_uri(uri)
     step = _pick_step(root, step if step is not None else in_uri, world_size,
@@ -275,8 +400,12 @@ def save(state_dict, uri, rank=0, world_size=1, async_=True, step=None,
     t0 = time.perf_counter()
     flat = _Flat()
     tree = flat.node(state_dict, "")
-    extra = json.dumps({"format": _FORMAT, "tree": tree},
-                       separators=(",", ":"), allow_nan=False)
+    doc = {"format": _FORMAT, "tree": tree}
+    mine = None                         # replicated: name -> [(lo, hi)]
+    if replicated:
+        mine, doc["plan"] = _replicated_share(flat, rank, world_size,
+                                              check_replicas)
+    extra = json.dumps(doc, separators=(",", ":"), allow_nan=False)
     w = _ck.Writer(root, step, rank=rank, world_size=world_size,
                    shard_size=shard_size, staging_dir=staging_dir,
                    staging_keep=staging_keep, keep_last=keep_last,
@@ -289,15 +418,25 @@ def save(state_dict, uri, rank=0, world_size=1, async_=True, step=None,
     try:
         hold = []                       # alive until w.save() returns
         for name, v in flat.tensors.items():
-            t = _host(v.tensor if isinstance(v, ShardSlice) else v)
-            hold.append(t)
-            nbytes = t.numel() * t.element_size()
             if isinstance(v, ShardSlice):
+                t = _host(v.tensor)
+                hold.append(t)
                 w.add_slice(name, _DTYPES[t.dtype], tuple(t.shape),
-                            v.offsets, v.full_shape, t.data_ptr(), nbytes)
-            else:
-                w.add(name, _DTYPES[t.dtype], tuple(t.shape), t.data_ptr(),
-                      nbytes)
+                            v.offsets, v.full_shape, t.data_ptr(),
+                            t.numel() * t.element_size())
+                continue
+            for lo, hi in (mine.get(name, ()) if mine is not None
+                           else [(None, None)]):
+                t = _host(v if lo is None else v.narrow(0, lo, hi - lo))
+                hold.append(t)
+                nbytes = t.numel() * t.element_size()
+                if lo is None:
+                    w.add(name, _DTYPES[t.dtype], tuple(t.shape),
+                          t.data_ptr(), nbytes)
+                else:
+                    w.add_slice(name, _DTYPES[t.dtype], tuple(t.shape),
+                                (lo,) + (0,) * (v.dim() - 1), tuple(v.shape),
+                                t.data_ptr(), nbytes)
         w.save()
     except BaseException:
         w.close()
@@ -475,7 +614,13 @@ class _Builder:
 
     def tensor(self, name, sliced):
         r = self.loader.reader
-        info = r.info(name)
+        try:
+            info = r.info(name)
+        except KeyError:
+            raise ValueError(f"checkpoint step {r.step}: tensor {name!r} is "
+                             "in the stored structure but in no shard (a "
+                             "replicated save whose ranks held different "
+                             "states?)") from None
         dtype = _TORCH.get(info.dtype)
         if dtype is None:
             raise TypeError(f"tensor {name!r}: dtype {info.dtype} has no "
@@ -555,10 +700,18 @@ def _tree(reader):
     """The merged structure of every rank, or a flat one for checkpoints
     written without tierfs.torch."""
     tree = None
+    plans = {}
     for rank in range(reader.world_size):
         doc = json.loads(reader.extra(rank))
         if isinstance(doc, dict) and doc.get("format") == _FORMAT:
             tree = doc["tree"] if tree is None else _merge(tree, doc["tree"])
+            if "plan" in doc:
+                plans[rank] = doc["plan"]
+    if len(set(plans.values())) > 1:
+        odd = [r for r, p in plans.items() if p != plans[min(plans)]]
+        raise ValueError(f"checkpoint step {reader.step}: a replicated save "
+                         f"whose ranks held different states (rank {odd[0]}'s "
+                         f"plan differs from rank {min(plans)}'s)")
     if tree is None:
         tree = {"d": [[t.name, {"s" if t.n_slices > 1 else "t": t.name}]
                       for t in reader.tensors]}
@@ -582,18 +735,27 @@ def _materialise(v):
 
 
 def load(uri, lazy=True, map_location="cpu", rank=None, world_size=None,
-         staging_dir=None, options=None, threads=None, use_staging=True):
+         staging_dir=None, options=None, threads=None, use_staging=True,
+         index=None):
     """Load the checkpoint at uri (ROOT/step-N, or ROOT for the latest)
     into the structure it was saved with.  lazy=True returns at once with
     LazyStateDicts whose tensors stream in the background (in file order)
     and are handed out as soon as each is read; lazy=False waits for all
     and returns plain dicts.  Slices saved by several ranks come back as
     full tensors, or, with rank and world_size, as the ShardSlice that rank
-    needs under that world size.  map_location: a device (or its name)."""
+    needs under that world size (replicated tensors always come back
+    whole).  map_location: a device (or its name).  index: the index text
+    another rank read (ckpt.Reader.index_text()), used instead of reading
+    `latest` and the index here, and checked the same way."""
     if (rank is None) != (world_size is None):
         raise ValueError("give both rank and world_size, or neither")
     reader = _ck.Reader(uri, staging_dir=staging_dir, threads=threads,
-                        options=options, use_staging=use_staging)
+                        options=options, use_staging=use_staging,
+                        index=index)
+    return _load_from(reader, lazy, map_location, rank, world_size)
+
+
+def _load_from(reader, lazy, map_location, rank, world_size):
     loader = _Loader(reader, map_location)
     try:
         tree = _tree(reader)
@@ -608,6 +770,22 @@ def load(uri, lazy=True, map_location="cpu", rank=None, world_size=None,
 
 
 # ---- the training-loop helper ----
+
+def _error_box(e):
+    """An exception as plain values for a broadcast: [kind, rc, message,
+    detail] (str and int only)."""
+    if isinstance(e, TierfsError):
+        return ["tierfs", int(e.rc), str(e.message), str(e.detail)]
+    return ["other", 0, type(e).__name__, str(e)]
+
+
+def _error_from_box(b):
+    kind, rc, message, detail = b
+    if kind == "tierfs":
+        return error_class(int(rc))(int(rc), str(message),
+                                    f"{detail}; read by rank 0")
+    return RuntimeError(f"resume failed on rank 0: {message}: {detail}")
+
 
 class Checkpointer:
     """Save every `every` steps, keep the newest `keep_last`, resume from
@@ -639,20 +817,106 @@ class Checkpointer:
         `latest` moved leaves a newer complete checkpoint, and a job
         resumed from the older one would save that step again and fail
         "already committed" after every restart."""
+        return self._find_step()[0]
+
+    def _find_step(self):
+        """(newest committed step, the step `latest` led to) or (None,
+        None): `latest` (one read, and a stat of its index), then one
+        listing of the root."""
         opts = self.save_kwargs.get("options")
         step = _ck.latest(self.uri, opts)
         if step is None:
-            return None
-        return max([step] + _ck.list_steps(self.uri, opts))
+            return None, None
+        return max([step] + _ck.list_steps(self.uri, opts)), step
 
     def resume(self, map_location="cpu", lazy=False, **load_kwargs):
-        """(step, state) of the newest checkpoint, or (None, None)."""
-        step = self.latest_step()
+        """(step, state) of the newest checkpoint, or (None, None).
+
+        One rank reads the control state.  With a torch.distributed
+        process group and world_size > 1, rank 0 alone finds the step
+        (`latest`, then a listing) and reads the index; it broadcasts
+        (step, index text) and every rank opens the checkpoint from that
+        text.  A failure on rank 0 is broadcast too and raised on every
+        rank.  Without a group, ranks other than 0 read the `latest`
+        object only (one request, no listing) and load the step it names;
+        rank 0 first moves a stale `latest` to the newest committed step.
+        Store errors (403, 5xx, timeouts) raise; only a missing `latest`
+        means a fresh run."""
+        dist = _dist_group(self.world_size)
+        if dist is not None:
+            return self._resume_group(dist, map_location, lazy, load_kwargs)
+        if self.world_size > 1 and self.rank != 0:
+            step = _ck.read_latest(self.uri, self.save_kwargs.get("options"))
+        else:
+            step, named = self._find_step()
+            if step is not None and self.world_size > 1 and step != named:
+                self._repoint_latest(step)
         if step is None:
             return None, None
         state = load(_ck.step_uri(self.uri, step), lazy=lazy,
-                     map_location=map_location, **load_kwargs)
+                     map_location=map_location,
+                     **self._load_opts(load_kwargs))
         return step, state
+
+    _LOAD_OPTS = ("rank", "world_size", "staging_dir", "options", "threads",
+                  "use_staging")
+
+    def _load_opts(self, load_kwargs):
+        kw = dict(load_kwargs)
+        bad = sorted(set(kw) - set(self._LOAD_OPTS))
+        if bad:
+            raise TypeError(f"resume() got an unexpected argument {bad[0]!r}")
+        if "options" not in kw and self.save_kwargs.get("options"):
+            kw["options"] = self.save_kwargs["options"]
+        return kw
+
+    def _repoint_latest(self, step):
+        """Rank 0 without a process group: make `latest` name the step it
+        resumes from, so that the other ranks, which read `latest` only,
+        take the same one (after a save killed between its index and
+        `latest`).  A rank that read `latest` before this write still
+        takes the older step; a job with a process group never does."""
+        opts = self.save_kwargs.get("options")
+        from . import Store
+        root, _ = _ck.split_uri(self.uri)
+        with Store(root, opts) as st:
+            st.put("latest", f"step-{int(step):06d}\n".encode())
+
+    def _resume_group(self, dist, map_location, lazy, load_kwargs):
+        kw = self._load_opts(load_kwargs)
+        reader = None
+        box = [None, None, None]        # step, index text, error
+        if self.rank == 0:
+            try:
+                step = self.latest_step()
+                if step is not None:
+                    reader = _ck.Reader(
+                        _ck.step_uri(self.uri, step),
+                        staging_dir=kw.get("staging_dir"),
+                        threads=kw.get("threads"), options=kw.get("options"),
+                        use_staging=kw.get("use_staging", True))
+                    box = [step, reader.index_text(), None]
+            except Exception as e:      # noqa: BLE001 - sent to every rank
+                box = [None, None, _error_box(e)]
+                dist.broadcast_object_list(box, src=0)
+                raise
+        dist.broadcast_object_list(box, src=0)
+        step, text, err = box
+        if err is not None:
+            raise _error_from_box(err)
+        if step is None:
+            return None, None
+        if reader is None:
+            if not isinstance(text, str) or not isinstance(step, int):
+                raise TypeError("resume: rank 0 sent something other than "
+                                "(int, str)")
+            reader = _ck.Reader(_ck.step_uri(self.uri, step), index=text,
+                                staging_dir=kw.get("staging_dir"),
+                                threads=kw.get("threads"),
+                                options=kw.get("options"),
+                                use_staging=kw.get("use_staging", True))
+        return step, _load_from(reader, lazy, map_location, kw.get("rank"),
+                                kw.get("world_size"))
 
     def step(self, step, state):
         """Save state (a state dict, or a callable returning one) if step

@@ -19,13 +19,14 @@ Python only polls or blocks (the GIL is released while it blocks).
 """
 import ctypes
 import errno
+import re
 
 from . import _capi
 from ._capi import TierfsError, encode as _b
 
 __all__ = ["Writer", "Reader", "TensorInfo", "split_uri", "step_uri",
-           "list_steps",
-           "latest", "summary", "remove", "gc", "TierfsError"]
+           "list_steps", "latest", "read_latest", "summary", "remove", "gc",
+           "TierfsError"]
 
 _URI_MAX = 4096
 
@@ -70,9 +71,7 @@ def list_steps(uri, options=None, incomplete=False):
     """Committed steps under uri, ascending (or, with incomplete, the step
     directories without an index)."""
     flags = _capi.CKPT_LIST_INCOMPLETE if incomplete else 0
-    n = ctypes.c_size_t()
-    _capi.check(_capi.tfs_ckpt_list(_b(uri), _b(options), flags, None, 0,
-                                    ctypes.byref(n)))
+    n = ctypes.c_size_t(1008)           # one listing unless there are more
     while True:
         room = n.value + 16
         v = (ctypes.c_uint64 * room)()
@@ -83,13 +82,45 @@ def list_steps(uri, options=None, incomplete=False):
 
 
 def latest(uri, options=None):
-    """The step `latest` names (or the newest committed), or None."""
+    """The step `latest` names (or the newest committed), or None when
+    there is none.  Store errors raise, a missing bucket too."""
     step = ctypes.c_uint64()
     rc = _capi.tfs_ckpt_latest(_b(uri), _b(options), ctypes.byref(step))
-    if rc == -errno.ENOENT:             # no checkpoint yet
+    if rc == -errno.ENOENT and not _no_bucket():    # no checkpoint yet
         return None
     _capi.check(rc)
     return step.value
+
+
+def _no_bucket(detail=None):
+    """Whether the last -ENOENT came from a bucket that does not exist: a
+    wrong URI, an error, never "no checkpoint yet" (the S3 store gives
+    -ENOENT for both; its detail names the S3 code)."""
+    if detail is None:
+        detail = _capi.tfs_errdetail().decode("utf-8", "replace")
+    return "NoSuchBucket" in detail
+
+
+def read_latest(uri, options=None):
+    """The step the `latest` object under root uri names, or None when
+    there is none: one read, no listing, no check that it is committed
+    (the reader's index read is that check).  Store errors raise."""
+    from . import Store                 # tierfs/__init__.py imports us not
+    root, _ = split_uri(uri)
+    try:
+        with Store(root, options) as st:
+            text = st.read("latest", 0, 4096)
+    except _capi.TierfsNotFoundError as e:
+        if _no_bucket(e.detail):
+            raise
+        return None
+    name = text.decode("utf-8", "replace").strip()
+    m = re.fullmatch(r"step-([0-9]{6,19})", name)
+    if m is None:
+        raise _capi.TierfsCorruptError(-20014, "invalid file format",
+                                       f"'latest' does not name a step: "
+                                       f"{name[:64]!r}")
+    return int(m.group(1))
 
 
 def summary(uri, step, options=None):
@@ -217,10 +248,12 @@ class TensorInfo:
 
 class Reader(_capi.Handle):
     """A committed checkpoint: uri is ROOT, ROOT/step-N or ROOT/latest
-    (step overrides).  Reads are checked against their checksums."""
+    (step overrides).  Reads are checked against their checksums.  index:
+    the text of the index (Reader.index_text() of another process), used
+    instead of reading it, checked the same way."""
 
     def __init__(self, uri, step=None, staging_dir=None, threads=None,
-                 options=None, use_staging=True):
+                 options=None, use_staging=True, index=None):
         root, in_uri = split_uri(uri)
         if step is None:
             step = in_uri
@@ -231,7 +264,7 @@ class Reader(_capi.Handle):
             _set_all(_capi.tfs_ckpt_reader_set, h, [
                 ("staging_dir", staging_dir or None),
                 ("threads", threads or None), ("options", options or None),
-                ("use_staging", bool(use_staging))])
+                ("use_staging", bool(use_staging)), ("index", index)])
             _capi.check(_capi.tfs_ckpt_reader_open(
                 h, _b(root), _capi.CKPT_STEP_LATEST if step is None
                 else int(step)))
@@ -272,6 +305,15 @@ class Reader(_capi.Handle):
             ctypes.byref(size), ctypes.byref(local)))
         return {"name": name.value.decode(), "rank": rank.value,
                 "size": size.value, "local": local.value}
+
+    def index_text(self):
+        """The index this reader opened, as text: what another rank passes
+        as Reader(..., index=text) to open the same checkpoint without
+        reading `latest`, listing or fetching the index."""
+        s, n = ctypes.c_char_p(), ctypes.c_size_t()
+        _capi.check(_capi.tfs_ckpt_reader_index(self._h, ctypes.byref(s),
+                                                ctypes.byref(n)))
+        return ctypes.string_at(s, n.value).decode("utf-8")
 
     def info(self, name):
         """The TensorInfo of name (KeyError if absent)."""

@@ -19,6 +19,9 @@ import torch.utils.data as _tud
 
 from ._ckpt_torch import (Checkpointer, LazyStateDict, SaveHandle,  # noqa
                           ShardSlice, load, save, shard)
+from ._capi import (TierfsCorruptError, TierfsError,  # noqa: F401
+                    TierfsNoSpaceError, TierfsNotFoundError,
+                    TierfsPermissionError, TierfsTimeoutError)
 from .data import ShardDataset, ShardIndexDataset, StallMeter  # noqa: F401
 from .hint import OrderHint, find_mount  # noqa: F401
 from .sampler import DistributedSampler  # noqa: F401

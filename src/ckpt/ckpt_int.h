@@ -544,9 +544,12 @@ struct tfs_ckpt_reader {
     /* settings */
     char             *staging_dir;      /* owned */
     char             *options;          /* owned, or NULL */
+    char             *index_given;      /* owned, or NULL: option "index" */
     unsigned          threads;
     bool              use_staging;
     /* after open */
+    char             *index_text;       /* owned: the index as parsed */
+    size_t            index_len;
     bool              opened;
     struct tfs_store *st;               /* owned */
     uint64_t          step;

@@ -503,7 +503,8 @@ static int ix_check_group(const struct ix_piece *p, size_t n)
             memcmp(p[i].t->full_shape, t0->full_shape,
                    sizeof(int64_t) * (size_t)t0->ndim) != 0) {
             rc = tfs_err(TFS_EFORMAT, "tensor '%s': ranks disagree on its "
-                         "dtype or shape", t0->name);
+                         "dtype or shape (do all ranks hold the same state?)",
+                         t0->name);
             goto out;
         }
         ix_box(p[i].t, &v[i].b);
@@ -524,8 +525,9 @@ static int ix_check_group(const struct ix_piece *p, size_t n)
         covered += tfs_ckpt_box_volume(&v[i].b);
     if (covered != tfs_ckpt_box_volume(&full))
         rc = tfs_err(TFS_EFORMAT, "tensor '%s': saved slices cover %" PRIu64
-                     " of %" PRIu64 " elements", t0->name, covered,
-                     tfs_ckpt_box_volume(&full));
+                     " of %" PRIu64 " elements (a rank did not save its "
+                     "part: do all ranks hold the same state?)", t0->name,
+                     covered, tfs_ckpt_box_volume(&full));
 out:
     tfs_free(v);
     tfs_free(open);

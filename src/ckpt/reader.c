@@ -77,6 +77,7 @@ static const struct tfs_opt_spec rd_opts[] = {
     RD_OPT("threads", TFS_OPT_UINT, threads, 1, 256),
     RD_OPT("options", TFS_OPT_STR, options, 0, TFS_OPT_NOMAX),
     RD_OPT("use_staging", TFS_OPT_BOOL, use_staging, 0, 1),
+    RD_OPT("index", TFS_OPT_STR, index_given, 2, TFS_CKPT_JSON_MAX),
 };
 
 int tfs_ckpt_reader_set(struct tfs_ckpt_reader *r, const char *name,
@@ -462,6 +463,24 @@ static int rd_table(struct tfs_ckpt_reader *r)
 
 /* ---- opening ---- */
 
+/* Parse text (len bytes, owned from here on) as step's index. */
+static int rd_parse_index(struct tfs_ckpt_reader *r, char *text, size_t len,
+                          const char *what)
+{
+    int rc = tfs_ckpt_index_parse(text, len, what, &r->ix);
+
+    if (rc == 0 && r->ix.step != r->step)
+        rc = tfs_err(TFS_EFORMAT, "%s: names step %" PRIu64 ", not %"
+                     PRIu64, what, r->ix.step, r->step);
+    if (rc == 0) {
+        r->index_text = text;
+        r->index_len = len;
+    } else {
+        tfs_free(text);
+    }
+    return rc;
+}
+
 static int rd_read_index(struct tfs_ckpt_reader *r)
 {
     struct tfs_buf key;
@@ -478,13 +497,41 @@ static int rd_read_index(struct tfs_ckpt_reader *r)
         rc = tfs_err(-ENOENT, "step %" PRIu64 " is not a committed "
                      "checkpoint", r->step);
     if (rc == 0)
-        rc = tfs_ckpt_index_parse(text, len, tfs_buf_str(&key), &r->ix);
-    if (rc == 0 && r->ix.step != r->step)
-        rc = tfs_err(TFS_EFORMAT, "%s: names step %" PRIu64,
-                     tfs_buf_str(&key), r->ix.step);
-    tfs_free(text);
+        rc = rd_parse_index(r, text, len, tfs_buf_str(&key));
+    else
+        tfs_free(text);
     tfs_buf_cleanup(&key);
     return rc;
+}
+
+/*
+ * The option "index": the text another process read (rank 0, shared by
+ * a broadcast) stands for the GET, and is checked exactly as a fetched
+ * index: parsed by the same parser, its step the one asked for (when
+ * one was), then every shard's header against it.
+ */
+static int rd_given_index(struct tfs_ckpt_reader *r, int64_t step)
+{
+    size_t len = strlen(r->index_given);
+    char *text = tfs_malloc(len + 1);
+    struct tfs_ckpt_index probe;
+    int rc;
+
+    if (text == NULL)
+        return -ENOMEM;
+    memcpy(text, r->index_given, len + 1);
+    if (step >= 0) {
+        r->step = (uint64_t)step;
+        return rd_parse_index(r, text, len, "the given index");
+    }
+    rc = tfs_ckpt_index_parse(text, len, "the given index", &probe);
+    if (rc < 0) {
+        tfs_free(text);
+        return rc;
+    }
+    r->step = probe.step;
+    tfs_ckpt_index_cleanup(&probe);
+    return rd_parse_index(r, text, len, "the given index");
 }
 
 /*
@@ -497,6 +544,8 @@ static int rd_find_index(struct tfs_ckpt_reader *r, int64_t step)
     bool checked = true;
     int rc;
 
+    if (r->index_given != NULL)
+        return rd_given_index(r, step);
     if (step >= 0) {
         r->step = (uint64_t)step;
         return rd_read_index(r);
@@ -530,6 +579,9 @@ static void rd_unload(struct tfs_ckpt_reader *r)
     tfs_free(r->names);
     tfs_free(r->pieces);
     tfs_ckpt_index_cleanup(&r->ix);
+    tfs_free(r->index_text);
+    r->index_text = NULL;
+    r->index_len = 0;
     r->files = NULL;
     r->tensors = NULL;
     r->names = NULL;
@@ -566,6 +618,17 @@ int tfs_ckpt_reader_open(struct tfs_ckpt_reader *r, const char *uri,
 }
 
 /* ---- facts ---- */
+
+int tfs_ckpt_reader_index(struct tfs_ckpt_reader *r, const char **json,
+                          size_t *len)
+{
+    if (!r->opened)
+        return tfs_err(-EINVAL, "checkpoint reader not open");
+    *json = r->index_text;
+    if (len != NULL)
+        *len = r->index_len;
+    return 0;
+}
 
 void tfs_ckpt_reader_info(struct tfs_ckpt_reader *r, uint64_t *step,
                           unsigned *world_size, uint64_t *total_size,
@@ -814,6 +877,7 @@ void tfs_ckpt_reader_close(struct tfs_ckpt_reader *r)
     tfs_store_close(r->st);
     tfs_free(r->staging_dir);
     tfs_free(r->options);
+    tfs_free(r->index_given);
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->lock);
     tfs_free(r);

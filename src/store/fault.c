@@ -4,8 +4,9 @@
  * slow or flaky remote (include/tierfs/fault.h, docs/wrappers.md).
  *
  * Every operation first passes one gate, fault_enter(), which in order
- * waits out (or refuses) a partition, sleeps the injected latency and
- * decides whether to fail with the injected error.  Transfers then pay the
+ * logs the call (log=PATH), waits out (or refuses) a partition, sleeps
+ * the injected latency and decides whether to fail with the injected
+ * error.  Transfers then pay the
  * bandwidth cap (a put before calling through, a read after), and a read
  * may come back with one byte flipped.  Every stall ends early, with
  * -ETIMEDOUT, at the calling thread's deadline (tfs_deadline_get()), as a
@@ -21,13 +22,16 @@
  * operations, open/close, and the public functions.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
 #include "tierfs/fault.h"
+#include "tierfs/log.h"
 #include "metrics/metrics.h"
 #include "store/store_int.h"
 
@@ -87,6 +91,7 @@ struct fault_cfg {
     size_t              n_windows;
     uint64_t            epoch_ns;       /* windows count from here */
     char               *partition_file; /* owned, or NULL */
+    char               *log_path;       /* owned, or NULL: log=PATH */
     bool                refuse;         /* partition_mode=refuse */
     bool                seeded;         /* draws come from seed */
     uint64_t            seed;
@@ -145,10 +150,16 @@ static struct fault_cfg *fault_cfg_dup(const struct fault_cfg *old)
         return NULL;
     memcpy(c, old, sizeof(*c));
     atomic_init(&c->refs, 1);
-    if (old->partition_file == NULL)
-        return c;
-    c->partition_file = tfs_strdup(old->partition_file);
-    if (c->partition_file == NULL) {
+    c->partition_file = NULL;
+    c->log_path = NULL;
+    if (old->partition_file != NULL)
+        c->partition_file = tfs_strdup(old->partition_file);
+    if (old->log_path != NULL)
+        c->log_path = tfs_strdup(old->log_path);
+    if ((old->partition_file != NULL && c->partition_file == NULL) ||
+        (old->log_path != NULL && c->log_path == NULL)) {
+        tfs_free(c->partition_file);
+        tfs_free(c->log_path);
         tfs_free(c);
         return NULL;
     }
@@ -160,6 +171,7 @@ static void fault_cfg_put(struct fault_cfg *c)
     if (c == NULL || atomic_fetch_sub(&c->refs, 1) != 1)
         return;
     tfs_free(c->partition_file);
+    tfs_free(c->log_path);
     tfs_free(c);
 }
 
@@ -355,6 +367,21 @@ static int fault_set_partition_file(struct fault_cfg *c, const char *v)
     return 0;
 }
 
+/* A file to append one line "OP KEY" to per call; "" stops logging. */
+static int fault_set_log(struct fault_cfg *c, const char *v)
+{
+    char *path = NULL;
+
+    if (v[0] != '\0') {
+        path = tfs_strdup(v);
+        if (path == NULL)
+            return -ENOMEM;
+    }
+    tfs_free(c->log_path);
+    c->log_path = path;
+    return 0;
+}
+
 static int fault_set_partition_mode(struct fault_cfg *c, const char *v)
 {
     if (strcmp(v, "hang") != 0 && strcmp(v, "refuse") != 0)
@@ -397,6 +424,7 @@ static const struct fault_option {
     {"partition_file", fault_set_partition_file, "a path"},
     {"partition_mode", fault_set_partition_mode, "hang or refuse"},
     {"seed", fault_set_seed, "a whole number"},
+    {"log", fault_set_log, "a path"},
 };
 
 /* Apply value v of option o to c; from tells where v came from. */
@@ -649,6 +677,36 @@ static int fault_inject(const struct fault_call *fc)
 }
 
 /*
+ * log=PATH: one line "OP KEY\n" per call, written with one write() to a
+ * file opened O_APPEND, so the lines of several processes sharing the
+ * file never interleave.  Best effort: a failing log never fails a call.
+ */
+static void fault_log(const struct fault_call *fc)
+{
+    char line[1024];
+    int n;
+    int fd;
+
+    if (fc->cfg->log_path == NULL)
+        return;
+    n = snprintf(line, sizeof(line), "%s %s\n", fault_op_names[fc->op],
+                 fc->key);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(line)) {
+        n = (int)sizeof(line) - 1;
+        line[n - 1] = '\n';
+    }
+    fd = open(fc->cfg->log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+              0600);
+    if (fd < 0)
+        return;
+    if (write(fd, line, (size_t)n) != n)
+        TFS_DEBUG("fault: short write to the log %s", fc->cfg->log_path);
+    close(fd);
+}
+
+/*
  * The gate every operation passes first: partition, latency, injected
  * error.  0 means call through.  Either way, fault_leave() must follow.
  */
@@ -665,6 +723,7 @@ static int fault_enter(struct tfs_store *st, struct fault_call *fc,
     fc->seq = atomic_fetch_add(&p->seq, 1);
     fc->cfg = fault_cfg_get(p);
     atomic_fetch_add(&p->n_calls, 1);
+    fault_log(fc);
     rc = fault_partition(fc);
     if (rc == 0)
         rc = fault_delay(fc);
