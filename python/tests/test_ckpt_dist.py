@@ -83,9 +83,10 @@ def _worker(argv):
             return
         print(json.dumps({"rank": rank, "blocked_s": h.blocked_s}))
         return
-    if mode == "resume":                # URI RANK WORLD (no group)
+    if mode == "resume":                # URI RANK WORLD [EVERY] (no group)
         uri, rank, world = argv[1], int(argv[2]), int(argv[3])
-        c = tt.Checkpointer(uri, rank=rank, world_size=world)
+        every = int(argv[4]) if len(argv) > 4 else 1
+        c = tt.Checkpointer(uri, every=every, rank=rank, world_size=world)
         step, state = c.resume()
         same(_state("model"), state)
         print(json.dumps({"rank": rank, "step": step}))
@@ -244,12 +245,13 @@ def test_replicated_with_shard_slices(root):
 
 def test_replicated_mismatch_without_group_is_refused_at_commit(root):
     """No process group: the commit's tiling check refuses the tensor a
-    rank did not save its part of, naming it; nothing is committed."""
+    rank did not save its part of, naming it; nothing is committed.  The
+    other rank ends at once on rank 0's abort note, with its reason."""
     out = _ranks(lambda r: ["save", root, "2", str(r), "2", "model+odd"], 2)
-    assert out[0]["cls"] == "TierfsCorruptError", out
-    assert "tensor 'big'" in out[0]["error"], out
-    assert "do all ranks hold the same state?" in out[0]["error"], out
-    assert out[1]["cls"] == "TierfsTimeoutError", out
+    for o in out:
+        assert o["cls"] == "TierfsCorruptError", out
+        assert "tensor 'big'" in o["error"], out
+        assert "do all ranks hold the same state?" in o["error"], out
     assert ck.latest(root) is None
 
 
@@ -313,6 +315,22 @@ def test_resume_without_group_lists_once(tmp_path, monkeypatch):
     c = _log_counts(log)
     assert c["read latest"] == 4, c     # one each
     assert c["list /"] == 1, c          # rank 0 only
+
+
+def test_resume_without_group_past_a_stale_latest(tmp_path, monkeypatch):
+    """A save killed between its index and `latest` (F7) with ranks that
+    share no process group: rank 0 lists and takes the newer step; the
+    others read `latest` only, so they stat the next step's index and
+    take it too, whether or not rank 0 repointed `latest` first."""
+    root = str(tmp_path / "ck")
+    monkeypatch.setenv("TIERFS_CKPT_STAGING", str(tmp_path / "staging"))
+    for step in ("4", "8"):
+        _ranks(lambda r: ["save", root, step, str(r), "2", "model"], 2)
+    with open(os.path.join(root, "latest"), "w") as f:
+        f.write("step-000004\n")               # the kill's window
+    out = _ranks(lambda r: ["resume", f"file://{root}", str(r), "2",
+                            "4"], 2)
+    assert [o["step"] for o in out] == [8, 8], out
 
 
 def test_group_resume_mismatch_refused_on_every_rank(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ slice that rank needs under that world size.
 import atexit
 import collections
 import copy
+import errno
 import hashlib
 import heapq
 import json
@@ -838,8 +839,9 @@ class Checkpointer:
         (step, index text) and every rank opens the checkpoint from that
         text.  A failure on rank 0 is broadcast too and raised on every
         rank.  Without a group, ranks other than 0 read the `latest`
-        object only (one request, no listing) and load the step it names;
-        rank 0 first moves a stale `latest` to the newest committed step.
+        object and stat the index of the step `every` after it (two
+        requests, no listing) and load the newest of those; rank 0 first
+        moves a stale `latest` to the newest committed step.
         Store errors (403, 5xx, timeouts) raise; only a missing `latest`
         means a fresh run."""
         dist = _dist_group(self.world_size)
@@ -847,6 +849,8 @@ class Checkpointer:
             return self._resume_group(dist, map_location, lazy, load_kwargs)
         if self.world_size > 1 and self.rank != 0:
             step = _ck.read_latest(self.uri, self.save_kwargs.get("options"))
+            if step is not None:
+                step = self._probe_newer(step)
         else:
             step, named = self._find_step()
             if step is not None and self.world_size > 1 and step != named:
@@ -870,12 +874,33 @@ class Checkpointer:
             kw["options"] = self.save_kwargs["options"]
         return kw
 
+    def _probe_newer(self, step):
+        """A rank other than 0 without a process group: `latest` may lag
+        the newest commit (a save killed between its index and `latest`),
+        which rank 0 finds by listing and then writes to `latest`, maybe
+        after this rank read it.  Checkpointer saves multiples of
+        `every`, so stat the index of the next one, and on while there is
+        one: one request in the usual case, never a listing, and the same
+        step as rank 0's."""
+        from . import Store
+        root, _ = _ck.split_uri(self.uri)
+        with Store(root, self.save_kwargs.get("options")) as st:
+            while True:
+                nxt = (step // self.every + 1) * self.every
+                try:
+                    st.stat(f"step-{nxt:06d}/model.safetensors.index.json")
+                except TierfsError as e:
+                    if e.errno == errno.ENOENT:
+                        return step
+                    raise
+                step = nxt
+
     def _repoint_latest(self, step):
         """Rank 0 without a process group: make `latest` name the step it
         resumes from, so that the other ranks, which read `latest` only,
         take the same one (after a save killed between its index and
-        `latest`).  A rank that read `latest` before this write still
-        takes the older step; a job with a process group never does."""
+        `latest`).  A rank that read `latest` before this write finds the
+        newer step by _probe_newer."""
         opts = self.save_kwargs.get("options")
         from . import Store
         root, _ = _ck.split_uri(self.uri)
