@@ -328,6 +328,9 @@ def test_resume_without_group_past_a_stale_latest(tmp_path, monkeypatch):
         _ranks(lambda r: ["save", root, step, str(r), "2", "model"], 2)
     with open(os.path.join(root, "latest"), "w") as f:
         f.write("step-000004\n")               # the kill's window
+    # rank 1 before rank 0 repointed `latest` (here: without rank 0)
+    out = _ranks(lambda r: ["resume", f"file://{root}", "1", "2", "4"], 1)
+    assert out[0]["step"] == 8, out
     out = _ranks(lambda r: ["resume", f"file://{root}", str(r), "2",
                             "4"], 2)
     assert [o["step"] for o in out] == [8, 8], out
