@@ -144,18 +144,8 @@ def cmd_run(a):
     net = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(),
                               torch.nn.Linear(32, 4))
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-    kw = {}
-    if a.replicated:
-        import inspect
-        if not any("replicated" in inspect.signature(f).parameters
-                   for f in (tt.save, Checkpointer.__init__)):
-            print("dist_train: --replicated: this tierfs.torch has no "
-                  "replicated saves (Checkpointer and save take no "
-                  "'replicated')", file=sys.stderr)
-            return 2
-        kw["replicated"] = True
     ck = Checkpointer(a.ckpt, every=a.every, keep_last=a.keep_last,
-                      rank=rank, world_size=world, **kw)
+                      rank=rank, world_size=world, replicated=a.replicated)
     step, state = ck.resume()
     epoch, seen, position, saved_world = 0, 0, 0, world
     if step is not None:

@@ -203,6 +203,11 @@ def job():
                 a += ["--ref", os.path.join(root, ref)]
             return _tool("check", *a, check=False)
 
+        def shard_bytes(self, name, step):
+            d = os.path.join(root, f"ck-{name}", f"step-{step:06d}")
+            return sum(os.path.getsize(os.path.join(d, f))
+                       for f in os.listdir(d) if f.endswith(".safetensors"))
+
         def verify(self, name, step):
             uri = f"fault+file://{root}/ck-{name}/step-{step:06d}" \
                 "?latency_ms=5"
@@ -228,7 +233,9 @@ def test_files_ddp_kill_resume_is_exact(job):
     for e in ("0", "1"):
         assert r["epochs"][e] == {"samples": 252, "missing": 0,
                                   "repeats": 2, "padding": 2, "worlds": [4]}
-    k = job.launch("kill", kills=1)
+    # the killed job saves its DDP state replicated: one copy, a quarter
+    # from each rank, and it still resumes bit for bit
+    k = job.launch("kill", kills=1, extra=["--replicated"])
     assert len(k["kills"]) == 1, k
     r = job.check("kill", ref="ref")
     assert r["ok"], r
@@ -237,13 +244,16 @@ def test_files_ddp_kill_resume_is_exact(job):
     for s in r["resumed_at"]:
         if s:
             job.verify("kill", s)
+    full, once = job.shard_bytes("ref", 32), job.shard_bytes("kill", 32)
+    assert once < full / 2, (once, full)       # 4 copies against 1
 
 
 def test_files_world_change_4_to_2(job):
     # stopped after step 12 of the 16 of epoch 0 (its checkpoint
     # committed), then 2 ranks go on from it
-    job.launch("wc", extra=["--exit-after", "12"])
-    job.launch("wc", nproc=2, extra=["--segment", "1"])
+    # replicated saves: 4 ranks write one copy, 2 ranks load it whole
+    job.launch("wc", extra=["--exit-after", "12", "--replicated"])
+    job.launch("wc", nproc=2, extra=["--segment", "1", "--replicated"])
     r = job.check("wc")
     assert r["ok"], r
     assert r["resumed_at"] == [12]
