@@ -632,26 +632,104 @@ static int ckpt_try_marker(const struct tfs_ckpt_commit *c, unsigned r,
     return 0;
 }
 
-/* Check that the files a marker names are in the store, at their size. */
+/*
+ * The objects of step-N/ with their sizes, from one listing (a request a
+ * page of 1,000), sorted by key: what the markers' files are checked
+ * against.  One stat per shard file cost ranks x files round trips,
+ * one after the other, between the last marker and the index: 240 ms of
+ * a 1.7 s save of 4 ranks at 20 ms a request.
+ */
+struct ckpt_listing {
+    struct ckpt_obj {
+        char    *key;
+        uint64_t size;
+    }      *e;
+    size_t  n;
+    size_t  cap;
+    int     rc;                         /* -ENOMEM while collecting */
+};
+
+static int ckpt_listing_page(void *arg, const struct tfs_list_page *pg)
+{
+    struct ckpt_listing *l = arg;
+
+    for (size_t i = 0; i < pg->n_entries; i++) {
+        if (l->n == l->cap) {
+            size_t cap = l->cap ? l->cap * 2 : 64;
+            void *p = tfs_realloc(l->e, cap * sizeof(*l->e));
+
+            if (p == NULL)
+                return l->rc = -ENOMEM;
+            l->e = p;
+            l->cap = cap;
+        }
+        l->e[l->n].key = tfs_strdup(pg->entries[i].key);
+        if (l->e[l->n].key == NULL)
+            return l->rc = -ENOMEM;
+        l->e[l->n++].size = pg->entries[i].st.size;
+    }
+    return 0;
+}
+
+static int ckpt_listing_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct ckpt_obj *)a)->key,
+                  ((const struct ckpt_obj *)b)->key);
+}
+
+static void ckpt_listing_cleanup(struct ckpt_listing *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        tfs_free(l->e[i].key);
+    tfs_free(l->e);
+}
+
+static int ckpt_listing_get(const struct tfs_ckpt_commit *c,
+                            struct ckpt_listing *l)
+{
+    char dir[32];
+    char prefix[40];
+    int rc;
+
+    memset(l, 0, sizeof(*l));
+    tfs_ckpt_step_name(dir, sizeof(dir), c->step);
+    snprintf(prefix, sizeof(prefix), "%s/", dir);
+    rc = tfs_store_list_all(c->st, prefix, NULL, ckpt_listing_page, l);
+    if (rc == 0 && l->rc < 0)
+        rc = l->rc;
+    if (rc < 0)
+        return tfs_ckpt_err_in(rc, prefix, "listing the step's files");
+    qsort(l->e, l->n, sizeof(*l->e), ckpt_listing_cmp);
+    return 0;
+}
+
+/* Check that the files a marker names are in the listing, at their size. */
 static int ckpt_check_files(const struct tfs_ckpt_commit *c,
-                            const struct tfs_ckpt_marker *m)
+                            const struct tfs_ckpt_marker *m,
+                            const struct ckpt_listing *l)
 {
     struct tfs_buf key;
     int rc = 0;
 
     tfs_buf_init(&key, 0);
     for (size_t i = 0; i < m->n_files && rc == 0; i++) {
-        struct tfs_stat s;
+        struct ckpt_obj want = {0};
+        const struct ckpt_obj *got;
 
         rc = tfs_ckpt_key(&key, c->step, m->files[i].name);
-        if (rc == 0)
-            rc = tfs_store_stat(c->st, tfs_buf_str(&key), &s);
-        if (rc == 0 && s.size != m->files[i].size)
+        if (rc < 0)
+            break;
+        want.key = (char *)tfs_buf_str(&key);
+        got = l->n ? bsearch(&want, l->e, l->n, sizeof(*l->e),
+                             ckpt_listing_cmp)
+                   : NULL;
+        if (got == NULL)
+            rc = tfs_err(-ENOENT, "%s: missing (named by rank %u's marker)",
+                         tfs_buf_str(&key), m->rank);
+        else if (got->size != m->files[i].size)
             rc = tfs_err(TFS_ECORRUPT, "%s is %" PRIu64 " bytes, rank %u's "
-                         "marker says %" PRIu64, tfs_buf_str(&key), s.size,
-                         m->rank, m->files[i].size);
-        else if (rc < 0)
-            rc = tfs_ckpt_err_in(rc, tfs_buf_str(&key), "named by a marker");
+                         "marker says %" PRIu64, tfs_buf_str(&key),
+                         got->size, m->rank, m->files[i].size);
     }
     tfs_buf_cleanup(&key);
     return rc;
@@ -785,8 +863,6 @@ static int ckpt_wait_marker(const struct tfs_ckpt_commit *c, unsigned r,
             rc = ckpt_no_marker(c, r);
     }
     tfs_buf_cleanup(&key);
-    if (rc == 0)
-        rc = ckpt_check_files(c, out);
     return rc;
 }
 
@@ -912,6 +988,14 @@ int tfs_ckpt_commit_index(const struct tfs_ckpt_commit *c,
     m[0] = *mine;                       /* borrowed: not cleaned up below */
     for (unsigned r = 1; r < c->world_size && rc == 0; r++)
         rc = ckpt_wait_marker(c, r, &m[r]);
+    if (rc == 0 && c->world_size > 1) {
+        struct ckpt_listing l;
+
+        rc = ckpt_listing_get(c, &l);
+        for (unsigned r = 1; r < c->world_size && rc == 0; r++)
+            rc = ckpt_check_files(c, &m[r], &l);
+        ckpt_listing_cleanup(&l);
+    }
     if (rc == 0)
         rc = ckpt_put_index(c, m);
     if (rc == 0)

@@ -1265,10 +1265,61 @@ static void teardown(void)
         fprintf(stderr, "cannot remove %s\n", top);
 }
 
+/*
+ * Rank 0 checks the files each marker names against one listing of the
+ * step (not a stat per file): rank 1's shard truncated after its marker
+ * was put fails the commit naming the file and both sizes; removed, it
+ * fails naming it.  Rank 0 goes through a store 150 ms a call, so that
+ * rank 1's marker is in long before rank 0 looks.
+ */
+TEST(marker_files)
+{
+    for (int round = 0; round < 2; round++) {
+        struct rank_arg a[2];
+        pthread_t t[2];
+        char dir[128], slow[256], marker[256], shard[256];
+        uint64_t step;
+        int tries = 0;
+
+        path(dir, sizeof(dir), round ? "mfiles-rm" : "mfiles-trunc");
+        CHECK(mkdir(dir, 0700) == 0);
+        snprintf(slow, sizeof(slow), "fault+file://%s?latency_ms=150", dir);
+        a[0] = (struct rank_arg){slow, 0, 2, "mf", 20000, 0, "", NULL, 0};
+        a[1] = (struct rank_arg){dir, 1, 2, "mf", 20000, 0, "", NULL, 0};
+        for (int i = 0; i < 2; i++)
+            CHECK(pthread_create(&t[i], NULL, rank_main, &a[i]) == 0);
+        snprintf(marker, sizeof(marker), "%s/step-000010/rank-00001.done",
+                 dir);
+        snprintf(shard, sizeof(shard),
+                 "%s/step-000010/model-rank00001-00001.safetensors", dir);
+        while (access(marker, F_OK) != 0 && tries++ < 2000)
+            usleep(5000);
+        CHECK(access(marker, F_OK) == 0);
+        if (round == 0)
+            CHECK(truncate(shard, 100) == 0);
+        else
+            CHECK(unlink(shard) == 0);
+        for (int i = 0; i < 2; i++)
+            pthread_join(t[i], NULL);
+        if (round == 0) {
+            CHECK_RC(a[0].rc, TFS_ECORRUPT);
+            CHECK(strstr(a[0].detail, "model-rank00001-00001.safetensors "
+                         "is 100 bytes, rank 1's marker says") != NULL);
+        } else {
+            CHECK_RC(a[0].rc, -ENOENT);
+            CHECK(strstr(a[0].detail, "model-rank00001-00001.safetensors: "
+                         "missing (named by rank 1's marker)") != NULL);
+        }
+        CHECK(a[1].rc < 0);             /* ends on rank 0's abort note */
+        CHECK_RC(tfs_ckpt_latest(dir, NULL, &step), -ENOENT);
+    }
+}
+
 TESTS(T(roundtrip), T(ranks), T(commit_protocol), T(options), T(retention),
       T(checksums), T(recycle), T(direct_staging), T(streaming),
       T(allocation_failures), T(latest_overlapping_commits),
-      T(stale_marker_retry), T(stalled_rank), T(failed_rank));
+      T(stale_marker_retry), T(stalled_rank), T(failed_rank),
+      T(marker_files));
 
 int main(int argc, char **argv)
 {
