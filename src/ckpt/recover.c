@@ -28,6 +28,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/ckpt_int.h"
 #include "tierfs/log.h"
@@ -138,41 +139,87 @@ static int rc_desc(const void *a, const void *b)
     return x > y ? -1 : x < y;
 }
 
+/* The newest committed step; *any false when there is none. */
+static int rc_newest(struct tfs_store *st, bool *any, uint64_t *newest)
+{
+    uint64_t *v = NULL;
+    size_t n = 0;
+    int rc = tfs_ckpt_steps(st, 0, &v, &n);
+
+    *any = rc == 0 && n > 0;
+    if (*any)
+        *newest = v[n - 1];
+    tfs_free(v);
+    return rc;
+}
+
 /*
- * Rank 0: the newest step above newest (all when !any) with a finished
- * copy in this rank's staging; 1 with *step and *m, 0 when none.
+ * This rank's staging steps holding a manifest, newest first (at most
+ * max): a look at the local disk only.
  */
-static int rc_pick(const struct tfs_ckpt_writer *w, bool any, uint64_t newest,
-                   uint64_t *step, struct tfs_ckpt_marker *m)
+static size_t rc_local_steps(const struct tfs_ckpt_writer *w, uint64_t *v,
+                             size_t max)
 {
     DIR *d = opendir(w->stage_ns);
-    uint64_t v[1024];
-    size_t n = 0;
+    struct tfs_buf p;
     struct dirent *e;
+    struct stat sb;
+    char name[32];
+    size_t n = 0;
 
-    while (d != NULL && (e = readdir(d)) != NULL && n < TFS_ARRAY_LEN(v)) {
+    snprintf(name, sizeof(name), TFS_CKPT_LOCAL_FMT, w->rank);
+    tfs_buf_init(&p, 0);
+    while (d != NULL && (e = readdir(d)) != NULL && n < max) {
         uint64_t s;
 
+        tfs_buf_reset(&p);
         if (tfs_ckpt_step_parse(e->d_name, strlen(e->d_name), &s) &&
-            (!any || s > newest))
+            tfs_buf_printf(&p, "%s/%s/%s", w->stage_ns, e->d_name,
+                           name) == 0 &&
+            lstat(tfs_buf_str(&p), &sb) == 0 && S_ISREG(sb.st_mode))
             v[n++] = s;
     }
     if (d != NULL)
         closedir(d);
+    tfs_buf_cleanup(&p);
     qsort(v, n, sizeof(v[0]), rc_desc);
-    for (size_t i = 0; i < n; i++) {
-        int rc = rc_load(w, v[i], m);
+    return n;
+}
 
+/*
+ * Rank 0: the newest step newer than every committed one with a finished
+ * copy in this rank's staging; 1 with *step and *m, 0 when none.  The
+ * store is asked only when the newest local copy is not committed (one
+ * stat, then a listing): after an ordinary commit, one request.
+ */
+static int rc_pick(const struct tfs_ckpt_writer *w, uint64_t *step,
+                   struct tfs_ckpt_marker *m)
+{
+    uint64_t v[1024];
+    uint64_t newest = 0;
+    bool any = false;
+    size_t n = rc_local_steps(w, v, TFS_ARRAY_LEN(v));
+    int rc;
+
+    if (n == 0)
+        return 0;
+    rc = tfs_ckpt_is_committed(w->st, v[0], &any);
+    if (rc < 0 || any)
+        return rc;
+    rc = rc_newest(w->st, &any, &newest);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n && (!any || v[i] > newest); i++) {
+        rc = rc_load(w, v[i], m);
         if (rc == 0) {
             *step = v[i];
             return 1;
         }
         if (rc == -ENOMEM)
             return rc;
-        if (rc != -ENOENT)
-            tfs_log(TFS_LOG_WARNING, "ckpt: recovery skips step %" PRIu64
-                    " of rank %u: %s (%s)", v[i], w->rank, tfs_strerror(rc),
-                    tfs_errdetail());
+        tfs_log(TFS_LOG_WARNING, "ckpt: recovery skips step %" PRIu64
+                " of rank %u: %s (%s)", v[i], w->rank, tfs_strerror(rc),
+                tfs_errdetail());
     }
     return 0;
 }
@@ -247,20 +294,6 @@ static int rc_remove(struct tfs_store *st, uint64_t step, const char *name)
     return rc == -ENOENT ? 0 : rc;
 }
 
-/* The newest committed step; *any false when there is none. */
-static int rc_newest(struct tfs_store *st, bool *any, uint64_t *newest)
-{
-    uint64_t *v = NULL;
-    size_t n = 0;
-    int rc = tfs_ckpt_steps(st, 0, &v, &n);
-
-    *any = rc == 0 && n > 0;
-    if (*any)
-        *newest = v[n - 1];
-    tfs_free(v);
-    return rc;
-}
-
 /*
  * Rank 0: decide.  1 with the writer set up for the step to recover, 0
  * when there is none (decision "none" put).
@@ -268,16 +301,11 @@ static int rc_newest(struct tfs_store *st, bool *any, uint64_t *newest)
 static int rc_decide(struct tfs_ckpt_writer *w)
 {
     struct tfs_ckpt_marker m;
-    uint64_t newest = 0;
     uint64_t step = 0;
     char name[32];
-    bool any = false;
-    int found;
-    int rc = rc_newest(w->st, &any, &newest);
+    int rc;
+    int found = rc_pick(w, &step, &m);
 
-    if (rc < 0)
-        return rc;
-    found = rc_pick(w, any, newest, &step, &m);
     if (found < 0)
         return found;
     if (found == 0) {
@@ -388,7 +416,7 @@ int tfs_ckpt_writer_recover(struct tfs_ckpt_writer *w, const char *uri,
                  "needs one; nothing recovered", w->rank, w->world_size);
         return 0;
     }
-    rc = tfs_ckpt_store_open(uri, w->options, false, &w->st);
+    rc = tfs_ckpt_store_open(uri, w->options, true, &w->st);
     if (rc < 0)
         return rc;
     w->step = 0;
