@@ -831,6 +831,24 @@ static void wr_publish(struct tfs_ckpt_writer *w, int rc, const char *nonce)
     tfs_errdetail_set("%s", reason);
 }
 
+/*
+ * Committed: the manifest goes (the index describes the copy now), so a
+ * kept staging copy is never recovered after its checkpoint was removed
+ * from the store.
+ */
+static void wr_committed_local(struct tfs_ckpt_writer *w)
+{
+    int dfd = w->stage_fd;
+
+    if (dfd < 0)
+        dfd = open(w->stage_step, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                      O_CLOEXEC);
+    if (dfd >= 0)
+        tfs_ckpt_stage_unlink_manifest(w, dfd);
+    if (dfd >= 0 && dfd != w->stage_fd)
+        close(dfd);
+}
+
 static int wr_commit(struct tfs_ckpt_writer *w)
 {
     bool noted = false;                 /* ended by someone's abort note */
@@ -882,6 +900,8 @@ static int wr_commit(struct tfs_ckpt_writer *w)
     if (rc < 0 && !noted)
         wr_publish(w, rc, m.attempt);
     wr_marker_free(&m);
+    if (rc == 0)
+        wr_committed_local(w);
     if (rc == 0)
         tfs_ckpt_stage_prune(w);
     return rc;

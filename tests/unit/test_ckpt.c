@@ -1317,6 +1317,25 @@ TEST(levels)
            local_s, store_s);
     CHECK(local_s < 1.0 && store_s > 1.5);
     tfs_ckpt_writer_close(w);
+    /* Committed: the local manifest is gone (never recovered again). */
+    {
+        char cmd[512];
+
+        snprintf(cmd, sizeof(cmd), "ls %s/staging/*/step-000001/"
+                 "rank-00000.local >/dev/null 2>&1", top);
+        CHECK(system(cmd) != 0);
+    }
+    /* sync=1: LOCAL when save() returns. */
+    snprintf(uri, sizeof(uri), "fault+file://%s?bw=1M", dir);
+    w = writer(0, 1, 0);
+    CHECK_OK(tfs_ckpt_writer_set(w, "sync", "1"));
+    CHECK_OK(tfs_ckpt_writer_open(w, uri, 4));
+    CHECK_OK(add_all(w));
+    CHECK_OK(tfs_ckpt_writer_save(w));
+    CHECK_EQ(tfs_ckpt_writer_level(w), TFS_CKPT_LEVEL_LOCAL);
+    CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_LOCAL, 0), 0);
+    CHECK_RC(tfs_ckpt_writer_wait(w, -1), 0);
+    tfs_ckpt_writer_close(w);
     /* The upload refused: local ok, store fails, the level stays. */
     snprintf(uri, sizeof(uri), "fault+file://%s?error_rate=1&error=EACCES&"
              "error_ops=put&error_prefix=step-000002/model", dir);
@@ -1386,8 +1405,14 @@ TEST(recover)
     check_all(r);
     CHECK_OK(tfs_ckpt_reader_verify(r, NULL));
     tfs_ckpt_reader_close(r);
-    /* Nothing newer than the newest checkpoint: nothing recovered. */
+    /* Nothing newer than the newest checkpoint: nothing recovered; nor
+     * once step 5 is removed from the store (its manifest went at the
+     * commit: a kept staging copy is never resurrected). */
     CHECK_RC(recover1(dir, &step), 0);
+    CHECK_OK(tfs_ckpt_remove(dir, NULL, 5));
+    CHECK_RC(recover1(dir, &step), 0);
+    CHECK_OK(tfs_ckpt_latest(dir, NULL, &step));
+    CHECK_EQ(step, 1);
     /* A damaged copy (one byte of data) is not recovered. */
     snprintf(uri, sizeof(uri), "fault+file://%s?error_rate=1&error=EACCES&"
              "error_ops=put&error_prefix=step-000006/", dir);
@@ -1413,7 +1438,7 @@ TEST(recover)
     }
     CHECK_RC(recover1(dir, &step), 0);
     CHECK_OK(tfs_ckpt_latest(dir, NULL, &step));
-    CHECK_EQ(step, 5);
+    CHECK_EQ(step, 1);
     /* A writer that saves again removes the manifest of what it
      * recycles or rewrites: step 6 is retried and committed. */
     CHECK_OK(save(dir, 6, 0));
