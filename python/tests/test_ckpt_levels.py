@@ -160,8 +160,8 @@ def test_refused_upload_local_ok_store_raises(tmp_path):
     root = str(tmp_path / "root")
     uri = (f"fault+file://{root}?error_rate=1&error=EACCES&error_ops=put&"
            "error_prefix=step-000003/model")
-    h = tt.save({"w": torch.arange(1 << 16, dtype=torch.float32)}, uri,
-                step=3, staging_dir=str(tmp_path / "staging"),
+    w = torch.arange(1 << 16, dtype=torch.float32)
+    h = tt.save({"w": w}, uri, step=3, staging_dir=str(tmp_path / "staging"),
                 commit_timeout=20)
     assert h.wait(level="local") is True
     with pytest.raises(TierfsError, match="upload"):
@@ -171,8 +171,8 @@ def test_refused_upload_local_ok_store_raises(tmp_path):
     # The local copy survives: a resume commits it and loads it.
     ck = tt.Checkpointer(root, staging_dir=str(tmp_path / "staging"))
     step, st = ck.resume()
-    assert step == 3 and torch.equal(st["w"], torch.arange(1 << 16,
-                                                           dtype=torch.float32))
+    assert step == 3 and torch.equal(st["w"], w)
+    assert ckpt.latest(root) == 3
 
 
 def test_killed_after_local_recovered(tmp_path):
