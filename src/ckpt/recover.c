@@ -50,6 +50,9 @@ static int rc_put_decision(struct tfs_ckpt_writer *w, bool have,
         rc = tfs_buf_printf(&b, RC_MAGIC "\n%s\nnone\n-\n", w->run_id);
     if (rc == 0)
         rc = tfs_store_put(w->st, TFS_CKPT_RECOVER_KEY, b.p, b.len, NULL);
+    if (rc < 0 && rc != -ENOMEM)
+        rc = tfs_ckpt_err_in(rc, "rank 0: cannot put the recovery decision "
+                             TFS_CKPT_RECOVER_KEY, NULL);
     tfs_buf_cleanup(&b);
     return rc;
 }

@@ -1584,6 +1584,14 @@ TEST(recover_ranks)
                  "nothing to recover: ") != NULL);
     CHECK_OK(tfs_ckpt_latest(dir, NULL, &step));
     CHECK_EQ(step, 10);
+    /* A store refusing rank 0's decision: raised, naming it. */
+    snprintf(uri, sizeof(uri), "fault+file://%s?error_rate=1&error=EACCES&"
+             "error_ops=put&error_prefix=recover", dir);
+    b[0] = (struct rec_arg){"job4", uri, 0, 2, other, 0, 0, 0, ""};
+    run_recover(b, 1);
+    CHECK_RC(b[0].rc, -EACCES);
+    CHECK(strstr(b[0].detail, "rank 0: cannot put the recovery decision "
+                 "recover: fault: injected EACCES") != NULL);
 }
 
 static void teardown(void)
