@@ -3,8 +3,9 @@
  * The checkpoint engine on a posix store: save and restore, slices from
  * several ranks (threads here; the Python tests use processes) and
  * resharded reads, local staging and its fallback, checksums, the commit
- * protocol (missing and stale markers), retention and gc, streaming, and
- * failing allocations in the writer and the reader.
+ * protocol (missing and stale markers), retention and gc, streaming,
+ * failing allocations in the writer and the reader, durability levels
+ * and the recovery of a locally complete, uncommitted save.
  */
 #include <errno.h>
 #include <fcntl.h>
