@@ -188,15 +188,17 @@ set_tests_properties(fuse.wb.xfer PROPERTIES LABELS "fuse;wb" TIMEOUT 180)
 # processes and restored bit for bit (also resharded), the shards opened
 # by an independent safetensors reader, the CLI, damaged checkpoints, and
 # 20 kill -9 runs, a save with one rank stopped or partitioned (stall:
-# every rank's wait ends within commit_timeout + 10 s); over a directory,
-# and (torch, CLI) over the S3 server.
+# every rank's wait ends within commit_timeout + 10 s), durability levels
+# and the recovery of a save killed after wait("local") (levels: 2 rank
+# processes SIGKILLed before the commit, resumed by a new pair; about
+# 15 s); over a directory, and (torch, CLI) over the S3 server.
 set(TFS_CKPT_ENV env TIERFS_LIB=$<TARGET_FILE:tierfs_shared>
   TFS_TEST_BIN=$<TARGET_FILE:tierfs>
   PYTHONPATH=${PROJECT_SOURCE_DIR}/python:${PROJECT_SOURCE_DIR}/python/tests
   PYTHONDONTWRITEBYTECODE=1)
 set(TFS_CKPT_PYTEST /usr/bin/python3 -m pytest -q -p no:cacheprovider)
 set(TFS_CKPT_DIR ${PROJECT_SOURCE_DIR}/python/tests)
-foreach(t torch cli badinput crash stall)
+foreach(t torch cli badinput crash stall levels)
   add_test(NAME ckpt.${t} COMMAND ${TFS_CKPT_ENV} TFS_TEST_CKPT_STORE=posix
     ${TFS_CKPT_PYTEST} ${TFS_CKPT_DIR}/test_ckpt_${t}.py)
   set_tests_properties(ckpt.${t} PROPERTIES LABELS "python;ckpt"

@@ -162,6 +162,66 @@ TFS_API int tfs_ckpt_writer_save(struct tfs_ckpt_writer *w);
  */
 TFS_API int tfs_ckpt_writer_wait(struct tfs_ckpt_writer *w,
                                  int64_t timeout_ms);
+/*
+ * Durability levels of a save, in order.  LOCAL: this rank's staging copy
+ * is finished (checksums, header, fsync, rename, directory fsync) and its
+ * local manifest (rank-R.local, naming the files, sizes, checksums, rank,
+ * world size and run id) written and fsynced last: it survives the
+ * trainer's crash and tfs_ckpt_writer_recover can commit it.  PEER: a copy
+ * on another node of the cache group; not built (there is no push path to
+ * a peer): never reported, and waiting for it is -ENOTSUP.  STORE:
+ * committed (what tfs_ckpt_writer_wait waits for).
+ */
+#define TFS_CKPT_LEVEL_NONE  0
+#define TFS_CKPT_LEVEL_LOCAL 1
+#define TFS_CKPT_LEVEL_PEER  2
+#define TFS_CKPT_LEVEL_STORE 3
+
+/*
+ * The level reached so far (NONE before save, or when save failed).  A
+ * save whose local copy completed and whose upload then failed stays
+ * LOCAL.  Thread-safe.
+ */
+TFS_API int tfs_ckpt_writer_level(struct tfs_ckpt_writer *w);
+/*
+ * Wait up to timeout_ms (negative: forever) for level: 0 once reached,
+ * -EINPROGRESS at the timeout, the save's error once it is known and the
+ * level was not reached (a save whose local copy completed but whose
+ * upload failed: LOCAL returns 0, STORE the error).  -ENOTSUP for PEER
+ * ("no cache group configured: the peer level needs one"), -EINVAL for
+ * another level or before save.  Thread-safe.
+ */
+TFS_API int tfs_ckpt_writer_wait_level(struct tfs_ckpt_writer *w, int level,
+                                       int64_t timeout_ms);
+/*
+ * Recovery of a locally complete, uncommitted save (a job killed after
+ * its staging copy was finished, before the commit).  On a writer created
+ * and set (rank, world_size, staging_dir, run_id, commit_timeout_ms,
+ * options, keep_last, staging_keep; nothing opened or added), under the
+ * root uri:
+ *
+ *   rank 0 finds the newest committed step C and the newest step S > C
+ *   whose finished copy is in its staging (its local manifest, every
+ *   file checked against it: size, header and data checksums) for this
+ *   rank and world size; with several ranks it opens an attempt of S
+ *   (nonce) and puts its decision, ROOT/recover ("S" or none, with the
+ *   run id, which several ranks need: without one nothing is recovered);
+ *   the other ranks wait for the decision carrying their run id;
+ *   every rank holding S then uploads its files and puts its marker,
+ *   rank 0 commits it through the commit protocol; a rank whose staging
+ *   lacks S puts an abort note at once, so nobody commits it.
+ *
+ * All of it within commit_timeout_ms (default 5 min) from the call.
+ * Returns 1 with *step = S once S is committed, 0 when there was nothing
+ * to recover or the recovery did not commit (logged as a warning with the
+ * reason, also left as the thread's detail): the caller then resumes from
+ * the newest committed step.  Negative for a store error before any
+ * decision (-EACCES, -ETIMEDOUT, ...), -EBUSY on a writer already used,
+ * TFS_EOPTION (rank not below world_size).  The writer can only be closed
+ * afterwards.
+ */
+TFS_API int tfs_ckpt_writer_recover(struct tfs_ckpt_writer *w,
+                                    const char *uri, uint64_t *step);
 /* True once the background commit has ended (committed or failed). */
 TFS_API bool tfs_ckpt_writer_is_done(struct tfs_ckpt_writer *w);
 /* Bytes uploaded so far and bytes to upload in all.  Thread-safe. */

@@ -192,8 +192,12 @@ def job():
                       "--kill-steps", "7", "12", "--kill-max", "0.1",
                       "--last-step", "32", "--seed", "11",
                       "--port", str(next(ports)), "--timeout", "150", "--",
-                      *self.args(name, mode), *extra)
-            assert r["rc"] == 0, r
+                      *self.args(name, mode), *extra, check=False)
+            if r is None or r["rc"] != 0:
+                out = os.path.join(root, name, "torchrun.out")
+                tail = open(out, errors="replace").read()[-4000:] \
+                    if os.path.exists(out) else "(no torchrun.out)"
+                raise AssertionError(f"{name}: {r}\n{tail}")
             return r
 
         def check(self, name, mode="files", ref=None):

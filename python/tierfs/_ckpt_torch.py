@@ -283,17 +283,27 @@ atexit.register(_reap, True)
 
 class SaveHandle:
     """An asynchronous save: the tensors are already copied; wait() until
-    the checkpoint is committed in the store."""
+    the checkpoint is committed in the store, or wait(level="local") until
+    this rank's staging copy is finished (it then survives the trainer's
+    crash: Checkpointer.resume recovers it)."""
 
     def __init__(self, writer, step, blocked_s):
         self._w = writer
         self.step = step
         self.blocked_s = blocked_s      # seconds save() blocked the caller
 
-    def wait(self, timeout=None):
-        """True once committed, False if timeout seconds passed first;
-        raises TierfsError if the save failed."""
-        return self._w.wait(timeout)
+    def level(self):
+        """"none", "local" (this rank's staging copy finished) or "store"
+        (committed); "peer" is not built and never reported."""
+        return self._w.level()
+
+    def wait(self, timeout=None, level="store"):
+        """True once level ("local", "store"; "peer" raises: no cache
+        group configured) is reached, False if timeout seconds passed
+        first; raises TierfsError once the save is known to have failed
+        short of that level (local copy done, upload failed: "local" is
+        True, "store" raises)."""
+        return self._w.wait(timeout, level)
 
     def done(self):
         return self._w.done()
@@ -833,7 +843,16 @@ class Checkpointer:
     def resume(self, map_location="cpu", lazy=False, **load_kwargs):
         """(step, state) of the newest checkpoint, or (None, None).
 
-        One rank reads the control state.  With a torch.distributed
+        First recovers a locally complete, uncommitted save (the previous
+        job was killed after every rank's staging copy was finished and
+        before the commit): every rank calls resume, rank 0 decides, each
+        re-uploads its copy and rank 0 commits it (tierfs.ckpt.recover;
+        bounded by commit_timeout; with several ranks it needs the run id
+        save() uses).  If a rank lacks it, nobody commits it and the
+        newest committed step is loaded.  Loading reads this node's
+        staging copy when it matches the index, else the store.
+
+        Then one rank reads the control state.  With a torch.distributed
         process group and world_size > 1, rank 0 alone finds the step
         (`latest`, then a listing) and reads the index; it broadcasts
         (step, index text) and every rank opens the checkpoint from that
@@ -844,6 +863,18 @@ class Checkpointer:
         moves a stale `latest` to the newest committed step.
         Store errors (403, 5xx, timeouts) raise; only a missing `latest`
         means a fresh run."""
+        kw = self.save_kwargs
+        timeout = kw.get("commit_timeout")
+        if timeout is None:
+            timeout = kw.get("timeout_s")
+        _ck.recover(self.uri, rank=self.rank, world_size=self.world_size,
+                    staging_dir=kw.get("staging_dir"),
+                    staging_keep=kw.get("staging_keep"),
+                    keep_last=self.keep_last, timeout_s=timeout,
+                    options=kw.get("options"),
+                    run_id=_run_id(kw.get("run_id"), self.world_size))
+        if "staging_dir" in kw and "staging_dir" not in load_kwargs:
+            load_kwargs["staging_dir"] = kw["staging_dir"]
         dist = _dist_group(self.world_size)
         if dist is not None:
             return self._resume_group(dist, map_location, lazy, load_kwargs)

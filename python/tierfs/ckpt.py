@@ -25,10 +25,19 @@ from . import _capi
 from ._capi import TierfsError, encode as _b
 
 __all__ = ["Writer", "Reader", "TensorInfo", "split_uri", "step_uri",
-           "list_steps", "latest", "read_latest", "summary", "remove", "gc",
-           "TierfsError"]
+           "list_steps", "recover", "LEVELS", "latest", "read_latest",
+           "summary", "remove", "gc", "TierfsError"]
 
 _URI_MAX = 4096
+
+# Durability levels (ckpt.h TFS_CKPT_LEVEL_*): "peer" is not built.
+LEVELS = {"none": 0, "local": 1, "peer": 2, "store": 3}
+_LEVEL_NAMES = {v: k for k, v in LEVELS.items()}
+_wr_level = _capi._proto("tfs_ckpt_writer_level", _capi._I, _capi._P)
+_wr_wait_level = _capi._proto("tfs_ckpt_writer_wait_level", _capi._I,
+                              _capi._P, _capi._I, ctypes.c_int64)
+_wr_recover = _capi._proto("tfs_ckpt_writer_recover", _capi._I, _capi._P,
+                           _capi._S, ctypes.POINTER(ctypes.c_uint64))
 
 
 def _set_all(setter, h, pairs):
@@ -199,13 +208,27 @@ class Writer:
     def save(self):
         _capi.check(_capi.tfs_ckpt_writer_save(self._h))
 
-    def wait(self, timeout=None):
-        """Block until committed (True), the timeout in seconds passes
-        (False), or the save fails (TierfsError).  Interruptible."""
+    def level(self):
+        """The durability reached so far: "none", "local" (this rank's
+        staging copy finished, survives the trainer's crash) or "store"
+        (committed).  "peer" is never reported (not built)."""
+        return _LEVEL_NAMES[_wr_level(self._h)]
+
+    def wait(self, timeout=None, level="store"):
+        """Block until level is reached (True), the timeout in seconds
+        passes (False), or the save fails before reaching it
+        (TierfsError: a save whose local copy completed and whose upload
+        failed returns True for "local" and raises for "store").
+        "peer" raises TierfsError (no cache group configured: the peer
+        level needs one).  Interruptible."""
+        if level not in LEVELS or level == "none":
+            raise ValueError("level must be 'local', 'peer' or 'store', not "
+                             f"{level!r}")
+        lv = LEVELS[level]
         limit = None if timeout is None else max(0.0, float(timeout))
         while True:
             step = 0.2 if limit is None else min(0.2, limit)
-            rc = _capi.tfs_ckpt_writer_wait(self._h, int(step * 1000))
+            rc = _wr_wait_level(self._h, lv, int(step * 1000))
             if rc != -errno.EINPROGRESS:  # not yet
                 _capi.check(rc)
                 return True
@@ -232,6 +255,33 @@ class Writer:
 
     def __del__(self):
         self.close()
+
+
+def recover(uri, rank=0, world_size=1, staging_dir=None, staging_keep=None,
+            keep_last=0, timeout_s=None, options=None, run_id=None):
+    """Commit this rank's locally complete, uncommitted save under uri (a
+    job killed after its staging copy was finished, before the commit),
+    if rank 0's staging holds one newer than the newest checkpoint and
+    every rank holds it too: every rank of the new job calls this (with
+    several ranks, the same run_id, which must be given; without one
+    nothing is recovered).  Returns the step committed, or None (nothing
+    to recover, or the recovery did not commit: logged).  Bounded by
+    timeout_s (commit_timeout, default 300 s).  Store errors raise."""
+    h = ctypes.c_void_p()
+    _capi.check(_capi.tfs_ckpt_writer_create(ctypes.byref(h)))
+    try:
+        _set_all(_capi.tfs_ckpt_writer_set, h, [
+            ("rank", rank), ("world_size", world_size),
+            ("staging_dir", staging_dir or None),
+            ("staging_keep", staging_keep), ("keep_last", keep_last or 0),
+            ("timeout_ms", None if timeout_s is None
+             else int(timeout_s * 1000)),
+            ("options", options or None), ("run_id", run_id or None)])
+        step = ctypes.c_uint64()
+        rc = _capi.check(_wr_recover(h, _b(uri), ctypes.byref(step)))
+        return step.value if rc == 1 else None
+    finally:
+        _capi.tfs_ckpt_writer_close(h)
 
 
 class TensorInfo:

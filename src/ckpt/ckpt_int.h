@@ -469,7 +469,21 @@ struct tfs_ckpt_writer {
     bool             done;              /* protected by lock */
     int              status;            /* protected by lock */
     char             detail[512];       /* protected by lock */
+    int              level;             /* TFS_CKPT_LEVEL_*, by lock */
+    size_t           n_finished;        /* files finished, by lock */
+    struct tfs_ckpt_marker *recovered;  /* recovery: the local manifest
+                                           (owned), or NULL */
 };
+
+/* The local manifest of a rank's finished staging copy (its marker). */
+#define TFS_CKPT_LOCAL_FMT "rank-%05u.local"
+#define TFS_CKPT_RECOVER_KEY "recover"
+
+/* writer.c, for recover.c. */
+int tfs_ckpt_wr_staging_paths(struct tfs_ckpt_writer *w);
+int tfs_ckpt_wr_pools(struct tfs_ckpt_writer *w);
+int tfs_ckpt_wr_commit(struct tfs_ckpt_writer *w);
+void tfs_ckpt_wr_end(struct tfs_ckpt_writer *w, int rc);
 
 /*
  * stage.c.  header: encode f's header into b from its items' checksums.
@@ -487,6 +501,19 @@ int tfs_ckpt_stage_finish(struct tfs_ckpt_writer *w, struct wr_file *f);
 void tfs_ckpt_stage_recycle(struct tfs_ckpt_writer *w);
 void tfs_ckpt_stage_prune(struct tfs_ckpt_writer *w);
 void tfs_ckpt_stage_discard(struct tfs_ckpt_writer *w);
+/*
+ * The local manifest: m written to STAGE_STEP/rank-R.local (tmp, fsync,
+ * rename, directory fsync), last, once every file is finished; removed
+ * (unlink_manifest) before a step's files are rewritten.  load_manifest:
+ * parse the manifest of rank in the staging dir at dir and check every
+ * file it names (size, header and data checksums): 0, -ENOENT (none), or
+ * TFS_EFORMAT / TFS_ECORRUPT naming the file.
+ */
+int tfs_ckpt_stage_manifest(struct tfs_ckpt_writer *w,
+                            const struct tfs_ckpt_marker *m);
+void tfs_ckpt_stage_unlink_manifest(struct tfs_ckpt_writer *w, int dfd);
+int tfs_ckpt_stage_load_manifest(const char *dir, unsigned rank,
+                                 struct tfs_ckpt_marker *out);
 
 /* ---- reader.c, stream.c: one committed checkpoint ------------------- */
 

@@ -340,6 +340,176 @@ static bool wr_is_mine(const struct tfs_ckpt_writer *w, const char *name)
     return strncmp(name, prefix, strlen(prefix)) == 0;
 }
 
+/* Whether name is this rank's local manifest (or its tmp file). */
+static bool wr_is_manifest(const struct tfs_ckpt_writer *w, const char *name)
+{
+    char m[32];
+
+    snprintf(m, sizeof(m), TFS_CKPT_LOCAL_FMT, w->rank);
+    return strncmp(name, m, strlen(m)) == 0;
+}
+
+void tfs_ckpt_stage_unlink_manifest(struct tfs_ckpt_writer *w, int dfd)
+{
+    char m[40];
+
+    snprintf(m, sizeof(m), TFS_CKPT_LOCAL_FMT, w->rank);
+    (void)unlinkat(dfd, m, 0);
+    snprintf(m, sizeof(m), TFS_CKPT_LOCAL_FMT ".tmp", w->rank);
+    (void)unlinkat(dfd, m, 0);
+}
+
+int tfs_ckpt_stage_manifest(struct tfs_ckpt_writer *w,
+                            const struct tfs_ckpt_marker *m)
+{
+    char name[32];
+    char tmp[40];
+    struct tfs_buf b;
+    int fd;
+    int rc;
+
+    snprintf(name, sizeof(name), TFS_CKPT_LOCAL_FMT, w->rank);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", name);
+    tfs_buf_init(&b, TFS_CKPT_JSON_MAX);
+    rc = tfs_ckpt_marker_write(&b, m);
+    (void)unlinkat(w->stage_fd, tmp, 0);
+    fd = rc < 0 ? -1 : openat(w->stage_fd, tmp, O_WRONLY | O_CREAT | O_EXCL |
+                                                    O_NOFOLLOW | O_CLOEXEC,
+                              0600);
+    if (rc == 0 && fd < 0)
+        rc = tfs_err(-errno, "cannot create %s/%s", w->stage_step, tmp);
+    if (rc == 0 && (rc = tfs_pwrite_all(fd, b.p, b.len, 0)) < 0)
+        rc = tfs_err(rc, "write to %s/%s failed", w->stage_step, tmp);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = tfs_err(-errno, "fsync of %s/%s failed", w->stage_step, tmp);
+    if (fd >= 0)
+        close(fd);
+    if (rc == 0 && renameat(w->stage_fd, tmp, w->stage_fd, name) < 0)
+        rc = tfs_err(-errno, "rename of %s/%s failed", w->stage_step, tmp);
+    if (rc == 0 && fsync(w->stage_fd) < 0)
+        rc = tfs_err(-errno, "fsync of %s failed", w->stage_step);
+    if (rc < 0 && fd >= 0)
+        (void)unlinkat(w->stage_fd, tmp, 0);
+    tfs_buf_cleanup(&b);
+    return rc;
+}
+
+/* Check one finished staging file against what the manifest says. */
+static int stage_check_file(int dfd, const char *dir,
+                            const struct tfs_ckpt_file_info *fi, char *chunk)
+{
+    XXH3_state_t h;
+    struct stat sb;
+    uint64_t pos = 0;
+    int rc = 0;
+    int fd = openat(dfd, fi->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+    if (fd < 0)
+        return tfs_err(errno == ENOENT ? -ENOENT : -errno, "%s/%s: %s", dir,
+                       fi->name, strerror(errno));
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) ||
+        (uint64_t)sb.st_size != fi->size || fi->header_size > fi->size)
+        rc = tfs_err(TFS_ECORRUPT, "%s/%s: %lld bytes, the manifest says %"
+                     PRIu64, dir, fi->name, (long long)sb.st_size, fi->size);
+    XXH3_64bits_reset(&h);
+    while (rc == 0 && pos < fi->size) {
+        /* The header alone first, then the data in large chunks. */
+        uint64_t end = pos < fi->header_size ? fi->header_size : fi->size;
+        size_t n = (size_t)TFS_MIN(end - pos, (uint64_t)WR_AGG_CAP);
+
+        rc = wr_pread(fd, chunk, n, pos);
+        if (rc < 0) {
+            rc = tfs_err(rc, "read of %s/%s failed", dir, fi->name);
+            break;
+        }
+        XXH3_64bits_update(&h, chunk, n);
+        pos += n;
+        if (pos == fi->header_size) {
+            if (XXH3_64bits_digest(&h) != fi->header_xxh3)
+                rc = tfs_err(TFS_ECORRUPT, "%s/%s: header checksum "
+                             "mismatch", dir, fi->name);
+            XXH3_64bits_reset(&h);
+        }
+    }
+    if (rc == 0 && XXH3_64bits_digest(&h) != fi->data_xxh3)
+        rc = tfs_err(TFS_ECORRUPT, "%s/%s: data checksum mismatch", dir,
+                     fi->name);
+    close(fd);
+    return rc;
+}
+
+/* Read the small file name in dfd whole (NUL-terminated, tfs_free). */
+static int stage_slurp(int dfd, const char *name, char **out, size_t *len)
+{
+    struct stat sb;
+    char *buf;
+    int rc;
+    int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) ||
+        (uint64_t)sb.st_size > TFS_CKPT_JSON_MAX) {
+        close(fd);
+        return TFS_EFORMAT;
+    }
+    buf = tfs_malloc((size_t)sb.st_size + 1);
+    if (buf == NULL) {
+        close(fd);
+        return -ENOMEM;
+    }
+    rc = wr_pread(fd, buf, (size_t)sb.st_size, 0);
+    close(fd);
+    if (rc < 0) {
+        tfs_free(buf);
+        return rc;
+    }
+    buf[sb.st_size] = '\0';
+    *out = buf;
+    *len = (size_t)sb.st_size;
+    return 0;
+}
+
+int tfs_ckpt_stage_load_manifest(const char *dir, unsigned rank,
+                                 struct tfs_ckpt_marker *out)
+{
+    char name[32];
+    char *text = NULL;
+    char *chunk = NULL;
+    struct tfs_buf p;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    size_t len = 0;
+    int rc = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (dfd < 0)
+        return tfs_err(-ENOENT, "%s: %s", dir, strerror(errno));
+    snprintf(name, sizeof(name), TFS_CKPT_LOCAL_FMT, rank);
+    tfs_buf_init(&p, 0);
+    rc = tfs_buf_printf(&p, "%s/%s", dir, name);
+    if (rc == 0)
+        rc = stage_slurp(dfd, name, &text, &len);
+    if (rc < 0 && rc != -ENOMEM)
+        rc = tfs_err(rc, "%s: no finished local copy (%s)", tfs_buf_str(&p),
+                     tfs_strerror(rc));
+    if (rc == 0)
+        rc = tfs_ckpt_marker_parse(text, len, tfs_buf_str(&p), out);
+    if (rc == 0 && out->rank != rank)
+        rc = tfs_err(TFS_EFORMAT, "%s: names rank %u", tfs_buf_str(&p),
+                     out->rank);
+    if (rc == 0 && (chunk = tfs_malloc(WR_AGG_CAP)) == NULL)
+        rc = -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < out->n_files; i++)
+        rc = stage_check_file(dfd, dir, &out->files[i], chunk);
+    if (rc < 0)
+        tfs_ckpt_marker_cleanup(out);
+    tfs_free(chunk);
+    tfs_free(text);
+    tfs_buf_cleanup(&p);
+    close(dfd);
+    return rc;
+}
+
 /* Remove this rank's files in one staging step directory. */
 static void wr_prune_dir(const struct tfs_ckpt_writer *w, const char *dir)
 {
@@ -351,7 +521,7 @@ static void wr_prune_dir(const struct tfs_ckpt_writer *w, const char *dir)
         return;
     dfd = dirfd(d);
     while ((e = readdir(d)) != NULL) {
-        if (wr_is_mine(w, e->d_name))
+        if (wr_is_mine(w, e->d_name) || wr_is_manifest(w, e->d_name))
             (void)unlinkat(dfd, e->d_name, 0);
     }
     closedir(d);
@@ -401,6 +571,9 @@ static void stage_recycle_dir(struct tfs_ckpt_writer *w, const char *dir,
     struct dirent *e;
     struct tfs_buf from;
 
+    /* The manifest goes first: it must never name a recycled file. */
+    if (d != NULL)
+        tfs_ckpt_stage_unlink_manifest(w, dirfd(d));
     tfs_buf_init(&from, 0);
     while (d != NULL && *next < w->n_files && (e = readdir(d)) != NULL) {
         struct wr_file *f = &w->files[*next];

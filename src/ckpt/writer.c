@@ -140,7 +140,7 @@ int tfs_ckpt_writer_set(struct tfs_ckpt_writer *w, const char *name,
 
 /* ---- open ---- */
 
-static int wr_staging_paths(struct tfs_ckpt_writer *w)
+int tfs_ckpt_wr_staging_paths(struct tfs_ckpt_writer *w)
 {
     const char *id = tfs_store_identity(w->st);
     struct tfs_buf b;
@@ -238,7 +238,7 @@ int tfs_ckpt_writer_open(struct tfs_ckpt_writer *w, const char *uri,
     if (rc < 0)
         return rc;
     w->step = step;
-    rc = wr_staging_paths(w);
+    rc = tfs_ckpt_wr_staging_paths(w);
     /* The store calls of open, on the caller's thread, are bounded by
      * commit_timeout too (a partitioned store must not hang training). */
     dl = w->timeout_ms > 0 ? tfs_now_ns() + w->timeout_ms * 1000000ull
@@ -603,18 +603,54 @@ static int wr_each_file(struct tfs_ckpt_writer *w, wr_phase_fn *phase)
     return rc;
 }
 
+static int wr_marker(struct tfs_ckpt_writer *w, struct tfs_ckpt_marker *m);
+static void wr_marker_free(struct tfs_ckpt_marker *m);
+
+/*
+ * Every file is finished: write the local manifest (last, fsynced), and
+ * the level is LOCAL.  A manifest that cannot be written leaves the level
+ * where it was (the commit does not need it): logged.
+ */
+static void wr_local(struct tfs_ckpt_writer *w)
+{
+    struct tfs_ckpt_marker m;
+    int rc = wr_marker(w, &m);
+
+    if (rc == 0)
+        rc = tfs_ckpt_stage_manifest(w, &m);
+    wr_marker_free(&m);
+    if (rc < 0) {
+        tfs_log(TFS_LOG_WARNING, "ckpt: step %" PRIu64 ", rank %u: no "
+                "local manifest: %s (%s)", w->step, w->rank,
+                tfs_strerror(rc), tfs_errdetail());
+        return;
+    }
+    pthread_mutex_lock(&w->lock);
+    if (w->level < TFS_CKPT_LEVEL_LOCAL)
+        w->level = TFS_CKPT_LEVEL_LOCAL;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
 /* Copy every file into staging, several at once (the caller waits). */
 static int wr_stage(struct tfs_ckpt_writer *w)
 {
     const char *sub = w->stage_step + strlen(w->staging_dir) + 1;
     int rc = tfs_ckpt_staging_open(w->staging_dir, sub, &w->stage_fd);
 
+    /* An earlier attempt's manifest must never name our new files. */
+    if (rc == 0)
+        tfs_ckpt_stage_unlink_manifest(w, w->stage_fd);
     if (rc == 0)
         tfs_ckpt_stage_recycle(w);
     if (rc == 0)
         rc = wr_each_file(w, tfs_ckpt_stage_file);
     if (rc == 0 && w->sync)
         rc = wr_each_file(w, tfs_ckpt_stage_finish);
+    if (rc == 0 && w->sync) {
+        w->n_finished = w->n_files;
+        wr_local(w);
+    }
     return rc;
 }
 
@@ -668,6 +704,27 @@ static void wr_marker_free(struct tfs_ckpt_marker *m)
     tfs_free(m->tensors);
 }
 
+/*
+ * Recovery: the marker is the local manifest's, with this job's run id
+ * (the arrays copied, so that wr_marker_free applies).
+ */
+static int wr_marker_recovered(struct tfs_ckpt_writer *w,
+                               struct tfs_ckpt_marker *m)
+{
+    const struct tfs_ckpt_marker *r = w->recovered;
+
+    *m = *r;
+    m->run_id = w->run_id;
+    m->attempt[0] = '\0';
+    m->files = tfs_calloc(r->n_files + 1, sizeof(*m->files));
+    m->tensors = tfs_calloc(r->n_tensors + 1, sizeof(*m->tensors));
+    if (m->files == NULL || m->tensors == NULL)
+        return -ENOMEM;
+    memcpy(m->files, r->files, r->n_files * sizeof(*m->files));
+    memcpy(m->tensors, r->tensors, r->n_tensors * sizeof(*m->tensors));
+    return 0;
+}
+
 /* Whether the commit deadline has passed, or will in ns. */
 static bool wr_past_deadline(const struct tfs_ckpt_writer *w, uint64_t ns)
 {
@@ -678,8 +735,17 @@ static bool wr_past_deadline(const struct tfs_ckpt_writer *w, uint64_t ns)
 static int wr_upload_one(struct tfs_ckpt_writer *w, struct wr_file *f)
 {
     struct tfs_buf key;
+    bool was = f->finished;
     int rc = tfs_ckpt_stage_finish(w, f);
+    bool last = false;
 
+    if (rc == 0 && !was) {
+        pthread_mutex_lock(&w->lock);
+        last = ++w->n_finished == w->n_files;
+        pthread_mutex_unlock(&w->lock);
+    }
+    if (last)
+        wr_local(w);                    /* on the last file's thread */
     tfs_buf_init(&key, 0);
     if (rc == 0)
         rc = tfs_ckpt_key(&key, w->step, f->name);
@@ -765,6 +831,24 @@ static void wr_publish(struct tfs_ckpt_writer *w, int rc, const char *nonce)
     tfs_errdetail_set("%s", reason);
 }
 
+/*
+ * Committed: the manifest goes (the index describes the copy now), so a
+ * kept staging copy is never recovered after its checkpoint was removed
+ * from the store.
+ */
+static void wr_committed_local(struct tfs_ckpt_writer *w)
+{
+    int dfd = w->stage_fd;
+
+    if (dfd < 0)
+        dfd = open(w->stage_step, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                                      O_CLOEXEC);
+    if (dfd >= 0)
+        tfs_ckpt_stage_unlink_manifest(w, dfd);
+    if (dfd >= 0 && dfd != w->stage_fd)
+        close(dfd);
+}
+
 static int wr_commit(struct tfs_ckpt_writer *w)
 {
     bool noted = false;                 /* ended by someone's abort note */
@@ -784,12 +868,17 @@ static int wr_commit(struct tfs_ckpt_writer *w)
     };
     struct tfs_ckpt_marker m = {0};
     char t[32];
-    int rc = wr_each_file(w, wr_upload_one);
+    int rc;
 
+    if (w->n_files == 0 && w->recovered == NULL)
+        wr_local(w);
+    rc = wr_each_file(w, wr_upload_one);
     tfs_ckpt_fmt_s(t, sizeof(t), w->timeout_ms);
     if (rc < 0)
         rc = wr_own_err(w, rc, NULL);
-    if (rc == 0)
+    if (rc == 0 && w->recovered != NULL)
+        rc = wr_marker_recovered(w, &m);
+    else if (rc == 0)
         rc = wr_marker(w, &m);
     if (rc == 0 && w->rank == 0)
         memcpy(m.attempt, w->attempt, sizeof(m.attempt));
@@ -812,8 +901,15 @@ static int wr_commit(struct tfs_ckpt_writer *w)
         wr_publish(w, rc, m.attempt);
     wr_marker_free(&m);
     if (rc == 0)
+        wr_committed_local(w);
+    if (rc == 0)
         tfs_ckpt_stage_prune(w);
     return rc;
+}
+
+int tfs_ckpt_wr_commit(struct tfs_ckpt_writer *w)
+{
+    return wr_commit(w);
 }
 
 static void wr_commit_task(struct tfs_pool_task *task)
@@ -822,9 +918,15 @@ static void wr_commit_task(struct tfs_pool_task *task)
         tfs_container_of(task, struct tfs_ckpt_writer, commit_task);
     uint64_t prev = tfs_deadline_set(w->deadline_ns);
     int rc = wr_commit(w);
-    char step[32];
 
     tfs_deadline_set(prev);
+    tfs_ckpt_wr_end(w, rc);
+}
+
+/* The background part ended with rc: log it, wake the waiters. */
+void tfs_ckpt_wr_end(struct tfs_ckpt_writer *w, int rc)
+{
+    char step[32];
 
     tfs_ckpt_step_name(step, sizeof(step), w->step);
     if (rc < 0)
@@ -837,12 +939,14 @@ static void wr_commit_task(struct tfs_pool_task *task)
     snprintf(w->detail, sizeof(w->detail), "%s", rc < 0 ? tfs_errdetail()
                                                         : "");
     w->done = true;
+    if (rc == 0)
+        w->level = TFS_CKPT_LEVEL_STORE;
     pthread_cond_broadcast(&w->cond);
     pthread_mutex_unlock(&w->lock);
 }
 
 /* The upload pool stages and uploads; the commit thread runs the rest. */
-static int wr_pools(struct tfs_ckpt_writer *w)
+int tfs_ckpt_wr_pools(struct tfs_ckpt_writer *w)
 {
     int rc = tfs_pool_create(&w->upload_pool, w->upload_threads);
 
@@ -872,7 +976,7 @@ int tfs_ckpt_writer_save(struct tfs_ckpt_writer *w)
     w->saved = true;
     rc = wr_layout(w);
     if (rc == 0)
-        rc = wr_pools(w);
+        rc = tfs_ckpt_wr_pools(w);
     if (rc == 0)
         rc = wr_stage(w);
     for (size_t i = 0; i < w->n_items; i++)
@@ -912,6 +1016,53 @@ int tfs_ckpt_writer_wait(struct tfs_ckpt_writer *w, int64_t timeout_ms)
     }
     if (w->done) {
         rc = w->status;
+        if (rc < 0)
+            tfs_errdetail_set("%s", w->detail);
+    } else {
+        rc = -EINPROGRESS;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return rc;
+}
+
+int tfs_ckpt_writer_level(struct tfs_ckpt_writer *w)
+{
+    int level;
+
+    pthread_mutex_lock(&w->lock);
+    level = w->level;
+    pthread_mutex_unlock(&w->lock);
+    return level;
+}
+
+int tfs_ckpt_writer_wait_level(struct tfs_ckpt_writer *w, int level,
+                               int64_t timeout_ms)
+{
+    struct timespec ts;
+    int rc = 0;
+
+    if (level == TFS_CKPT_LEVEL_PEER)
+        return tfs_err(-ENOTSUP, "no cache group configured: the peer level "
+                       "needs one");
+    if (level == TFS_CKPT_LEVEL_STORE)
+        return tfs_ckpt_writer_wait(w, timeout_ms);
+    if (level != TFS_CKPT_LEVEL_LOCAL && level != TFS_CKPT_LEVEL_NONE)
+        return tfs_err(-EINVAL, "wait: unknown level %d", level);
+    if (!w->saved)
+        return tfs_err(-EINVAL, "wait: nothing was saved");
+    if (timeout_ms >= 0)
+        ts = tfs_abstime(CLOCK_REALTIME, (uint64_t)timeout_ms * 1000000u);
+    pthread_mutex_lock(&w->lock);
+    while (w->level < level && !w->done && rc == 0) {
+        if (timeout_ms < 0)
+            pthread_cond_wait(&w->cond, &w->lock);
+        else
+            rc = pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+    }
+    if (w->level >= level) {
+        rc = 0;
+    } else if (w->done) {
+        rc = w->status < 0 ? w->status : 0;
         if (rc < 0)
             tfs_errdetail_set("%s", w->detail);
     } else {
@@ -969,6 +1120,9 @@ void tfs_ckpt_writer_close(struct tfs_ckpt_writer *w)
     tfs_free(w->options);
     tfs_free(w->run_id);
     tfs_free(w->extra);
+    if (w->recovered != NULL)
+        tfs_ckpt_marker_cleanup(w->recovered);
+    tfs_free(w->recovered);
     tfs_ratelimit_cleanup(&w->rl);
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->lock);

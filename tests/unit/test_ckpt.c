@@ -3,8 +3,9 @@
  * The checkpoint engine on a posix store: save and restore, slices from
  * several ranks (threads here; the Python tests use processes) and
  * resharded reads, local staging and its fallback, checksums, the commit
- * protocol (missing and stale markers), retention and gc, streaming, and
- * failing allocations in the writer and the reader.
+ * protocol (missing and stale markers), retention and gc, streaming,
+ * failing allocations in the writer and the reader, durability levels
+ * and the recovery of a locally complete, uncommitted save.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -1256,6 +1257,399 @@ TEST(latest_overlapping_commits)
     CHECK_EQ(older_won, 0);
 }
 
+/* ---- durability levels and recovery (issue 18 item 6) ---- */
+
+/* Save the single-rank state dict as step at uri, without waiting. */
+static struct tfs_ckpt_writer *save_async(const char *uri, uint64_t step)
+{
+    struct tfs_ckpt_writer *w = writer(0, 1, 0);
+
+    CHECK_OK(tfs_ckpt_writer_open(w, uri, step));
+    CHECK_OK(add_all(w));
+    CHECK_EQ(tfs_ckpt_writer_level(w), TFS_CKPT_LEVEL_NONE);
+    CHECK_OK(tfs_ckpt_writer_save(w));
+    return w;
+}
+
+/* Recover as rank 0 of 1 under uri: what tfs_ckpt_writer_recover says. */
+static int recover1(const char *uri, uint64_t *step)
+{
+    struct tfs_ckpt_writer *w = writer(0, 1, 0);
+    int rc = tfs_ckpt_writer_recover(w, uri, step);
+
+    tfs_ckpt_writer_close(w);
+    return rc;
+}
+
+/*
+ * Uploads slowed (bw=1M, 2.1 MiB): LOCAL comes well before STORE; the
+ * peer level is refused; a refused upload leaves the save at LOCAL
+ * (wait for LOCAL: 0, for STORE: the error).
+ */
+TEST(levels)
+{
+    struct tfs_ckpt_writer *w;
+    char dir[128];
+    char uri[320];
+    uint64_t t0;
+    double local_s;
+    double store_s;
+
+    path(dir, sizeof(dir), "levels");
+    snprintf(uri, sizeof(uri), "fault+file://%s?bw=1M", dir);
+    w = save_async(uri, 1);
+    t0 = tfs_now_ns();
+    CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_LOCAL, -1), 0);
+    local_s = (double)(tfs_now_ns() - t0) / 1e9;
+    CHECK(!tfs_ckpt_writer_is_done(w));
+    CHECK_EQ(tfs_ckpt_writer_level(w), TFS_CKPT_LEVEL_LOCAL);
+    CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_STORE, 0),
+             -EINPROGRESS);
+    CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_PEER, -1),
+             -ENOTSUP);
+    CHECK(strcmp(tfs_errdetail(), "no cache group configured: the peer "
+                 "level needs one") == 0);
+    CHECK_RC(tfs_ckpt_writer_wait_level(w, 7, -1), -EINVAL);
+    CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_STORE, -1), 0);
+    store_s = (double)(tfs_now_ns() - t0) / 1e9;
+    CHECK_EQ(tfs_ckpt_writer_level(w), TFS_CKPT_LEVEL_STORE);
+    CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_LOCAL, 0), 0);
+    printf("# bw=1M, 2.1 MiB: local after %.3f s, store after %.3f s\n",
+           local_s, store_s);
+    CHECK(local_s < 1.0 && store_s > 1.5);
+    tfs_ckpt_writer_close(w);
+    /* Committed: the local manifest is gone (never recovered again). */
+    {
+        char cmd[512];
+
+        snprintf(cmd, sizeof(cmd), "ls %s/staging/*/step-000001/"
+                 "rank-00000.local >/dev/null 2>&1", top);
+        CHECK(system(cmd) != 0);
+    }
+    /* sync=1: LOCAL when save() returns. */
+    snprintf(uri, sizeof(uri), "fault+file://%s?bw=1M", dir);
+    w = writer(0, 1, 0);
+    CHECK_OK(tfs_ckpt_writer_set(w, "sync", "1"));
+    CHECK_OK(tfs_ckpt_writer_open(w, uri, 4));
+    CHECK_OK(add_all(w));
+    CHECK_OK(tfs_ckpt_writer_save(w));
+    CHECK_EQ(tfs_ckpt_writer_level(w), TFS_CKPT_LEVEL_LOCAL);
+    CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_LOCAL, 0), 0);
+    CHECK_RC(tfs_ckpt_writer_wait(w, -1), 0);
+    tfs_ckpt_writer_close(w);
+    /* The upload refused: local ok, store fails, the level stays. */
+    snprintf(uri, sizeof(uri), "fault+file://%s?error_rate=1&error=EACCES&"
+             "error_ops=put&error_prefix=step-000002/model", dir);
+    w = save_async(uri, 2);
+    CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_LOCAL, -1), 0);
+    CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_STORE, -1),
+             -EACCES);
+    CHECK(strstr(tfs_errdetail(), "step 2: rank 0: step-000002/model-"
+                 "rank00000-0000") != NULL);
+    CHECK(strstr(tfs_errdetail(), ".safetensors: upload: fault: injected "
+                 "EACCES") != NULL);
+    CHECK_EQ(tfs_ckpt_writer_level(w), TFS_CKPT_LEVEL_LOCAL);
+    CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_LOCAL, 0), 0);
+    tfs_ckpt_writer_close(w);
+    /* A save that failed before LOCAL: every level raises. */
+    snprintf(uri, sizeof(uri), "%s", dir);
+    w = writer(0, 1, 0);
+    CHECK_OK(tfs_ckpt_writer_open(w, uri, 3));
+    CHECK_OK(add_all(w));
+    CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_LOCAL, 0),
+             -EINVAL);                  /* nothing saved yet */
+    tfs_ckpt_writer_close(w);
+}
+
+/*
+ * A writer "killed" after finishing staging (its uploads refused, so the
+ * commit never happened) is recovered on the healed store: committed,
+ * `latest` moved, read bit for bit from the staging copy.  A damaged
+ * staging copy is not recovered; nothing newer: nothing to do.
+ */
+TEST(recover)
+{
+    struct tfs_ckpt_writer *w;
+    struct tfs_ckpt_reader *r;
+    char dir[128];
+    char uri[320];
+    char man[400];
+    uint64_t step = 0;
+    size_t n_files = 0;
+    struct stat sb;
+
+    path(dir, sizeof(dir), "recover");
+    CHECK_OK(save(dir, 1, 0));
+    snprintf(uri, sizeof(uri), "fault+file://%s?error_rate=1&error=EACCES&"
+             "error_ops=put&error_prefix=step-000005/", dir);
+    w = save_async(uri, 5);
+    CHECK_RC(tfs_ckpt_writer_wait(w, -1), -EACCES);
+    CHECK_EQ(tfs_ckpt_writer_level(w), TFS_CKPT_LEVEL_LOCAL);
+    tfs_ckpt_writer_close(w);
+    CHECK_OK(tfs_ckpt_latest(dir, NULL, &step));
+    CHECK_EQ(step, 1);
+    /* The recovery. */
+    step = 0;
+    CHECK_RC(recover1(dir, &step), 1);
+    CHECK_EQ(step, 5);
+    CHECK_OK(tfs_ckpt_latest(dir, NULL, &step));
+    CHECK_EQ(step, 5);
+    r = reader(dir, TFS_CKPT_STEP_LATEST, true);
+    tfs_ckpt_reader_info(r, &step, NULL, NULL, NULL, &n_files);
+    CHECK_EQ(step, 5);
+    for (size_t i = 0; i < n_files; i++) {
+        bool local = false;
+
+        CHECK_OK(tfs_ckpt_reader_file(r, i, NULL, NULL, NULL, &local));
+        CHECK(local);
+    }
+    check_all(r);
+    CHECK_OK(tfs_ckpt_reader_verify(r, NULL));
+    tfs_ckpt_reader_close(r);
+    /* Nothing newer than the newest checkpoint: nothing recovered; nor
+     * once step 5 is removed from the store (its manifest went at the
+     * commit: a kept staging copy is never resurrected). */
+    CHECK_RC(recover1(dir, &step), 0);
+    CHECK_OK(tfs_ckpt_remove(dir, NULL, 5));
+    CHECK_RC(recover1(dir, &step), 0);
+    CHECK_OK(tfs_ckpt_latest(dir, NULL, &step));
+    CHECK_EQ(step, 1);
+    /* A damaged copy (one byte of data) is not recovered. */
+    snprintf(uri, sizeof(uri), "fault+file://%s?error_rate=1&error=EACCES&"
+             "error_ops=put&error_prefix=step-000006/", dir);
+    w = save_async(uri, 6);
+    CHECK_RC(tfs_ckpt_writer_wait(w, -1), -EACCES);
+    tfs_ckpt_writer_close(w);
+    {
+        char cmd[512];
+        char rel[256];
+        FILE *f;
+
+        snprintf(cmd, sizeof(cmd), "cd %s && ls -d staging/*/step-000006/"
+                 "model-rank00000-00001.safetensors", top);
+        f = popen(cmd, "r");
+        CHECK(f != NULL);
+        CHECK(fgets(rel, sizeof(rel), f) != NULL);
+        rel[strcspn(rel, "\n")] = '\0';
+        pclose(f);
+        flip(rel, 100000);
+        *strrchr(rel, '/') = '\0';
+        snprintf(man, sizeof(man), "%s/%s/rank-00000.local", top, rel);
+        CHECK(stat(man, &sb) == 0);
+    }
+    CHECK_RC(recover1(dir, &step), 0);
+    CHECK_OK(tfs_ckpt_latest(dir, NULL, &step));
+    CHECK_EQ(step, 1);
+    /* A writer that saves again removes the manifest of what it
+     * recycles or rewrites: step 6 is retried and committed. */
+    CHECK_OK(save(dir, 6, 0));
+    CHECK_RC(recover1(dir, &step), 0);
+}
+
+struct rec_arg {
+    const char *run_id;
+    const char *uri;
+    unsigned    rank;
+    unsigned    ws;
+    const char *staging;
+    int         rc;
+    uint64_t    step;
+    double      secs;
+    char        detail[512];
+};
+
+static void *recover_main(void *p)
+{
+    struct rec_arg *a = p;
+    struct tfs_ckpt_writer *w = NULL;
+    uint64_t t0;
+    int rc;
+
+    usleep(start_delay_ms[a->rank] * 1000u);
+    t0 = tfs_now_ns();
+    rc = tfs_ckpt_writer_create(&w);
+
+    if (rc == 0)
+        rc = wset_num(w, "rank", a->rank);
+    if (rc == 0)
+        rc = wset_num(w, "world_size", a->ws);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_set(w, "staging_dir", a->staging);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_set(w, "run_id", a->run_id);
+    if (rc == 0)
+        rc = tfs_ckpt_writer_set(w, "timeout_ms", "20000");
+    if (rc == 0)
+        rc = tfs_ckpt_writer_recover(w, a->uri, &a->step);
+    a->secs = (double)(tfs_now_ns() - t0) / 1e9;
+    snprintf(a->detail, sizeof(a->detail), "%s", tfs_errdetail());
+    tfs_ckpt_writer_close(w);
+    a->rc = rc;
+    return NULL;
+}
+
+static void run_recover(struct rec_arg *a, unsigned n)
+{
+    pthread_t t[8];
+
+    for (unsigned i = 0; i < n; i++)
+        CHECK(pthread_create(&t[i], NULL, recover_main, &a[i]) == 0);
+    for (unsigned i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+}
+
+/*
+ * Two ranks whose uploads were refused (both reached LOCAL): a new pair
+ * recovers the step (rank 0 commits after rank 1's marker), read bit for
+ * bit.  Then a step that rank 1's staging lacks: rank 1 aborts the
+ * attempt at once, nothing is committed, `latest` stays.
+ */
+TEST(recover_ranks)
+{
+    struct rank_arg a[2];
+    struct rec_arg b[2];
+    char dir[128];
+    char uri[320];
+    char staging[128];
+    char other[128];
+    uint64_t step = 0;
+
+    path(dir, sizeof(dir), "recranks");
+    path(staging, sizeof(staging), "staging");
+    path(other, sizeof(other), "staging-empty");
+    snprintf(uri, sizeof(uri), "fault+file://%s?error_rate=1&error=EACCES&"
+             "error_ops=put&error_prefix=step-000010/model", dir);
+    CHECK_OK(save(dir, 1, 0));
+    for (unsigned k = 0; k < 2; k++)
+        a[k] = (struct rank_arg){uri, k, 2, "job1", 20000, 0, "", NULL, 0};
+    run_ranks(a, 2);
+    for (unsigned k = 0; k < 2; k++)
+        CHECK_RC(a[k].rc, -EACCES);
+    check_not_committed(dir);
+    for (unsigned k = 0; k < 2; k++)
+        b[k] = (struct rec_arg){"job2", dir, k, 2, staging, 0, 0, 0, ""};
+    run_recover(b, 2);
+    for (unsigned k = 0; k < 2; k++) {
+        if (b[k].rc != 1 || b[k].step != 10)
+            TEST_FAIL_("rank %u: %d step %" PRIu64 " [%s]", k, b[k].rc,
+                       b[k].step, b[k].detail);
+    }
+    printf("# 2 ranks recovered step 10 in %.2f s, %.2f s\n", b[0].secs,
+           b[1].secs);
+    CHECK_OK(tfs_ckpt_latest(dir, NULL, &step));
+    CHECK_EQ(step, 10);
+    {
+        struct tfs_ckpt_reader *r = reader(dir, 10, true);
+        size_t len;
+        void *p = read_all(r, "m", &len);
+        size_t n_files = 0;
+
+        CHECK(len == sizeof(mfull) && memcmp(p, mfull, len) == 0);
+        free(p);
+        tfs_ckpt_reader_info(r, NULL, NULL, NULL, NULL, &n_files);
+        for (size_t i = 0; i < n_files; i++) {
+            bool local = false;
+
+            CHECK_OK(tfs_ckpt_reader_file(r, i, NULL, NULL, NULL, &local));
+            CHECK(local);
+        }
+        CHECK_OK(tfs_ckpt_reader_verify(r, NULL));
+        tfs_ckpt_reader_close(r);
+    }
+    check_own1(dir, 0);
+    /* Step 20: both reach LOCAL, but the new rank 1 has another staging
+     * dir (its node's disk is gone). */
+    snprintf(uri, sizeof(uri), "fault+file://%s?error_rate=1&error=EACCES&"
+             "error_ops=put&error_prefix=step-000020/model", dir);
+    /* rank_main saves step 10: a run of its own at step 20 instead. */
+    for (unsigned k = 0; k < 2; k++) {
+        struct tfs_ckpt_writer *w = writer(k, 2, 0);
+        float own[5];
+
+        fill(own, sizeof(own), 30 + k);
+        CHECK_OK(tfs_ckpt_writer_set(w, "run_id", "job1"));
+        CHECK_OK(tfs_ckpt_writer_set(w, "timeout_ms", "2000"));
+        CHECK_OK(tfs_ckpt_writer_open(w, uri, 20));
+        CHECK_OK(tfs_ckpt_writer_add(w, k ? "own1" : "own0", "F32", 1,
+                                     (int64_t[]){5}, own, 20));
+        CHECK_OK(tfs_ckpt_writer_save(w));
+        CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_LOCAL, -1), 0);
+        tfs_ckpt_writer_close(w);
+    }
+    b[0] = (struct rec_arg){"job3", dir, 0, 2, staging, 0, 0, 0, ""};
+    b[1] = (struct rec_arg){"job3", dir, 1, 2, other, 0, 0, 0, ""};
+    run_recover(b, 2);
+    printf("# step 20 lacking on rank 1: %.2f s, %.2f s [%s]\n", b[0].secs,
+           b[1].secs, b[0].detail);
+    for (unsigned k = 0; k < 2; k++) {
+        CHECK_RC(b[k].rc, 0);
+        CHECK(b[k].secs < 5.0);
+    }
+    CHECK(strstr(b[0].detail, "step 20 not recovered: step 20: rank 1: "
+                 "nothing to recover: ") != NULL);
+    CHECK_OK(tfs_ckpt_latest(dir, NULL, &step));
+    CHECK_EQ(step, 10);
+    /* A store refusing rank 0's decision: raised, naming it. */
+    snprintf(uri, sizeof(uri), "fault+file://%s?error_rate=1&error=EACCES&"
+             "error_ops=put&error_prefix=recover", dir);
+    b[0] = (struct rec_arg){"job4", uri, 0, 2, other, 0, 0, 0, ""};
+    run_recover(b, 1);
+    CHECK_RC(b[0].rc, -EACCES);
+    CHECK(strstr(b[0].detail, "rank 0: cannot put the recovery decision "
+                 "recover: fault: injected EACCES") != NULL);
+}
+
+/*
+ * A rank that comes after rank 0's recovery attempt ended (another rank
+ * lacked the step and aborted it): it finds a "none" decision of its run
+ * and falls back at once.  Rank 0 used to remove the decision, and such
+ * a rank polled for one until commit_timeout (20 s here) while in a
+ * torchrun job the other ranks waited in the resume's broadcast.
+ */
+TEST(recover_late_rank)
+{
+    struct rec_arg b[3];
+    char dir[128], uri[320], staging[128], other[128];
+    uint64_t step = 0;
+
+    path(dir, sizeof(dir), "reclate");
+    path(staging, sizeof(staging), "staging");
+    path(other, sizeof(other), "staging-empty");
+    CHECK_OK(save(dir, 1, 0));
+    snprintf(uri, sizeof(uri), "fault+file://%s?error_rate=1&error=EACCES&"
+             "error_ops=put&error_prefix=step-000030/model", dir);
+    for (unsigned k = 0; k < 3; k++) {
+        struct tfs_ckpt_writer *w = writer(k, 3, 0);
+        float own[5];
+        char name[8];
+
+        fill(own, sizeof(own), 40 + k);
+        snprintf(name, sizeof(name), "own%u", k);
+        CHECK_OK(tfs_ckpt_writer_set(w, "run_id", "late1"));
+        CHECK_OK(tfs_ckpt_writer_set(w, "timeout_ms", "2000"));
+        CHECK_OK(tfs_ckpt_writer_open(w, uri, 30));
+        CHECK_OK(tfs_ckpt_writer_add(w, name, "F32", 1, (int64_t[]){5}, own,
+                                     20));
+        CHECK_OK(tfs_ckpt_writer_save(w));
+        CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_LOCAL, -1), 0);
+        tfs_ckpt_writer_close(w);
+    }
+    b[0] = (struct rec_arg){"late2", dir, 0, 3, staging, 0, 0, 0, ""};
+    b[1] = (struct rec_arg){"late2", dir, 1, 3, staging, 0, 0, 0, ""};
+    b[2] = (struct rec_arg){"late2", dir, 2, 3, other, 0, 0, 0, ""};
+    start_delay_ms[1] = 1500;           /* after rank 0 gave up */
+    run_recover(b, 3);
+    start_delay_ms[1] = 0;
+    printf("# rank 1 late by 1.5 s: ranks ended after %.2f, %.2f, %.2f s\n",
+           b[0].secs, b[1].secs, b[2].secs);
+    for (unsigned k = 0; k < 3; k++) {
+        CHECK_RC(b[k].rc, 0);
+        CHECK(b[k].secs < 5.0);
+    }
+    CHECK_OK(tfs_ckpt_latest(dir, NULL, &step));
+    CHECK_EQ(step, 1);
+}
+
 static void teardown(void)
 {
     char cmd[128];
@@ -1319,7 +1713,8 @@ TESTS(T(roundtrip), T(ranks), T(commit_protocol), T(options), T(retention),
       T(checksums), T(recycle), T(direct_staging), T(streaming),
       T(allocation_failures), T(latest_overlapping_commits),
       T(stale_marker_retry), T(stalled_rank), T(failed_rank),
-      T(marker_files));
+      T(marker_files), T(levels), T(recover), T(recover_ranks),
+      T(recover_late_rank));
 
 int main(int argc, char **argv)
 {
