@@ -32,7 +32,7 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(
 TIERFS = os.environ.get("TFS_TEST_BIN", os.path.join(TOP, "build", "tierfs"))
 TOOL = os.path.join(TOP, "bench", "tools", "dist_train.py")
 N = 250                                 # not a multiple of 4: padding
-PORT = 29621                            # 29621-29629: this file's
+PORT = 29621                            # 29621-29640: this file's
 
 
 # ---- the sampler ----
@@ -172,7 +172,7 @@ def job():
     while not os.path.exists(os.path.join(mnt, ".tierfs-stats")):
         assert time.monotonic() < deadline, "the mount did not appear"
         time.sleep(0.05)
-    ports = iter(range(PORT, 29630))
+    ports = iter(range(PORT, PORT + 20))   # a retried launch takes two
 
     class Job:
         def __init__(self):
@@ -188,11 +188,19 @@ def job():
             return f"fault+file://{root}/ck-{name}?latency_ms=5"
 
         def launch(self, name, nproc=4, kills=0, mode="files", extra=()):
-            r = _tool("launch", "--nproc", str(nproc), "--kills", str(kills),
-                      "--kill-steps", "7", "12", "--kill-max", "0.1",
-                      "--last-step", "32", "--seed", "11",
-                      "--port", str(next(ports)), "--timeout", "150", "--",
-                      *self.args(name, mode), *extra, check=False)
+            for attempt in (0, 1):
+                before = self.logged(name)
+                r = _tool("launch", "--nproc", str(nproc), "--kills",
+                          str(kills), "--kill-steps", "7", "12",
+                          "--kill-max", "0.1", "--last-step", "32",
+                          "--seed", "11", "--port", str(next(ports)),
+                          "--timeout", "150", "--",
+                          *self.args(name, mode), *extra, check=False)
+                # torchrun failing before any rank logged a line (its
+                # rendezvous, not tierfs) is retried once, on another port
+                if r is None or r["rc"] == 0 or r["kills"] or \
+                        self.logged(name) != before or r["wall_s"] > 20:
+                    break
             if r is None or r["rc"] != 0:
                 out = os.path.join(root, name, "torchrun.out")
                 tail = open(out, errors="replace").read()[-4000:] \
@@ -206,6 +214,13 @@ def job():
             if ref:
                 a += ["--ref", os.path.join(root, ref)]
             return _tool("check", *a, check=False)
+
+        def logged(self, name):
+            """Lines the ranks of job `name` logged so far."""
+            d = os.path.join(root, name)
+            return sum(sum(1 for _ in open(os.path.join(d, f)))
+                       for f in (os.listdir(d) if os.path.isdir(d) else ())
+                       if f.startswith("rank-") and f.endswith(".log"))
 
         def shard_bytes(self, name, step):
             d = os.path.join(root, f"ck-{name}", f"step-{step:06d}")
