@@ -188,21 +188,29 @@ def job():
             return f"fault+file://{root}/ck-{name}?latency_ms=5"
 
         def launch(self, name, nproc=4, kills=0, mode="files", extra=()):
+            out = os.path.join(root, name, "torchrun.out")
             for attempt in (0, 1):
                 before = self.logged(name)
+                seen = os.path.getsize(out) if os.path.exists(out) else 0
                 r = _tool("launch", "--nproc", str(nproc), "--kills",
                           str(kills), "--kill-steps", "7", "12",
                           "--kill-max", "0.1", "--last-step", "32",
                           "--seed", "11", "--port", str(next(ports)),
                           "--timeout", "150", "--",
                           *self.args(name, mode), *extra, check=False)
-                # torchrun failing before any rank logged a line (its
-                # rendezvous, not tierfs) is retried once, on another port
+                # torchrun failing before any rank logged a line and with
+                # no traceback through dist_train (its rendezvous, not
+                # tierfs) is retried once, on another port
+                new = ""
+                if os.path.exists(out):
+                    with open(out, errors="replace") as f:
+                        f.seek(seen)
+                        new = f.read()
                 if r is None or r["rc"] == 0 or r["kills"] or \
-                        self.logged(name) != before or r["wall_s"] > 20:
+                        self.logged(name) != before or r["wall_s"] > 20 or \
+                        "dist_train.py" in new:
                     break
             if r is None or r["rc"] != 0:
-                out = os.path.join(root, name, "torchrun.out")
                 tail = open(out, errors="replace").read()[-4000:] \
                     if os.path.exists(out) else "(no torchrun.out)"
                 raise AssertionError(f"{name}: {r}\n{tail}")
