@@ -70,22 +70,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def cmd_make(a):
-    rng = random.Random(7)
-    for i in range(a.samples):
-        d = os.path.join(a.dir, f"s{i // 100:02d}")
-        os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, f"{i:05d}.bin"), "wb") as f:
-            f.write(bytes(rng.randrange(256) for _ in range(64)))
-        with open(os.path.join(d, f"{i:05d}.cls"), "w") as f:
-            f.write(str(i % 4))
-    return 0
-
-
-def log_line(f, text):
-    f.write(text + "\n")
-    f.flush()
-    os.fsync(f.fileno())
+# the dataset and the fsynced log lines of the single-process job
+from train_resume import cmd_make, log_line  # noqa: E402,F401
 
 
 def state_hash(model, opt):
