@@ -272,7 +272,7 @@ void fs_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
     rc = h->kind == FS_H_NODE && h->writer
                  ? wb_node_write(fs->wb, h->node, buf, size, (uint64_t)off)
                  : -EBADF;
-    if (rc >= 0 && h->kind == FS_H_NODE)
+    if (rc >= 0)                        /* a writing node's handle */
         atomic_store_explicit(&h->last_write_tid, (int)fuse_req_ctx(req)->pid,
                               memory_order_relaxed);
 
