@@ -293,13 +293,14 @@ class SaveHandle:
         self.blocked_s = blocked_s      # seconds save() blocked the caller
 
     def level(self):
-        """"none", "local" (this rank's staging copy finished) or "store"
-        (committed); "peer" is not built and never reported."""
+        """"none", "local" (this rank's staging copy finished), "peer"
+        (a copy on another node of the cache group; only with group) or
+        "store" (committed)."""
         return self._w.level()
 
     def wait(self, timeout=None, level="store"):
-        """True once level ("local", "store"; "peer" raises: no cache
-        group configured) is reached, False if timeout seconds passed
+        """True once level ("local", "peer", "store"; "peer" without a
+        group raises) is reached, False if timeout seconds passed
         first; raises TierfsError once the save is known to have failed
         short of that level (local copy done, upload failed: "local" is
         True, "store" raises)."""
@@ -381,7 +382,8 @@ def save(state_dict, uri, rank=0, world_size=1, async_=True, step=None,
          keep_last=0, shard_size=None, staging_dir=None, staging_keep=None,
          options=None, run_id=None, overwrite=False, upload_bw=0,
          upload_threads=None, sync_staging=False, commit_timeout=None,
-         timeout_s=None, replicated=False, check_replicas=False):
+         timeout_s=None, replicated=False, check_replicas=False,
+         group=None):
     """Save state_dict (nested dicts, lists, tuples of tensors, ShardSlices
     and JSON values) as this rank's part of the checkpoint at uri
     (ROOT/step-N, or ROOT with step=N; with one rank and no step, the step
@@ -403,7 +405,13 @@ def save(state_dict, uri, rank=0, world_size=1, async_=True, step=None,
     check_replicas=True also compares the ranks' plans before anything is
     written, with one all_gather over the process group: a collective on
     this thread, which a stopped rank holds for the group's timeout, so
-    it is off by default (the commit and load check it anyway)."""
+    it is off by default (the commit and load check it anyway).
+
+    group (tierfs.ckpt.group_options: {"members": LIST, "secret_file":
+    F, "self": "HOST:PORT"}; default from $TIERFS_GROUP): once the local
+    copy is finished, it is also sent to another node of the cache group
+    (the "peer" level: handle.wait(level="peer")), and resume fetches it
+    back on a node that lost its staging."""
     _reap()
     root, in_uri = _ck.split_uri(uri)
     step = _pick_step(root, step if step is not None else in_uri, world_size,
@@ -425,7 +433,7 @@ def save(state_dict, uri, rank=0, world_size=1, async_=True, step=None,
                    upload_bw=upload_bw, upload_threads=upload_threads,
                    sync=sync_staging,
                    timeout_s=commit_timeout if commit_timeout is not None
-                   else timeout_s, extra=extra)
+                   else timeout_s, extra=extra, group=group)
     try:
         hold = []                       # alive until w.save() returns
         for name, v in flat.tensors.items():
@@ -850,7 +858,10 @@ class Checkpointer:
         bounded by commit_timeout; with several ranks it needs the run id
         save() uses).  If a rank lacks it, nobody commits it and the
         newest committed step is loaded.  Loading reads this node's
-        staging copy when it matches the index, else the store.
+        staging copy when it matches the index, else the store.  With a
+        cache group (save_kwargs group=, or $TIERFS_GROUP), a staging
+        copy this node lacks is first fetched back from the peer that
+        keeps it: local, then peer, then store.
 
         Then one rank reads the control state.  With a torch.distributed
         process group and world_size > 1, rank 0 alone finds the step
@@ -872,7 +883,8 @@ class Checkpointer:
                     staging_keep=kw.get("staging_keep"),
                     keep_last=self.keep_last, timeout_s=timeout,
                     options=kw.get("options"),
-                    run_id=_run_id(kw.get("run_id"), self.world_size))
+                    run_id=_run_id(kw.get("run_id"), self.world_size),
+                    group=kw.get("group"))
         if "staging_dir" in kw and "staging_dir" not in load_kwargs:
             load_kwargs["staging_dir"] = kw["staging_dir"]
         dist = _dist_group(self.world_size)

@@ -19,6 +19,7 @@ Python only polls or blocks (the GIL is released while it blocks).
 """
 import ctypes
 import errno
+import os
 import re
 
 from . import _capi
@@ -26,11 +27,11 @@ from ._capi import TierfsError, encode as _b
 
 __all__ = ["Writer", "Reader", "TensorInfo", "split_uri", "step_uri",
            "list_steps", "recover", "LEVELS", "latest", "read_latest",
-           "summary", "remove", "gc", "TierfsError"]
+           "summary", "remove", "gc", "group_options", "TierfsError"]
 
 _URI_MAX = 4096
 
-# Durability levels (ckpt.h TFS_CKPT_LEVEL_*): "peer" is not built.
+# Durability levels (ckpt.h TFS_CKPT_LEVEL_*); "peer" needs a group.
 LEVELS = {"none": 0, "local": 1, "peer": 2, "store": 3}
 _LEVEL_NAMES = {v: k for k, v in LEVELS.items()}
 _wr_level = _capi._proto("tfs_ckpt_writer_level", _capi._I, _capi._P)
@@ -52,6 +53,37 @@ def _set_all(setter, h, pairs):
         elif not isinstance(value, bytes):
             value = str(value)
         _capi.check(setter(h, _b(name), _b(value)))
+
+
+def group_options(group):
+    """The writer options of the peer level from group: a dict with
+    "members" (the member list's path, or "dns:NAME:PORT"),
+    "secret_file" (mode 0600) and optionally "self" ("HOST:PORT", this
+    node's line: its mount serves it; default: every member at an address
+    of this machine is this node), "tls_ca", "timeout_s".  None: from
+    $TIERFS_GROUP, $TIERFS_GROUP_SECRET_FILE and $TIERFS_GROUP_SELF when
+    $TIERFS_GROUP is set, else no peer level.  False: none."""
+    if group is False:
+        return []
+    if group is None:
+        if not os.environ.get("TIERFS_GROUP"):
+            return []
+        group = {"members": os.environ["TIERFS_GROUP"],
+                 "secret_file": os.environ.get("TIERFS_GROUP_SECRET_FILE"),
+                 "self": os.environ.get("TIERFS_GROUP_SELF") or None}
+    if not isinstance(group, dict) or not group.get("members"):
+        raise ValueError("group must be a dict with 'members' and "
+                         f"'secret_file', not {group!r}")
+    unknown = set(group) - {"members", "secret_file", "self", "tls_ca",
+                            "timeout_s"}
+    if unknown:
+        raise ValueError(f"group: unknown keys {sorted(unknown)}")
+    t = group.get("timeout_s")
+    return [("group", group["members"]),
+            ("group_secret_file", group.get("secret_file")),
+            ("group_self", group.get("self")),
+            ("group_tls_ca", group.get("tls_ca")),
+            ("group_timeout_ms", None if t is None else int(t * 1000))]
 
 
 def _dims(v):
@@ -161,7 +193,7 @@ class Writer:
                  staging_dir=None, staging_keep=None, keep_last=0,
                  upload_threads=None, upload_bw=0, timeout_s=None,
                  options=None, sync=False, run_id=None, overwrite=False,
-                 extra=None):
+                 extra=None, group=None):
         h = ctypes.c_void_p()
         _capi.check(_capi.tfs_ckpt_writer_create(ctypes.byref(h)))
         self._h = h
@@ -169,6 +201,7 @@ class Writer:
             self._setup(rank, world_size, shard_size, staging_dir,
                         staging_keep, keep_last, upload_threads, upload_bw,
                         timeout_s, options, sync, run_id, overwrite, extra)
+            _set_all(_capi.tfs_ckpt_writer_set, h, group_options(group))
             _capi.check(_capi.tfs_ckpt_writer_open(h, _b(uri), step))
         except BaseException:
             self.close()
@@ -210,8 +243,9 @@ class Writer:
 
     def level(self):
         """The durability reached so far: "none", "local" (this rank's
-        staging copy finished, survives the trainer's crash) or "store"
-        (committed).  "peer" is never reported (not built)."""
+        staging copy finished, survives the trainer's crash), "peer" (a
+        copy on another node of the cache group, survives this node's
+        loss; only with group) or "store" (committed)."""
         return _LEVEL_NAMES[_wr_level(self._h)]
 
     def wait(self, timeout=None, level="store"):
@@ -219,8 +253,9 @@ class Writer:
         passes (False), or the save fails before reaching it
         (TierfsError: a save whose local copy completed and whose upload
         failed returns True for "local" and raises for "store").
-        "peer" raises TierfsError (no cache group configured: the peer
-        level needs one).  Interruptible."""
+        "peer" raises TierfsError without a group (ENOTSUP), or when the
+        copy to the peer failed (the store upload goes on).
+        Interruptible."""
         if level not in LEVELS or level == "none":
             raise ValueError("level must be 'local', 'peer' or 'store', not "
                              f"{level!r}")
@@ -258,7 +293,8 @@ class Writer:
 
 
 def recover(uri, rank=0, world_size=1, staging_dir=None, staging_keep=None,
-            keep_last=0, timeout_s=None, options=None, run_id=None):
+            keep_last=0, timeout_s=None, options=None, run_id=None,
+            group=None):
     """Commit this rank's locally complete, uncommitted save under uri (a
     job killed after its staging copy was finished, before the commit),
     if rank 0's staging holds one newer than the newest checkpoint and
@@ -266,7 +302,11 @@ def recover(uri, rank=0, world_size=1, staging_dir=None, staging_keep=None,
     several ranks, the same run_id, which must be given; without one
     nothing is recovered).  Returns the step committed, or None (nothing
     to recover, or the recovery did not commit: logged).  Bounded by
-    timeout_s (commit_timeout, default 300 s).  Store errors raise."""
+    timeout_s (commit_timeout, default 300 s).  Store errors raise.
+    With group (group_options), a copy this node's staging lacks (a
+    replaced node) is first fetched back from the members that keep this
+    rank's copies: an uncommitted one is then recovered, a committed one
+    read locally by the loader."""
     h = ctypes.c_void_p()
     _capi.check(_capi.tfs_ckpt_writer_create(ctypes.byref(h)))
     try:
@@ -276,7 +316,8 @@ def recover(uri, rank=0, world_size=1, staging_dir=None, staging_keep=None,
             ("staging_keep", staging_keep), ("keep_last", keep_last or 0),
             ("timeout_ms", None if timeout_s is None
              else int(timeout_s * 1000)),
-            ("options", options or None), ("run_id", run_id or None)])
+            ("options", options or None), ("run_id", run_id or None)]
+            + group_options(group))
         step = ctypes.c_uint64()
         rc = _capi.check(_wr_recover(h, _b(uri), ctypes.byref(step)))
         return step.value if rc == 1 else None

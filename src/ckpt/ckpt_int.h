@@ -473,11 +473,37 @@ struct tfs_ckpt_writer {
     size_t           n_finished;        /* files finished, by lock */
     struct tfs_ckpt_marker *recovered;  /* recovery: the local manifest
                                            (owned), or NULL */
+    /* the PEER level (peer.c) */
+    char            *group;             /* member list, owned, or NULL */
+    char            *group_secret;      /* its secret file, owned */
+    char            *group_self;        /* this node's line, or NULL */
+    char            *group_tls_ca;      /* owned, or NULL */
+    uint64_t         group_timeout_ms;  /* 0: the group's default */
+    struct tfs_group *group_h;          /* opened with group, or NULL */
+    struct tfs_pool *peer_pool;         /* one thread: the push */
+    struct tfs_pool_task peer_task;
+    int              peer_rc;           /* the push's error; by lock */
+    bool             peer_ended;        /* by lock */
+    char             peer_detail[512];  /* by lock */
 };
 
 /* The local manifest of a rank's finished staging copy (its marker). */
 #define TFS_CKPT_LOCAL_FMT "rank-%05u.local"
 #define TFS_CKPT_RECOVER_KEY "recover"
+
+/*
+ * peer.c: the PEER level.  open: join the group of the writer's group
+ * options as a client (nothing when unset; TFS_EOPTION and the group's
+ * errors).  start: once LOCAL, push the files and then the manifest to
+ * the rank's member on the push thread.  restore: at resume, fetch this
+ * rank's newest copy back from the members when staging lacks it (0,
+ * also when nothing came: logged; -ENOMEM).  close: end the push, leave.
+ */
+struct tfs_group;
+int tfs_ckpt_peer_open(struct tfs_ckpt_writer *w);
+void tfs_ckpt_peer_start(struct tfs_ckpt_writer *w);
+int tfs_ckpt_peer_restore(struct tfs_ckpt_writer *w);
+void tfs_ckpt_peer_close(struct tfs_ckpt_writer *w);
 
 /* writer.c, for recover.c. */
 int tfs_ckpt_wr_staging_paths(struct tfs_ckpt_writer *w);

@@ -424,11 +424,17 @@ int tfs_ckpt_writer_recover(struct tfs_ckpt_writer *w, const char *uri,
         return rc;
     w->step = 0;
     rc = tfs_ckpt_wr_staging_paths(w);
+    if (rc == 0)
+        rc = tfs_ckpt_peer_open(w);
     if (rc < 0)
         return rc;
     dl = w->timeout_ms > 0 ? tfs_now_ns() + w->timeout_ms * 1000000ull : 0;
     prev = tfs_deadline_set(dl != 0 ? dl : tfs_deadline_get());
-    rc = w->rank == 0 ? rc_decide(w) : rc_follow(w, dl);
+    /* A staging copy lost with its node comes back from a peer first. */
+    w->deadline_ns = dl;
+    rc = tfs_ckpt_peer_restore(w);
+    if (rc == 0)
+        rc = w->rank == 0 ? rc_decide(w) : rc_follow(w, dl);
     if (rc == 1) {
         w->deadline_ns = dl;
         w->done = false;

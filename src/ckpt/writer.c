@@ -125,6 +125,12 @@ static const struct tfs_opt_spec wr_opts[] = {
     WR_OPT("overwrite", TFS_OPT_BOOL, overwrite, 0, 1),
     {"extra", TFS_OPT_CUSTOM, offsetof(struct tfs_ckpt_writer, extra), 0, 0,
      wr_set_extra, "a JSON document"},
+    WR_OPT("group", TFS_OPT_STR, group, 0, TFS_OPT_NOMAX),
+    WR_OPT("group_secret_file", TFS_OPT_STR, group_secret, 0, TFS_OPT_NOMAX),
+    WR_OPT("group_self", TFS_OPT_STR, group_self, 0, TFS_OPT_NOMAX),
+    WR_OPT("group_tls_ca", TFS_OPT_STR, group_tls_ca, 0, TFS_OPT_NOMAX),
+    WR_OPT("group_timeout_ms", TFS_OPT_MS, group_timeout_ms, 0,
+           TFS_OPT_NOMAX),
 };
 
 int tfs_ckpt_writer_set(struct tfs_ckpt_writer *w, const char *name,
@@ -239,6 +245,8 @@ int tfs_ckpt_writer_open(struct tfs_ckpt_writer *w, const char *uri,
         return rc;
     w->step = step;
     rc = tfs_ckpt_wr_staging_paths(w);
+    if (rc == 0)
+        rc = tfs_ckpt_peer_open(w);
     /* The store calls of open, on the caller's thread, are bounded by
      * commit_timeout too (a partitioned store must not hang training). */
     dl = w->timeout_ms > 0 ? tfs_now_ns() + w->timeout_ms * 1000000ull
@@ -257,6 +265,7 @@ int tfs_ckpt_writer_open(struct tfs_ckpt_writer *w, const char *uri,
                      "finish in %s (the store: %s)", w->step, w->rank, t, d);
     }
     if (rc < 0) {
+        tfs_ckpt_peer_close(w);
         tfs_store_close(w->st);
         w->st = NULL;
         tfs_free(w->stage_ns);
@@ -630,6 +639,7 @@ static void wr_local(struct tfs_ckpt_writer *w)
         w->level = TFS_CKPT_LEVEL_LOCAL;
     pthread_cond_broadcast(&w->cond);
     pthread_mutex_unlock(&w->lock);
+    tfs_ckpt_peer_start(w);             /* beside the upload */
 }
 
 /* Copy every file into staging, several at once (the caller waits). */
@@ -1035,25 +1045,40 @@ int tfs_ckpt_writer_level(struct tfs_ckpt_writer *w)
     return level;
 }
 
+/*
+ * Whether level can no longer be reached (w->lock held): the save ended
+ * below it.  PEER: the push ended without it, or the save ended before
+ * LOCAL (no push started); a store failure alone does not end the wait,
+ * the push may still succeed.
+ */
+static bool wr_level_ended(const struct tfs_ckpt_writer *w, int level)
+{
+    if (level == TFS_CKPT_LEVEL_PEER)
+        return w->peer_ended ||
+               (w->done && w->level < TFS_CKPT_LEVEL_LOCAL);
+    return w->done;
+}
+
 int tfs_ckpt_writer_wait_level(struct tfs_ckpt_writer *w, int level,
                                int64_t timeout_ms)
 {
     struct timespec ts;
     int rc = 0;
 
-    if (level == TFS_CKPT_LEVEL_PEER)
+    if (level == TFS_CKPT_LEVEL_PEER && w->group_h == NULL)
         return tfs_err(-ENOTSUP, "no cache group configured: the peer level "
-                       "needs one");
+                       "needs one (the writer's group options)");
     if (level == TFS_CKPT_LEVEL_STORE)
         return tfs_ckpt_writer_wait(w, timeout_ms);
-    if (level != TFS_CKPT_LEVEL_LOCAL && level != TFS_CKPT_LEVEL_NONE)
+    if (level != TFS_CKPT_LEVEL_LOCAL && level != TFS_CKPT_LEVEL_NONE &&
+        level != TFS_CKPT_LEVEL_PEER)
         return tfs_err(-EINVAL, "wait: unknown level %d", level);
     if (!w->saved)
         return tfs_err(-EINVAL, "wait: nothing was saved");
     if (timeout_ms >= 0)
         ts = tfs_abstime(CLOCK_REALTIME, (uint64_t)timeout_ms * 1000000u);
     pthread_mutex_lock(&w->lock);
-    while (w->level < level && !w->done && rc == 0) {
+    while (w->level < level && !wr_level_ended(w, level) && rc == 0) {
         if (timeout_ms < 0)
             pthread_cond_wait(&w->cond, &w->lock);
         else
@@ -1061,6 +1086,9 @@ int tfs_ckpt_writer_wait_level(struct tfs_ckpt_writer *w, int level,
     }
     if (w->level >= level) {
         rc = 0;
+    } else if (level == TFS_CKPT_LEVEL_PEER && w->peer_rc < 0) {
+        rc = w->peer_rc;
+        tfs_errdetail_set("%s", w->peer_detail);
     } else if (w->done) {
         rc = w->status < 0 ? w->status : 0;
         if (rc < 0)
@@ -1099,6 +1127,7 @@ void tfs_ckpt_writer_close(struct tfs_ckpt_writer *w)
         (void)tfs_ckpt_writer_wait(w, -1);
     tfs_pool_destroy(w->commit_pool);
     tfs_pool_destroy(w->upload_pool);
+    tfs_ckpt_peer_close(w);
     for (size_t i = 0; i < w->n_files; i++) {
         if (w->files[i].fd >= 0)
             close(w->files[i].fd);
@@ -1120,6 +1149,10 @@ void tfs_ckpt_writer_close(struct tfs_ckpt_writer *w)
     tfs_free(w->options);
     tfs_free(w->run_id);
     tfs_free(w->extra);
+    tfs_free(w->group);
+    tfs_free(w->group_secret);
+    tfs_free(w->group_self);
+    tfs_free(w->group_tls_ca);
     if (w->recovered != NULL)
         tfs_ckpt_marker_cleanup(w->recovered);
     tfs_free(w->recovered);

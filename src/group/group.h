@@ -158,6 +158,12 @@ struct tfs_group_cfg {
     unsigned    fault_corrupt;          /* fault injection, for tests:
                                            flip a byte of every Nth
                                            answer after its checksum */
+    bool        self_elsewhere;         /* with serve off: listen names
+                                           this node's line, served by
+                                           another process of the node
+                                           (its mount); a checkpoint
+                                           writer that must not count it
+                                           as another node */
 };
 
 /*
@@ -250,5 +256,45 @@ struct tfs_group_snap {
 /* 0 or -ENOMEM (then s is empty, fine to clean up). */
 int tfs_group_snap_get(struct tfs_group *g, struct tfs_group_snap *s);
 void tfs_group_snap_cleanup(struct tfs_group_snap *s);
+
+/* ---- checkpoint copies on peers: the client (ckpt.c) ---- */
+
+#define TFS_GROUP_KEY_MAX (TFS_GROUP_HOST_MAX + 8)  /* "[host]:port" */
+
+/*
+ * The members that keep the checkpoint copies of place (a string of the
+ * rank's own: its namespace and rank), best first: rendezvous order for
+ * place over the list, skipping this node (the member cfg->listen names;
+ * without one, every member at an address of this machine, whose copy
+ * would not outlive it) and suspect members.  Their "host:port" into
+ * out; how many, at most max.
+ */
+size_t tfs_group_ckpt_members(struct tfs_group *g, const char *place,
+                              char (*out)[TFS_GROUP_KEY_MAX], size_t max);
+/*
+ * Send the regular file at path as key ("NS/step-N/NAME", the wire's
+ * name: docs/group.md) to member, by deadline_ns (0: none; a transfer
+ * slower than 64 KiB/s for the group timeout is cut).  0 once the member
+ * has checked its digest and fsynced it.  -ENOSPC (its quota),
+ * -EACCES (refused), -EHOSTUNREACH, -ETIMEDOUT, -EPROTO; the detail
+ * names the member, the key and the cause.
+ */
+int tfs_group_ckpt_put(struct tfs_group *g, const char *member,
+                       const char *key, const char *path,
+                       uint64_t deadline_ns);
+/*
+ * Fetch key from member into fd (from offset 0; at most max bytes):
+ * 0 with *len once the bytes matched the digest the member kept;
+ * -ENOENT when it holds no such copy, TFS_ECORRUPT, -EFBIG, and the
+ * errors of put.
+ */
+int tfs_group_ckpt_get(struct tfs_group *g, const char *member,
+                       const char *key, int fd, uint64_t max,
+                       uint64_t deadline_ns, uint64_t *len);
+/* The member's list of copies of namespace ns ("tierfs-ckpt-list 1",
+   then "STEP NAME SIZE" lines), NUL-terminated, tfs_malloc'd. */
+int tfs_group_ckpt_list(struct tfs_group *g, const char *member,
+                        const char *ns, uint64_t deadline_ns, char **text,
+                        size_t *len);
 
 #endif /* TFS_GROUP_H */

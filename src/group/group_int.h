@@ -115,6 +115,23 @@ int gpeer_source(void *arg, const struct tfs_peer_block *pb,
                  uint64_t deadline_ns, unsigned char *dst);
 /* p's figures now. */
 void gpeer_metrics(struct gpeer *p, struct tfs_group_peer_metrics *m);
+/*
+ * One request's slot on p (peer.c; ckpt.c uses them too): take waits
+ * until end_ns while every slot is busy and gives a kept-alive handle or
+ * NULL (-EBUSY: none came free, -EAGAIN: p is suspect, or another
+ * request is its probe); give returns it (keep: the handle may be
+ * reused).  fail makes p suspect for its next back-off; ok clears that.
+ */
+int gpeer_take(struct tfs_group *g, struct gpeer *p, uint64_t end_ns,
+               CURL **h, bool *probe);
+void gpeer_give(struct tfs_group *g, struct gpeer *p, CURL *h, bool keep,
+                bool probe);
+void gpeer_fail(struct gpeer *p);
+void gpeer_ok(struct gpeer *p);
+/* The signed headers of a request (auth.c) of method for what, with
+   "Expect:" (no 100-continue round trip); NULL: no memory. */
+struct curl_slist *gpeer_sign(struct tfs_group *g, const char *method,
+                              const char *what);
 
 /* "host:port", or "[v6]:port" when host holds a ':'. */
 void group_key(char *out, size_t size, const char *host, uint16_t port);

@@ -63,7 +63,7 @@ bool gpeer_suspect(struct gpeer *p, uint64_t now_ns)
 }
 
 /* A request to p failed: suspect for the next back-off. */
-static void gpeer_fail(struct gpeer *p)
+void gpeer_fail(struct gpeer *p)
 {
     uint64_t now = tfs_now_ns();
 
@@ -78,7 +78,7 @@ static void gpeer_fail(struct gpeer *p)
     pthread_mutex_unlock(&p->lock);
 }
 
-static void gpeer_ok(struct gpeer *p)
+void gpeer_ok(struct gpeer *p)
 {
     if (atomic_load(&p->until) == 0)
         return;
@@ -98,8 +98,8 @@ static void gpeer_ok(struct gpeer *p)
  * one).  -EBUSY when none came free in time, -EAGAIN when p turned
  * suspect meanwhile or another request is its probe.
  */
-static int gpeer_take(struct tfs_group *g, struct gpeer *p, uint64_t end_ns,
-                      CURL **h, bool *probe)
+int gpeer_take(struct tfs_group *g, struct gpeer *p, uint64_t end_ns,
+               CURL **h, bool *probe)
 {
     uint64_t now = tfs_now_ns();
 
@@ -131,8 +131,8 @@ static int gpeer_take(struct tfs_group *g, struct gpeer *p, uint64_t end_ns,
 }
 
 /* Give the slot back, and the handle when it may be reused. */
-static void gpeer_give(struct tfs_group *g, struct gpeer *p, CURL *h,
-                       bool keep, bool probe)
+void gpeer_give(struct tfs_group *g, struct gpeer *p, CURL *h, bool keep,
+                bool probe)
 {
     pthread_mutex_lock(&p->lock);
     p->inflight--;
@@ -248,8 +248,9 @@ static int gpeer_url(CURL *h, const struct gpeer *p,
     return key == NULL || ver == NULL ? -ENOMEM : tfs_buf_error(b);
 }
 
-/* The signed headers of a request for block hex. */
-static struct curl_slist *gpeer_sign(struct tfs_group *g, const char *hex)
+/* The signed headers of a request: method, and what it names. */
+struct curl_slist *gpeer_sign(struct tfs_group *g, const char *method,
+                              const char *hex)
 {
     unsigned char raw[16];
     char nonce[33];
@@ -262,7 +263,7 @@ static struct curl_slist *gpeer_sign(struct tfs_group *g, const char *hex)
     if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
         return NULL;
     tfs_hex_lower(nonce, raw, sizeof(raw));
-    tfs_gauth_sign(&g->auth, "GET", hex, now_s, nonce, sig);
+    tfs_gauth_sign(&g->auth, method, hex, now_s, nonce, sig);
     snprintf(line, sizeof(line), GROUP_H_TIME ": %" PRIu64, now_s);
     l = curl_slist_append(l, line);
     snprintf(line, sizeof(line), GROUP_H_NONCE ": %s", nonce);
@@ -329,7 +330,7 @@ static int gpeer_get(struct tfs_group *g, struct gpeer *p,
     tfs_buf_init(&url, 0);
     if (h == NULL || tfs_csum_begin(&a.csum, a.len) < 0 ||
         gpeer_url(h, p, pb, hex, &url) < 0 ||
-        (hdrs = gpeer_sign(g, hex)) == NULL) {
+        (hdrs = gpeer_sign(g, "GET", hex)) == NULL) {
         tfs_csum_cleanup(&a.csum);
         tfs_buf_cleanup(&url);
         gpeer_give(g, p, h, false, probe);

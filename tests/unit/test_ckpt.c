@@ -1308,7 +1308,7 @@ TEST(levels)
     CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_PEER, -1),
              -ENOTSUP);
     CHECK(strcmp(tfs_errdetail(), "no cache group configured: the peer "
-                 "level needs one") == 0);
+                 "level needs one (the writer's group options)") == 0);
     CHECK_RC(tfs_ckpt_writer_wait_level(w, 7, -1), -EINVAL);
     CHECK_RC(tfs_ckpt_writer_wait_level(w, TFS_CKPT_LEVEL_STORE, -1), 0);
     store_s = (double)(tfs_now_ns() - t0) / 1e9;
