@@ -421,6 +421,9 @@ int tfs_group_open(struct tfs_group **out, const struct tfs_group_cfg *cfg,
         rc = tfs_err(TFS_EOPTION, "group: this node (%s) is not in the "
                      "list '%s'; add it, or --group-serve off for a "
                      "client only", g->self_key, g->members);
+    if (rc == 0 && cfg->self_elsewhere && g->view->self < 0)
+        rc = tfs_err(TFS_EOPTION, "group: this node (%s) is not in the "
+                     "list '%s'", g->self_key, g->members);
     if (rc == 0 && !g->serve && !cfg->self_elsewhere && g->view->self >= 0)
         rc = tfs_err(TFS_EOPTION, "group: %s is listed in '%s' but does "
                      "not serve (--group-serve off): peers would ask it "
