@@ -52,6 +52,9 @@ static const struct {
     {"group-inflight", "group_inflight"}, {"shared-tier", "shared_tier"},
     {"group-tls-ca", "group_tls_ca"}, {"group-tls-cert", "group_tls_cert"},
     {"group-tls-key", "group_tls_key"},
+    {"group-ckpt-dir", "group_ckpt_dir"},
+    {"group-ckpt-max", "group_ckpt_max"},
+    {"group-ckpt-keep", "group_ckpt_keep"},
     {"manifest", "manifest"},
 };
 
@@ -119,6 +122,12 @@ static void mount_help(FILE *f)
         "  --group-tls-ca F      peers over TLS, checked against this CA\n"
         "  --group-tls-cert F    this node's certificate (PEM; IP SANs\n"
         "  --group-tls-key F     for IP members) and key (0600)\n"
+        "  --group-ckpt-dir DIR  keep peers' checkpoint copies here, when\n"
+        "                        serving (default CACHE_DIR/ckpt-peer; none\n"
+        "                        without --cache-dir)\n"
+        "  --group-ckpt-max SIZE at most this much of them (default 64G;\n"
+        "                        0: keep none)\n"
+        "  --group-ckpt-keep N   newest steps kept per job (default 2)\n"
         "  --shared-tier URI     a shared cache tier on a fast store\n"
         "                        (s3://cache-bucket/prefix): read there\n"
         "                        before the store, written back after\n"
@@ -154,6 +163,7 @@ static int mount_add(struct mount_args *a, const char *name,
                               (strcmp(name, "group") == 0 &&
                                strncmp(value, "dns:", 4) != 0) ||
                               strcmp(name, "group_secret_file") == 0 ||
+                              strcmp(name, "group_ckpt_dir") == 0 ||
                               strcmp(name, "manifest") == 0 ||
                               strncmp(name, "group_tls_", 10) == 0
                           ? mount_abs(value)

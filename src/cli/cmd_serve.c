@@ -4,7 +4,8 @@
  *              --group-secret-file FILE [--cache-dir DIR ...]: a dedicated
  * cache node of a cache group (docs/group.md), with no mount and no
  * training on it: it answers peers' block requests from its RAM and
- * disk tiers, reading the store once on a miss.  Runs in the foreground
+ * disk tiers, reading the store once on a miss, and keeps peers'
+ * checkpoint copies (CACHE_DIR/ckpt-peer by default).  Runs in the foreground
  * (a service manager or a pod keeps it): SIGTERM or SIGINT stops it,
  * SIGHUP re-reads the member list.
  */
@@ -58,6 +59,12 @@ static void serve_help(FILE *f)
             "  --group-tls-ca F      peers over TLS, checked against F\n"
             "  --group-tls-cert F, --group-tls-key F   its certificate\n"
             "                        and key (PEM; the key 0600)\n"
+            "  --group-ckpt-dir DIR  keep peers' checkpoint copies here\n"
+            "                        (default CACHE_DIR/ckpt-peer; none\n"
+            "                        without --cache-dir)\n"
+            "  --group-ckpt-max SIZE at most this much of them (default "
+            "64G;\n                        0: keep none)\n"
+            "  --group-ckpt-keep N   newest steps kept per job (default 2)\n"
             "  --cache-dir DIR       disk tier (default: RAM only)\n"
             "  --cache-size SIZE     bytes of the disk tier (default 10G)\n"
             "  --mem-cache SIZE      bytes of the RAM tier (default 1G)\n"
@@ -81,8 +88,22 @@ enum {
     SERVE_GROUP = 1000, SERVE_LISTEN, SERVE_SECRET, SERVE_TIMEOUT,
     SERVE_METRICS, SERVE_SET, SERVE_CACHE_DIR, SERVE_CACHE_SIZE,
     SERVE_MEM, SERVE_BLOCK, SERVE_INFLIGHT, SERVE_TLS_CA, SERVE_TLS_CERT,
-    SERVE_TLS_KEY,
+    SERVE_TLS_KEY, SERVE_CKPT_DIR, SERVE_CKPT_MAX, SERVE_CKPT_KEEP,
 };
+
+/* The checkpoint copy options (docs/group.md); 0 or a usage error. */
+static int serve_ckpt_opt(struct serve_args *a, int c, const char *arg)
+{
+    if (c == SERVE_CKPT_DIR) {
+        a->g.ckpt_dir = arg;
+        return 0;
+    }
+    if (c == SERVE_CKPT_MAX)
+        return cli_parse_size("serve", "--group-ckpt-max", arg,
+                              &a->g.ckpt_max);
+    return cli_parse_uint("serve", "--group-ckpt-keep", arg, 1, 1000000,
+                          &a->g.ckpt_keep);
+}
 
 static int serve_parse(int argc, char **argv, struct serve_args *a)
 {
@@ -101,6 +122,9 @@ static int serve_parse(int argc, char **argv, struct serve_args *a)
         {"group-tls-ca", required_argument, NULL, SERVE_TLS_CA},
         {"group-tls-cert", required_argument, NULL, SERVE_TLS_CERT},
         {"group-tls-key", required_argument, NULL, SERVE_TLS_KEY},
+        {"group-ckpt-dir", required_argument, NULL, SERVE_CKPT_DIR},
+        {"group-ckpt-max", required_argument, NULL, SERVE_CKPT_MAX},
+        {"group-ckpt-keep", required_argument, NULL, SERVE_CKPT_KEEP},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -109,6 +133,8 @@ static int serve_parse(int argc, char **argv, struct serve_args *a)
     int c;
 
     a->g.serve = true;
+    a->g.ckpt_max = 64ull << 30;
+    a->g.ckpt_keep = 2;
     while (rc == 0 &&
            (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *eq;
@@ -162,6 +188,11 @@ static int serve_parse(int argc, char **argv, struct serve_args *a)
             break;
         case SERVE_TLS_KEY:
             a->g.tls_key = optarg;
+            break;
+        case SERVE_CKPT_DIR:
+        case SERVE_CKPT_MAX:
+        case SERVE_CKPT_KEEP:
+            rc = serve_ckpt_opt(a, c, optarg);
             break;
         case 'h':
             serve_help(stdout);
@@ -223,10 +254,32 @@ static void serve_wait(struct serve_node *n, const sigset_t *set)
     }
 }
 
+/*
+ * The group's settings: the checkpoint copies default to
+ * CACHE_DIR/ckpt-peer, none without a cache dir.  *dir: what to free.
+ */
+static int serve_group_cfg(const struct serve_args *a, struct tfs_cache *c,
+                           struct tfs_group_cfg *cfg, char **dir)
+{
+    struct tfs_buf b;
+
+    *cfg = a->g;
+    *dir = NULL;
+    if (cfg->ckpt_dir != NULL || tfs_cache_dir(c) == NULL)
+        return 0;
+    tfs_buf_init(&b, 0);
+    tfs_buf_printf(&b, "%s/ckpt-peer", tfs_cache_dir(c));
+    *dir = tfs_buf_steal(&b);
+    cfg->ckpt_dir = *dir;
+    return *dir != NULL ? 0 : -ENOMEM;
+}
+
 static int serve_run(const struct serve_args *a, const char *uri)
 {
     struct serve_node n = {0};
     struct tfs_http *http = NULL;
+    struct tfs_group_cfg cfg;
+    char *ckpt_dir = NULL;
     sigset_t set;
     int rc;
 
@@ -258,7 +311,9 @@ static int serve_run(const struct serve_args *a, const char *uri)
         cli_fail("serve", uri, rc);
         goto out;
     }
-    rc = tfs_group_open(&n.g, &a->g, n.c);
+    rc = serve_group_cfg(a, n.c, &cfg, &ckpt_dir);
+    if (rc == 0)
+        rc = tfs_group_open(&n.g, &cfg, n.c);
     if (rc < 0) {
         cli_fail("serve", a->g.members, rc);
         goto out;
@@ -280,6 +335,7 @@ out:
     tfs_group_close(n.g);
     tfs_cache_close(n.c);
     tfs_store_close(n.st);
+    tfs_free(ckpt_dir);
     return rc < 0 ? CLI_FAIL : CLI_OK;
 }
 

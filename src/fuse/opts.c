@@ -40,6 +40,8 @@ int tfs_fs_create(struct tfs_fs **out)
     tfs_buf_init(&fs->fuse_opts, 64 * 1024);
     fs->max_threads = FS_DEFAULT_THREADS;
     fs->gcfg.serve = true;
+    fs->gcfg.ckpt_max = 64ull << 30;    /* checkpoint copies for peers */
+    fs->gcfg.ckpt_keep = 2;
     fs->kernel_ra = FS_DEFAULT_KERNEL_RA;
     fs->wcfg.staging_max = 100ull << 30;
     fs->wcfg.staging_wait_ms = 300000;
@@ -120,6 +122,10 @@ static const struct tfs_opt_spec fs_opts[] = {
     FS_OPT("group_inflight", TFS_OPT_UINT, gcfg.inflight, 1, 1024),
     FS_OPT("group_fault_corrupt", TFS_OPT_UINT, gcfg.fault_corrupt, 0,
            1e9),
+    {"group_ckpt_dir", TFS_OPT_STR, offsetof(struct tfs_fs, gcfg.ckpt_dir),
+     0, TFS_OPT_NOMAX, fs_set_or_none, NULL},
+    FS_OPT("group_ckpt_max", TFS_OPT_SIZE, gcfg.ckpt_max, 0, TFS_OPT_NOMAX),
+    FS_OPT("group_ckpt_keep", TFS_OPT_UINT, gcfg.ckpt_keep, 1, 1000000),
     {"shared_tier", TFS_OPT_STR, offsetof(struct tfs_fs, shared_uri), 0,
      TFS_OPT_NOMAX, fs_set_or_none, NULL},
     {"fuse_opts", TFS_OPT_CUSTOM, 0, 0, 0, fs_set_fuse_opts,

@@ -285,6 +285,27 @@ static int fs_mount(struct tfs_fs *fs, const char *mountpoint)
     return rc;
 }
 
+/*
+ * Join the cache group.  Its checkpoint copies go, unless told, to
+ * CACHE_DIR/ckpt-peer (the disk tier's dir), or nowhere without one: a
+ * RAM-only node has no disk of its own to promise them to.
+ */
+static int fs_group_open(struct tfs_fs *fs)
+{
+    const char *dir = tfs_cache_dir(fs->cache);
+
+    if (fs->gcfg.ckpt_dir == NULL && dir != NULL) {
+        struct tfs_buf b;
+
+        tfs_buf_init(&b, 0);
+        tfs_buf_printf(&b, "%s/ckpt-peer", dir);
+        fs->gcfg.ckpt_dir = tfs_buf_steal(&b);
+        if (fs->gcfg.ckpt_dir == NULL)
+            return -ENOMEM;
+    }
+    return tfs_group_open(&fs->group, &fs->gcfg, fs->cache);
+}
+
 int tfs_fs_open(struct tfs_fs *fs, struct tfs_store *st,
                 const char *mountpoint)
 {
@@ -308,7 +329,7 @@ int tfs_fs_open(struct tfs_fs *fs, struct tfs_store *st,
     if (rc == 0 && tfs_cache_is_immutable(fs->cache))
         fs->inodes.keys = fs->cache;    /* before any lookup */
     if (rc == 0 && fs->gcfg.members != NULL)
-        rc = tfs_group_open(&fs->group, &fs->gcfg, fs->cache);
+        rc = fs_group_open(fs);
     if (rc == 0 && fs->shared_uri != NULL)
         rc = tfs_shared_open(&fs->shared, fs->shared_uri, fs->cache);
     if (rc == 0)
@@ -417,6 +438,7 @@ void tfs_fs_close(struct tfs_fs *fs)
     tfs_free((char *)fs->gcfg.tls_ca);
     tfs_free((char *)fs->gcfg.tls_cert);
     tfs_free((char *)fs->gcfg.tls_key);
+    tfs_free((char *)fs->gcfg.ckpt_dir);
     tfs_free(fs->shared_uri);
     tfs_free(fs);
 }

@@ -343,6 +343,11 @@ static int group_cfg(struct tfs_group *g, const struct tfs_group_cfg *cfg)
     g->inflight = cfg->inflight ? cfg->inflight : TFS_GROUP_INFLIGHT;
     g->reload_ms = cfg->reload_ms ? cfg->reload_ms : 1000;
     g->fault_corrupt = cfg->fault_corrupt;
+    g->ckpt_max = cfg->ckpt_max;
+    g->ckpt_keep = cfg->ckpt_keep;
+    if (cfg->ckpt_dir != NULL &&
+        (g->ckpt_dir = tfs_strdup(cfg->ckpt_dir)) == NULL)
+        return -ENOMEM;
     if ((cfg->tls_cert != NULL || cfg->tls_key != NULL) &&
         cfg->tls_ca == NULL)
         return tfs_err(TFS_EOPTION, "group: a TLS certificate wants the "
@@ -393,6 +398,54 @@ static int group_self(struct tfs_group *g)
     return 0;
 }
 
+/*
+ * The checkpoint copies this member keeps for its peers (ckstore.c):
+ * only when it serves, with a directory and a quota.  Opened before the
+ * server starts, closed after it stops.
+ */
+static int group_ckpt_open(struct tfs_group *g)
+{
+    char a[32];
+    char b[32];
+    uint64_t kept;
+    uint64_t removed;
+    int rc;
+
+    if (!g->serve || g->ckpt_dir == NULL || g->ckpt_max == 0)
+        return 0;
+    rc = gck_open(g->ckpt_dir, g->ckpt_max, g->ckpt_keep, &g->ck);
+    if (rc < 0)
+        return rc;
+    gck_usage(g->ck, &kept, &removed);
+    TFS_INFO("group: keeping peers' checkpoint copies in %s (%s of %s "
+             "used, the %u newest steps of each namespace)", g->ckpt_dir,
+             tfs_fmt_bytes(a, sizeof(a), (double)kept),
+             tfs_fmt_bytes(b, sizeof(b), (double)g->ckpt_max),
+             g->ckpt_keep ? g->ckpt_keep : GCK_KEEP_DEFAULT);
+    return 0;
+}
+
+/*
+ * Make the group the cache's source of blocks before the store.  A
+ * group with no cache (c NULL: a member that only keeps checkpoint
+ * copies, or only pushes and pulls them) is no source: it has nowhere
+ * to put a block, and its server answers block requests 503.
+ */
+static int group_source(struct tfs_group *g)
+{
+    struct tfs_cache_source src = {.read = gpeer_source, .arg = g,
+                                   .kind = TFS_SOURCE_PEER};
+    int rc;
+
+    if (g->c == NULL)
+        return 0;
+    rc = tfs_cache_add_source(g->c, &src);
+    if (rc < 0)
+        return tfs_err(rc, "group: the cache has its sources already");
+    g->sourced = true;
+    return 0;
+}
+
 int tfs_group_open(struct tfs_group **out, const struct tfs_group_cfg *cfg,
                    struct tfs_cache *c)
 {
@@ -428,6 +481,8 @@ int tfs_group_open(struct tfs_group **out, const struct tfs_group_cfg *cfg,
         rc = tfs_err(TFS_EOPTION, "group: %s is listed in '%s' but does "
                      "not serve (--group-serve off): peers would ask it "
                      "in vain", g->self_key, g->members);
+    if (rc == 0)
+        rc = group_ckpt_open(g);
     if (rc == 0 && g->serve)
         rc = gserve_start(g, &g->srv);
     if (rc == 0) {
@@ -435,20 +490,11 @@ int tfs_group_open(struct tfs_group **out, const struct tfs_group_cfg *cfg,
         rc = rc ? tfs_err(-rc, "group: cannot start its watcher") : 0;
         g->watching = rc == 0;
     }
+    if (rc == 0)
+        rc = group_source(g);
     if (rc < 0) {
         tfs_group_close(g);
         return rc;
-    }
-    if (c != NULL) {                    /* no cache: checkpoint copies */
-        struct tfs_cache_source src = {.read = gpeer_source, .arg = g,
-                                       .kind = TFS_SOURCE_PEER};
-
-        rc = tfs_cache_add_source(c, &src);
-        if (rc < 0) {
-            tfs_group_close(g);
-            return tfs_err(rc, "group: the cache has its sources already");
-        }
-        g->sourced = true;
     }
     TFS_INFO("group: %zu members from '%s'%s%s", g->view->m.n, g->members,
              g->serve ? ", serving as " : ", client only",
@@ -473,6 +519,7 @@ void tfs_group_close(struct tfs_group *g)
         pthread_join(g->watcher, NULL);
     }
     gserve_stop(g->srv);
+    gck_close(g->ck);                   /* no request left to use it */
     if (g->view != NULL)
         gview_put(g, g->view);
     while ((p = g->all) != NULL) {
@@ -487,6 +534,7 @@ void tfs_group_close(struct tfs_group *g)
     tfs_free(g->members);
     tfs_free(g->listen);
     tfs_free(g->tls_ca);
+    tfs_free(g->ckpt_dir);
     tfs_free(g->tls_cert);
     if (g->tls_key != NULL)
         OPENSSL_cleanse(g->tls_key, strlen(g->tls_key));
@@ -568,6 +616,15 @@ int tfs_group_snap_get(struct tfs_group *g, struct tfs_group_snap *s)
     m->refused_store = GROUP_N(refused_store);
     m->reloads = GROUP_N(reloads);
     m->reload_errors = GROUP_N(reload_errors);
+    m->ckpt_puts = GROUP_N(ckpt_puts);
+    m->ckpt_put_bytes = GROUP_N(ckpt_put_bytes);
+    m->ckpt_gets = GROUP_N(ckpt_gets);
+    m->ckpt_get_bytes = GROUP_N(ckpt_get_bytes);
+    m->ckpt_lists = GROUP_N(ckpt_lists);
+    m->ckpt_full = GROUP_N(ckpt_full);
+    m->ckpt_bad = GROUP_N(ckpt_bad);
+    if (g->ck != NULL)
+        gck_usage(g->ck, &m->ckpt_bytes, &m->ckpt_removed);
     pthread_mutex_lock(&g->lock);
     m->members = g->view->m.n;
     s->peers = tfs_calloc(g->n_all ? g->n_all : 1, sizeof(*s->peers));

@@ -3,8 +3,9 @@
  * The cache group (docs/group.md): the member list and where a block
  * lives in it (member.c), how peers authenticate requests (auth.c), the
  * group object with its view of the members and their health (group.c),
- * the peer client the fetch engine asks before the store (peer.c), and
- * the server that answers peers from this node's tiers (serve.c).
+ * the peer client the fetch engine asks before the store (peer.c), the
+ * server that answers peers from this node's tiers (serve.c), and the
+ * checkpoint copies that server keeps for its peers (ckstore.c).
  *
  * Placement is weighted rendezvous (highest random weight) hashing:
  * every node ranks the members for a block id alone, with no directory,
@@ -164,6 +165,9 @@ struct tfs_group_cfg {
                                            (its mount); a checkpoint
                                            writer that must not count it
                                            as another node */
+    const char *ckpt_dir;   /* where checkpoint copies are kept; NULL: none */
+    uint64_t    ckpt_max;   /* bytes at most; 0: copies off */
+    unsigned    ckpt_keep;  /* newest steps kept per namespace; 0: 2 */
 };
 
 /*
@@ -171,9 +175,14 @@ struct tfs_group_cfg {
  * fixed): load the member list and the secret, start the server when
  * serving (its listener bound to cfg->listen, which the list must name),
  * watch the list for changes, and make the group the cache's source of
- * blocks before the store.  Errors name the file or address and the
- * cause: TFS_EFORMAT (the list), -EPERM/-EINVAL (the secret file),
- * TFS_EOPTION (cfg), -EADDRINUSE (the listener).
+ * blocks before the store.  c may be NULL (no cache): then the group is
+ * no source of blocks, and its server answers block requests 503; it
+ * still keeps checkpoint copies, or is a client of them.  Serving with
+ * ckpt_dir set and ckpt_max > 0, it keeps peers' checkpoint copies in
+ * ckpt_dir (made 0700 if missing; its parent must exist).  Errors name
+ * the file or address and the cause: TFS_EFORMAT (the list),
+ * -EPERM/-EINVAL (the secret file), TFS_EOPTION (cfg), -EADDRINUSE (the
+ * listener), -errno/-EPERM (ckpt_dir).
  */
 int tfs_group_open(struct tfs_group **out, const struct tfs_group_cfg *cfg,
                    struct tfs_cache *c);
@@ -214,12 +223,31 @@ int tfs_group_reload(struct tfs_group *g);
     X(U64, serve_errors, COUNTER, COUNT, NULL,                             \
       "peer requests answered with an error")                              \
     X(U64, refused, COUNTER, COUNT, NULL,                                  \
-      "peer requests refused: authentication, replay, malformed")          \
+      "peer requests refused: authentication, replay, malformed, "         \
+      "checkpoint copies off")                                             \
     X(U64, refused_store, COUNTER, COUNT, NULL,                            \
       "peer requests for another store or block size (409)")               \
     X(U64, reloads, COUNTER, COUNT, NULL, "member lists loaded")           \
     X(U64, reload_errors, COUNTER, COUNT, NULL,                            \
-      "member lists refused (the old one kept)")
+      "member lists refused (the old one kept)")                           \
+    X(U64, ckpt_puts, COUNTER, COUNT, NULL,                                \
+      "checkpoint copies stored for peers")                                \
+    X(U64, ckpt_put_bytes, COUNTER, BYTES, NULL,                           \
+      "bytes of checkpoint copies stored")                                 \
+    X(U64, ckpt_gets, COUNTER, COUNT, NULL,                                \
+      "checkpoint copies sent back to peers")                              \
+    X(U64, ckpt_get_bytes, COUNTER, BYTES, NULL,                           \
+      "bytes of checkpoint copies sent back")                              \
+    X(U64, ckpt_lists, COUNTER, COUNT, NULL,                               \
+      "checkpoint copy lists sent")                                        \
+    X(U64, ckpt_full, COUNTER, COUNT, NULL,                                \
+      "checkpoint copies refused for the quota (507)")                     \
+    X(U64, ckpt_bad, COUNTER, COUNT, NULL,                                 \
+      "checkpoint copy requests refused: bad key, length or checksum")     \
+    X(U64, ckpt_removed, COUNTER, COUNT, NULL,                             \
+      "checkpoint copy files removed by retention")                        \
+    X(U64, ckpt_bytes, GAUGE, BYTES, NULL,                                 \
+      "bytes of checkpoint copies kept now")
 
 #define TFS_GROUP_PEER_METRICS(X)                                          \
     X(U64, member, GAUGE, COUNT, NULL, "1 while in the member list")       \
@@ -272,7 +300,7 @@ void tfs_group_snap_cleanup(struct tfs_group_snap *s);
 size_t tfs_group_ckpt_members(struct tfs_group *g, const char *place,
                               char (*out)[TFS_GROUP_KEY_MAX], size_t max);
 /*
- * Send the regular file at path as key ("NS/step-N/NAME", the wire's
+ * Send the regular file open at fd as key ("NS/step-N/NAME", the wire's
  * name: docs/group.md) to member, by deadline_ns (0: none; a transfer
  * slower than 64 KiB/s for the group timeout is cut).  0 once the member
  * has checked its digest and fsynced it.  -ENOSPC (its quota),
@@ -280,8 +308,7 @@ size_t tfs_group_ckpt_members(struct tfs_group *g, const char *place,
  * names the member, the key and the cause.
  */
 int tfs_group_ckpt_put(struct tfs_group *g, const char *member,
-                       const char *key, const char *path,
-                       uint64_t deadline_ns);
+                       const char *key, int fd, uint64_t deadline_ns);
 /*
  * Fetch key from member into fd (from offset 0; at most max bytes):
  * 0 with *len once the bytes matched the digest the member kept;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The cache group's insides, shared by group.c (the object, its view of
- * the members, the list watcher, the figures), peer.c (the client) and
- * serve.c (the server).  docs/group.md has the design.
+ * the members, the list watcher, the figures), peer.c (the client),
+ * serve.c (the server) and ckstore.c (the checkpoint copies the server
+ * keeps).  docs/group.md has the design.
  *
  * Locking: g->lock guards the view pointer, the peers map and list and
  * each peer's list fields (member, weight); a view is immutable once
@@ -19,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "cache/peer.h"
+#include "common/util.h"
 #include "group/group.h"
 #include "metrics/hist.h"
 
@@ -61,6 +63,7 @@ struct gview {
 };
 
 struct gserve;
+struct gck;
 
 struct tfs_group {
     char               *members;        /* owned copies of the cfg */
@@ -75,7 +78,7 @@ struct tfs_group {
     char               *tls_cert;       /* owned PEM text (serving) */
     char               *tls_key;        /* owned PEM text, cleansed */
     atomic_uint_fast64_t answers;       /* for fault_corrupt */
-    struct tfs_cache   *c;              /* borrowed */
+    struct tfs_cache   *c;              /* borrowed; NULL: no cache */
     struct tfs_gauth    auth;
 
     pthread_mutex_t     lock;
@@ -93,11 +96,17 @@ struct tfs_group {
     uint64_t            dns_hash;       /* of the list DNS gave last */
 
     struct gserve      *srv;            /* NULL when not serving */
+    struct gck         *ck;             /* checkpoint copies; NULL: off */
+    char               *ckpt_dir;       /* owned copy of the cfg's */
+    uint64_t            ckpt_max;
+    unsigned            ckpt_keep;
 
     atomic_uint_fast64_t asked, peer_hits, peer_bytes, fallbacks, owned,
                          skipped, served, served_bytes, served_ram,
                          served_disk, served_store, serve_errors, refused,
-                         refused_store, reloads, reload_errors;
+                         refused_store, reloads, reload_errors,
+                         ckpt_puts, ckpt_put_bytes, ckpt_gets,
+                         ckpt_get_bytes, ckpt_lists, ckpt_full, ckpt_bad;
 };
 
 /* ---- group.c ---- */
@@ -150,6 +159,86 @@ void group_key(char *out, size_t size, const char *host, uint16_t port);
    private: refused unless mode 0600/0400 and ours (a key). */
 int group_read_pem(const char *path, const char *what, bool private,
                    char **out);
+
+/* ---- ckstore.c: the checkpoint copies kept for peers ---- */
+
+#define GCK_PATH "/v1/ckpt/"
+#define GCK_NS_LEN 16                   /* lowercase hex digits */
+#define GCK_STEP_DIGITS_MAX 20          /* a uint64_t's */
+#define GCK_NAME_MAX 200                /* bytes of a file's name */
+#define GCK_KEEP_DEFAULT 2              /* steps kept per namespace */
+
+/* What a request names: NS/STEP/NAME, or NS/ (its list). */
+struct gck_key {
+    char     ns[GCK_NS_LEN + 1];
+    char     step[GCK_STEP_DIGITS_MAX + 6];     /* "step-000042" */
+    uint64_t step_no;
+    char     name[GCK_NAME_MAX + 1];    /* "" for a list */
+};
+
+struct gck;                             /* the store: thread-safe */
+struct gck_put;                         /* one body on its way: one
+                                           thread at a time */
+
+/*
+ * Parse path (what follows GCK_PATH) into *k; *is_list for "NS/".
+ * -EINVAL with a one-line reason for anything else: the namespace is
+ * 16 lowercase hex digits, the step "step-" and 6 to 20 digits as
+ * "step-%06" PRIu64 writes them (no other spelling of a number), the
+ * name 1-200 bytes of [A-Za-z0-9._-], not starting with '.' and not
+ * ending in ".tmp".  So a key never leaves its directory.
+ */
+int gck_key_parse(const char *path, struct gck_key *k, bool *is_list);
+
+/*
+ * Open the copies kept in dir (made 0700 if missing; its parent must
+ * exist; refused if another user owns it or may enter it), at most max
+ * bytes of them, the keep newest steps per namespace (0: 2).  Scans
+ * them once for the bytes kept and removes tmp files a crash left.
+ * -errno with the detail naming the directory, -ENOMEM.
+ */
+int gck_open(const char *dir, uint64_t max, unsigned keep, struct gck **out);
+/* After the server stopped: no put, get or list may be running. */
+void gck_close(struct gck *s);
+/* The bytes kept now, and the files retention has removed. */
+void gck_usage(struct gck *s, uint64_t *kept, uint64_t *removed);
+
+/*
+ * Start a put of k: len bytes (its Content-Length, reserved under the
+ * quota until it ends) that must hash (XXH3-64) to digest.  -EDQUOT
+ * "checkpoint copies: N of M bytes used" when they would not fit,
+ * -errno naming the file, -ENOMEM.  On success feed the body in order,
+ * then end or abort *out.
+ */
+int gck_put_begin(struct gck *s, const struct gck_key *k, uint64_t len,
+                  uint64_t digest, struct gck_put **out);
+/* Write and hash the next len bytes: -EBADMSG past len, -errno. */
+int gck_put_feed(struct gck_put *p, const void *data, size_t len);
+/*
+ * Check (length, then digest: -EBADMSG, the reason beginning "checksum
+ * mismatch" for the digest), fsync, write the sidecar, rename both into
+ * place, fsync the directories; after a manifest (NAME.local) apply the
+ * retention.  On failure nothing of p is left.  Frees p either way.
+ */
+int gck_put_end(struct gck_put *p);
+/* Drop p: its tmp file removed, its reservation given back.  NULL: no-op. */
+void gck_put_abort(struct gck_put *p);
+
+/*
+ * The file of k, open for reading (*fd, the caller's to close), its
+ * size and its sidecar's digest, taken together under the lock so they
+ * belong to each other.  -ENOENT (it or its sidecar missing; a link is
+ * never followed), -EBADMSG (a damaged sidecar), -errno.
+ */
+int gck_get(struct gck *s, const struct gck_key *k, int *fd, uint64_t *size,
+            uint64_t *digest);
+/*
+ * The list of namespace ns into out (initialised here, the caller's to
+ * clean up on success): "tierfs-ckpt-list 1", then "STEP NAME SIZE" for
+ * each finished file (with its sidecar), by step number, then name.  A
+ * namespace with nothing kept: the first line alone.  -errno, -ENOMEM.
+ */
+int gck_list(struct gck *s, const char *ns, struct tfs_buf *out);
 
 /* ---- serve.c ---- */
 int gserve_start(struct tfs_group *g, struct gserve **out);
