@@ -191,14 +191,17 @@ set_tests_properties(fuse.wb.xfer PROPERTIES LABELS "fuse;wb" TIMEOUT 180)
 # every rank's wait ends within commit_timeout + 10 s), durability levels
 # and the recovery of a save killed after wait("local") (levels: 2 rank
 # processes SIGKILLed before the commit, resumed by a new pair; about
-# 15 s); over a directory, and (torch, CLI) over the S3 server.
+# 15 s), the peer level (peer: a `tierfs serve` member keeps the copies,
+# node A's staging is removed before the commit, a new pair recovers
+# from the member; about 15 s); over a directory, and (torch, CLI) over
+# the S3 server.
 set(TFS_CKPT_ENV env TIERFS_LIB=$<TARGET_FILE:tierfs_shared>
   TFS_TEST_BIN=$<TARGET_FILE:tierfs>
   PYTHONPATH=${PROJECT_SOURCE_DIR}/python:${PROJECT_SOURCE_DIR}/python/tests
   PYTHONDONTWRITEBYTECODE=1)
 set(TFS_CKPT_PYTEST /usr/bin/python3 -m pytest -q -p no:cacheprovider)
 set(TFS_CKPT_DIR ${PROJECT_SOURCE_DIR}/python/tests)
-foreach(t torch cli badinput crash stall levels)
+foreach(t torch cli badinput crash stall levels peer)
   add_test(NAME ckpt.${t} COMMAND ${TFS_CKPT_ENV} TFS_TEST_CKPT_STORE=posix
     ${TFS_CKPT_PYTEST} ${TFS_CKPT_DIR}/test_ckpt_${t}.py)
   set_tests_properties(ckpt.${t} PROPERTIES LABELS "python;ckpt"

@@ -482,6 +482,7 @@ struct tfs_ckpt_writer {
     struct tfs_group *group_h;          /* opened with group, or NULL */
     struct tfs_pool *peer_pool;         /* one thread: the push */
     struct tfs_pool_task peer_task;
+    int             *peer_fds;          /* the files, then the manifest */
     int              peer_rc;           /* the push's error; by lock */
     bool             peer_ended;        /* by lock */
     char             peer_detail[512];  /* by lock */

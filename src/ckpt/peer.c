@@ -90,20 +90,9 @@ void tfs_ckpt_peer_close(struct tfs_ckpt_writer *w)
 
 /* ---- the push ---- */
 
-/* Whether the save is committed (STORE): a push has nothing to add. */
-static bool peer_stored(struct tfs_ckpt_writer *w)
-{
-    bool yes;
-
-    pthread_mutex_lock(&w->lock);
-    yes = w->level >= TFS_CKPT_LEVEL_STORE;
-    pthread_mutex_unlock(&w->lock);
-    return yes;
-}
-
-/* Send staging file name (at path) as NS/step-N/name, retried. */
+/* Send the staging file open at fd as NS/step-N/name, retried. */
 static int peer_put(struct tfs_ckpt_writer *w, const char *member,
-                    const char *name, const char *path)
+                    const char *name, int fd)
 {
     struct tfs_buf key;
     char step[32];
@@ -113,10 +102,10 @@ static int peer_put(struct tfs_ckpt_writer *w, const char *member,
     tfs_buf_init(&key, 0);
     rc = tfs_buf_printf(&key, "%s/%s/%s", peer_ns(w), step, name);
     for (int attempt = 0; rc == 0; attempt++) {
-        rc = tfs_group_ckpt_put(w->group_h, member, tfs_buf_str(&key), path,
+        rc = tfs_group_ckpt_put(w->group_h, member, tfs_buf_str(&key), fd,
                                 w->deadline_ns);
         if (rc == 0 || attempt + 1 == PEER_TRIES ||
-            (rc != -EHOSTUNREACH && rc != -ETIMEDOUT && rc != -EPROTO))
+            (rc != -ETIMEDOUT && rc != -EPROTO))
             break;
         tfs_sleep_ns(100000000ull << attempt);
         rc = 0;
@@ -132,31 +121,31 @@ static void peer_task(struct tfs_pool_task *task)
     char (*m)[TFS_GROUP_KEY_MAX] = tfs_calloc(1, TFS_GROUP_KEY_MAX);
     char place[64];
     char name[32];
-    struct tfs_buf path;
     uint64_t t0 = tfs_now_ns();
-    uint64_t prev = tfs_deadline_set(w->deadline_ns);
     uint64_t bytes = 0;
     int rc = m == NULL ? -ENOMEM : 0;
 
     peer_place(w, place, sizeof(place));
-    tfs_buf_init(&path, 0);
     if (rc == 0 && tfs_group_ckpt_members(w->group_h, place, m, 1) == 0)
         rc = tfs_err(-EHOSTUNREACH, "no other member of the group '%s' "
                      "to keep a copy (every one is this node's or "
                      "suspect)", w->group);
-    for (size_t i = 0; rc == 0 && i < w->n_files && !peer_stored(w); i++) {
-        rc = peer_put(w, m[0], w->files[i].name, w->files[i].path);
+    for (size_t i = 0; rc == 0 && i < w->n_files; i++) {
+        rc = peer_put(w, m[0], w->files[i].name, w->peer_fds[i]);
         bytes += w->files[i].size;
     }
     snprintf(name, sizeof(name), TFS_CKPT_LOCAL_FMT, w->rank);
-    if (rc == 0 && !peer_stored(w))
-        rc = tfs_buf_printf(&path, "%s/%s", w->stage_step, name);
-    if (rc == 0 && !peer_stored(w))      /* last: it says the set is whole */
-        rc = peer_put(w, m[0], name, tfs_buf_str(&path));
-    tfs_deadline_set(prev);
+    if (rc == 0)                        /* last: it says the set is whole */
+        rc = peer_put(w, m[0], name, w->peer_fds[w->n_files]);
+    for (size_t i = 0; i <= w->n_files; i++)
+        if (w->peer_fds[i] >= 0)
+            close(w->peer_fds[i]);
+    tfs_free(w->peer_fds);
+    w->peer_fds = NULL;
     pthread_mutex_lock(&w->lock);
     if (rc == 0 && w->level < TFS_CKPT_LEVEL_PEER)
         w->level = TFS_CKPT_LEVEL_PEER;
+    w->peer_rc = 0;
     if (rc < 0 && w->level < TFS_CKPT_LEVEL_STORE) {
         w->peer_rc = rc;
         snprintf(w->peer_detail, sizeof(w->peer_detail), "step %" PRIu64
@@ -173,8 +162,42 @@ static void peer_task(struct tfs_pool_task *task)
     else if (w->peer_rc < 0)
         tfs_log(TFS_LOG_WARNING, "ckpt: %s (%s)", w->peer_detail,
                 tfs_strerror(rc));
-    tfs_buf_cleanup(&path);
+    else
+        TFS_INFO("ckpt: step %" PRIu64 ", rank %u: no copy on a peer "
+                 "(committed meanwhile): %s", w->step, w->rank,
+                 tfs_errdetail());
     tfs_free(m);
+}
+
+/*
+ * Open every file and the manifest now, on the thread that finished
+ * them: the commit may remove the manifest (and with staging_keep 0 the
+ * files) before the push reaches them, and a copy of a committed step is
+ * still worth having.
+ */
+static int peer_open_all(struct tfs_ckpt_writer *w)
+{
+    char name[32];
+
+    w->peer_fds = tfs_malloc((w->n_files + 1) * sizeof(*w->peer_fds));
+    if (w->peer_fds == NULL)
+        return -ENOMEM;
+    for (size_t i = 0; i <= w->n_files; i++)
+        w->peer_fds[i] = -1;
+    for (size_t i = 0; i < w->n_files; i++) {
+        w->peer_fds[i] = open(w->files[i].path, O_RDONLY | O_NOFOLLOW |
+                                                    O_CLOEXEC);
+        if (w->peer_fds[i] < 0)
+            return tfs_err(-errno, "%s: %s", w->files[i].path,
+                           strerror(errno));
+    }
+    snprintf(name, sizeof(name), TFS_CKPT_LOCAL_FMT, w->rank);
+    w->peer_fds[w->n_files] = openat(w->stage_fd, name, O_RDONLY |
+                                                       O_NOFOLLOW | O_CLOEXEC);
+    if (w->peer_fds[w->n_files] < 0)
+        return tfs_err(-errno, "%s/%s: %s", w->stage_step, name,
+                       strerror(errno));
+    return 0;
 }
 
 void tfs_ckpt_peer_start(struct tfs_ckpt_writer *w)
@@ -185,17 +208,27 @@ void tfs_ckpt_peer_start(struct tfs_ckpt_writer *w)
         return;
     rc = w->peer_pool == NULL ? tfs_pool_create(&w->peer_pool, 1) : 0;
     w->peer_task.fn = peer_task;
-    if (rc == 0)
-        rc = tfs_pool_submit(w->peer_pool, &w->peer_task);
+    if (rc == 0 && (rc = peer_open_all(w)) < 0)
+        tfs_log(TFS_LOG_WARNING, "ckpt: step %" PRIu64 ", rank %u: no copy "
+                "on a peer: %s", w->step, w->rank, tfs_errdetail());
+    else if (rc == 0 && (rc = tfs_pool_submit(w->peer_pool,
+                                              &w->peer_task)) < 0)
+        tfs_err(rc, "cannot start its thread");
     if (rc < 0) {
         pthread_mutex_lock(&w->lock);
         w->peer_rc = rc;
         snprintf(w->peer_detail, sizeof(w->peer_detail), "step %" PRIu64
-                 ": rank %u: peer copy: cannot start its thread", w->step,
-                 w->rank);
+                 ": rank %u: peer copy: %s", w->step, w->rank,
+                 tfs_errdetail());
         w->peer_ended = true;
         pthread_cond_broadcast(&w->cond);
         pthread_mutex_unlock(&w->lock);
+        if (w->peer_fds != NULL)
+            for (size_t i = 0; i <= w->n_files; i++)
+                if (w->peer_fds[i] >= 0)
+                    close(w->peer_fds[i]);
+        tfs_free(w->peer_fds);
+        w->peer_fds = NULL;
     }
 }
 

@@ -425,28 +425,21 @@ static int ck_hash_fd(int fd, uint64_t size, uint64_t *out)
 }
 
 int tfs_group_ckpt_put(struct tfs_group *g, const char *member,
-                       const char *key, const char *path,
-                       uint64_t deadline_ns)
+                       const char *key, int fd, uint64_t deadline_ns)
 {
-    struct ck_xfer x = {.fd = -1};
+    struct ck_xfer x = {.fd = fd};
     struct stat sb;
     uint64_t digest = 0;
     char sum[17];
     int rc;
 
-    x.fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (x.fd < 0)
-        return tfs_err(-errno, "group: %s: %s", path, strerror(errno));
-    if (fstat(x.fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-        rc = tfs_err(-EINVAL, "group: %s: not a regular file", path);
-        close(x.fd);
-        return rc;
-    }
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode))
+        return tfs_err(-EINVAL, "group: %s: not a regular file", key);
     x.size = (uint64_t)sb.st_size;
     x.xs = XXH3_createState();
-    rc = x.xs == NULL ? -ENOMEM : ck_hash_fd(x.fd, x.size, &digest);
+    rc = x.xs == NULL ? -ENOMEM : ck_hash_fd(fd, x.size, &digest);
     if (rc < 0 && rc != -ENOMEM)
-        rc = tfs_err(rc, "group: %s: cannot read it: %s", path,
+        rc = tfs_err(rc, "group: %s: cannot read it: %s", key,
                      tfs_strerror(rc));
     if (rc == 0) {
         XXH3_64bits_reset(x.xs);
@@ -454,7 +447,6 @@ int tfs_group_ckpt_put(struct tfs_group *g, const char *member,
         rc = ck_request(g, member, "PUT", key, sum, deadline_ns, &x);
     }
     XXH3_freeState(x.xs);
-    close(x.fd);
     return rc;
 }
 
