@@ -4,7 +4,7 @@ processes on a posix root behind the fault store:
 
 - SaveHandle.level() / wait(level=...): "local" comes before "store"
   (uploads capped at bw=100M, 256 MiB; the times are printed: pytest -s);
-  "peer" raises (not built);
+  "peer" raises without a cache group (test_ckpt_peer.py has one);
 - 2 rank processes save a step whose uploads hang (partition_file), are
   SIGKILLed after wait("local") returned; a new pair runs
   Checkpointer.resume() on the healed store: the step is recovered,
