@@ -45,18 +45,21 @@ def state(step):
                            for i in range(4)},
             "step": step}
 
+# test_ckpt_peer.py runs this too: a cache group, the level to wait for
+group = json.loads(os.environ.get("TFS_TEST_GROUP", "false"))
+level = os.environ.get("TFS_TEST_LEVEL", "local")
 ck = tt.Checkpointer(root, every=1, keep_last=0, rank=rank,
                      world_size=world, staging_dir=staging,
                      run_id=os.environ["RUN"], commit_timeout=TIMEOUT,
-                     shard_size=1 << 20, upload_bw=0)
+                     shard_size=1 << 20, upload_bw=0, group=group)
 res = {"rank": rank}
 if mode == "save":
     h = ck.save(step, state(step))
     if len(sys.argv) > 8:               # the uploads hang from now on
         open(sys.argv[8], "w").close()
     t0 = time.monotonic()
-    res["local"] = h.wait(level="local")
-    res["local_s"] = time.monotonic() - t0
+    res[level] = h.wait(level=level)
+    res[level + "_s"] = time.monotonic() - t0
     res["level"] = h.level()
     if len(sys.argv) <= 8:
         h.wait()
@@ -82,20 +85,22 @@ if mode == "save" and len(sys.argv) > 8:
 """.replace("TIMEOUT", repr(TIMEOUT))
 
 
-def _env(run):
+def _env(run, extra=None):
     env = dict(os.environ)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["RUN"] = run
+    env.update(extra or {})
     return env
 
 
-def _start(tmp, mode, root, rank, step, run, pf=None):
-    out = str(tmp / f"{mode}-{step}-{rank}.json")
+def _start(tmp, mode, root, rank, step, run, pf=None, staging="staging",
+           extra=None):
+    out = str(tmp / f"{mode}-{step}-{rank}-{staging}.json")
     args = [sys.executable, "-c", RANK, mode, root, str(rank), "2",
-            str(step), str(tmp / f"staging{rank}"), out]
+            str(step), str(tmp / f"{staging}{rank}"), out]
     if pf:
         args.append(pf)
-    return subprocess.Popen(args, env=_env(run)), out
+    return subprocess.Popen(args, env=_env(run, extra)), out
 
 
 def _result(out, deadline):
@@ -107,15 +112,19 @@ def _result(out, deadline):
         return json.load(f)
 
 
-def _pair(tmp, mode, root, step, run, hang=False):
-    """Run both ranks; with hang, SIGKILL them once both reported."""
+def _pair(tmp, mode, root, step, run, hang=False, staging="staging",
+          extra=None):
+    """Run both ranks (their staging dirs STAGING0 and STAGING1, extra
+    in their environment); with hang, SIGKILL them once both
+    reported."""
     procs = []
     for r in range(2):
         uri, pf = root, None
         if hang:
             pf = str(tmp / f"partition{r}")
             uri = f"fault+file://{root}?bw=2M&partition_file={pf}"
-        procs.append(_start(tmp, mode, uri, r, step, run, pf))
+        procs.append(_start(tmp, mode, uri, r, step, run, pf, staging,
+                            extra))
     deadline = time.monotonic() + 90
     res = [_result(out, deadline) for _, out in procs]
     for p, _ in procs:

@@ -18,66 +18,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-TIMEOUT = 30.0                          # commit_timeout, s
-
-# argv: mode root rank world step staging out group.json [partition_file]
-RANK = r"""
-import json, os, sys, time
-import torch
-import tierfs.torch as tt
-mode, root, rank, world, step, staging, out, group = sys.argv[1:9]
-rank, world, step = int(rank), int(world), int(step)
-group = json.loads(group)
-torch.set_num_threads(1)
-
-def state(step):
-    g = torch.Generator().manual_seed(1000 * step + rank)
-    return {"r%d" % rank: {"w%d" % i: torch.randn(1 << 18, generator=g)
-                           for i in range(4)},
-            "step": step}
-
-ck = tt.Checkpointer(root, every=1, keep_last=0, rank=rank,
-                     world_size=world, staging_dir=staging,
-                     run_id=os.environ["RUN"], commit_timeout=TIMEOUT,
-                     shard_size=1 << 20, group=group)
-res = {"rank": rank}
-if mode == "save":
-    h = ck.save(step, state(step))
-    hang = len(sys.argv) > 9
-    if hang:                            # the uploads hang from now on
-        open(sys.argv[9], "w").close()
-    t0 = time.monotonic()
-    res["peer"] = h.wait(level="peer")
-    res["peer_s"] = time.monotonic() - t0
-    res["level"] = h.level()
-    if not hang:
-        h.wait()
-else:
-    t0 = time.monotonic()
-    got, st = ck.resume()
-    res["resume_s"] = time.monotonic() - t0
-    res["step"] = got
-    want = state(got) if got is not None else None
-    res["equal"] = got is not None and all(
-        torch.equal(st["r%d" % rank][k], want["r%d" % rank][k])
-        for k in want["r%d" % rank]) and st["step"] == got
-    from tierfs import ckpt
-    with ckpt.Reader(root, step=got, staging_dir=staging) as r:
-        res["local_files"] = [(f["name"], f["rank"], f["local"])
-                              for f in r.files]
-with open(out + ".tmp", "w") as f:
-    json.dump(res, f)
-os.rename(out + ".tmp", out)
-if mode == "save" and len(sys.argv) > 9:
-    time.sleep(600)                     # killed here, before any commit
-""".replace("TIMEOUT", repr(TIMEOUT))
+from test_ckpt_levels import _pair  # noqa: E402  (the rank processes)
 
 
 def _port():
@@ -125,58 +72,23 @@ def member(tmp_path):
     log.close()
 
 
-def _env(run):
-    env = dict(os.environ)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["RUN"] = run
-    return env
-
-
-def _result(out, deadline):
-    while not os.path.exists(out):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no result {out}")
-        time.sleep(0.05)
-    with open(out) as f:
-        return json.load(f)
-
-
-def _pair(tmp, mode, root, step, run, group, staging, hang=False):
-    """Run both ranks; with hang, SIGKILL them once both reported."""
-    procs = []
-    for r in range(2):
-        uri, pf = root, None
-        args = []
-        if hang:
-            pf = str(tmp / f"partition{r}")
-            uri = f"fault+file://{root}?bw=2M&partition_file={pf}"
-            args = [pf]
-        out = str(tmp / f"{mode}-{step}-{r}-{staging}.json")
-        procs.append((subprocess.Popen(
-            [sys.executable, "-c", RANK, mode, uri, str(r), "2", str(step),
-             str(tmp / f"{staging}{r}"), out, json.dumps(group)] + args,
-            env=_env(run)), out))
-    deadline = time.monotonic() + 90
-    res = [_result(out, deadline) for _, out in procs]
-    for p, _ in procs:
-        if hang:
-            p.send_signal(signal.SIGKILL)
-        assert p.wait(timeout=60) in (0, -signal.SIGKILL)
-    for r in range(2):
-        pf = tmp / f"partition{r}"
-        if pf.exists():
-            pf.unlink()
-    return res
+def _ranks(tmp, mode, root, step, run, group, staging, hang=False):
+    """test_ckpt_levels' two rank processes, with the group, waiting for
+    the peer level."""
+    return _pair(tmp, mode, root, step, run, hang, staging,
+                 {"TFS_TEST_GROUP": json.dumps(group),
+                  "TFS_TEST_LEVEL": "peer"})
 
 
 def test_node_lost_before_commit(tmp_path, member):
     group, copies = member
     root = str(tmp_path / "root")
+    os.makedirs(root)
     # Step 1 commits normally (and reaches the peer level too).
-    res = _pair(tmp_path, "save", root, 1, "job-1", group, "stA")
-    assert all(r["peer"] and r["level"] in ("peer", "store") for r in res)
+    res = _ranks(tmp_path, "save", root, 1, "job-1", group, "stA")
+    assert all(r["peer"] and r["level_end"] == "store" for r in res)
     # Step 2: the peer level, then the node is lost before the commit.
-    res = _pair(tmp_path, "save", root, 2, "job-1", group, "stA", hang=True)
+    res = _ranks(tmp_path, "save", root, 2, "job-1", group, "stA", hang=True)
     for r in res:
         assert r["peer"] is True and r["level"] == "peer", r
         print(f"# rank {r['rank']}: peer level {r['peer_s']:.2f} s after "
@@ -187,7 +99,7 @@ def test_node_lost_before_commit(tmp_path, member):
     for r in range(2):
         shutil.rmtree(tmp_path / f"stA{r}")  # node A's disk is gone
     # A replacement node (fresh staging) resumes: step 2 comes back.
-    res = _pair(tmp_path, "resume", root, 2, "job-2", group, "stB")
+    res = _ranks(tmp_path, "resume", root, 0, "job-2", group, "stB")
     for r in res:
         assert r["step"] == 2 and r["equal"], r
         mine = [f for f in r["local_files"] if f[1] == r["rank"]]
@@ -195,11 +107,11 @@ def test_node_lost_before_commit(tmp_path, member):
         print(f"# rank {r['rank']}: resumed step 2 from the peer's copy in "
               f"{r['resume_s']:.2f} s")
     # Without the group, the same loss falls back to the newest commit.
-    res = _pair(tmp_path, "save", root, 3, "job-2", group, "stC", hang=True)
+    res = _ranks(tmp_path, "save", root, 3, "job-2", group, "stC", hang=True)
     assert all(r["level"] == "peer" for r in res)
     for r in range(2):
         shutil.rmtree(tmp_path / f"stC{r}")
     nogroup = dict(group, members=str(tmp_path / "alone"))
     (tmp_path / "alone").write_text(group["self"] + "\n")
-    res = _pair(tmp_path, "resume", root, 3, "job-3", nogroup, "stD")
+    res = _ranks(tmp_path, "resume", root, 0, "job-3", nogroup, "stD")
     assert all(r["step"] == 2 and r["equal"] for r in res), res

@@ -340,17 +340,8 @@ static int ck_request(struct tfs_group *g, const char *member,
     curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, ck_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
-    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L << 10);
     curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 256L << 10);
-    if (g->tls_ca != NULL) {
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
-        curl_easy_setopt(h, CURLOPT_CAINFO, g->tls_ca);
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
-    } else {
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
-    }
+    gpeer_wire_opts(g, h);
     cc = curl_easy_perform(h);
     curl_slist_free_all(hdrs);
     tfs_buf_cleanup(&url);

@@ -137,6 +137,9 @@ void gpeer_give(struct tfs_group *g, struct gpeer *p, CURL *h, bool keep,
                 bool probe);
 void gpeer_fail(struct gpeer *p);
 void gpeer_ok(struct gpeer *p);
+/* What every request to a peer sets on its handle: TCP_NODELAY, a
+   256 KiB buffer, and http, or https with the group's CA checked. */
+void gpeer_wire_opts(const struct tfs_group *g, CURL *h);
 /* The signed headers of a request (auth.c) of method for what, with
    "Expect:" (no 100-continue round trip); NULL: no memory. */
 struct curl_slist *gpeer_sign(struct tfs_group *g, const char *method,

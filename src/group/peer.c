@@ -303,6 +303,20 @@ static int gpeer_check(struct gpeer_answer *a,
     return 0;
 }
 
+void gpeer_wire_opts(const struct tfs_group *g, CURL *h)
+{
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L << 10);
+    if (g->tls_ca != NULL) {            /* the peer's certificate, checked */
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
+        curl_easy_setopt(h, CURLOPT_CAINFO, g->tls_ca);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+    } else {
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+    }
+}
+
 /* Ask p for block pb into dst within budget_ms. */
 static int gpeer_get(struct tfs_group *g, struct gpeer *p,
                      const struct tfs_peer_block *pb, uint64_t budget_ms,
@@ -347,16 +361,7 @@ static int gpeer_get(struct tfs_group *g, struct gpeer *p,
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &a);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, gpeer_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &a);
-    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 256L << 10);
-    if (g->tls_ca != NULL) {            /* the peer's certificate, checked */
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
-        curl_easy_setopt(h, CURLOPT_CAINFO, g->tls_ca);
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
-        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
-    } else {
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
-    }
+    gpeer_wire_opts(g, h);
     atomic_fetch_add(&p->requests, 1);
     cc = curl_easy_perform(h);
     curl_slist_free_all(hdrs);
