@@ -505,6 +505,13 @@ int tfs_ckpt_peer_open(struct tfs_ckpt_writer *w);
 void tfs_ckpt_peer_start(struct tfs_ckpt_writer *w);
 int tfs_ckpt_peer_restore(struct tfs_ckpt_writer *w);
 void tfs_ckpt_peer_close(struct tfs_ckpt_writer *w);
+/*
+ * From a member's list of copies (NUL-terminated text: "tierfs-ckpt-list
+ * 1", then "STEP NAME SIZE" lines): 1 with the newest step that holds
+ * name (a rank's manifest), 0 when none, TFS_EFORMAT for text that is
+ * not such a list.  Fuzzed (tests/fuzz/fuzz_ckpt_peer.c).
+ */
+int tfs_ckpt_peer_newest(const char *text, const char *name, uint64_t *step);
 
 /* writer.c, for recover.c. */
 int tfs_ckpt_wr_staging_paths(struct tfs_ckpt_writer *w);

@@ -90,6 +90,16 @@ void tfs_ckpt_peer_close(struct tfs_ckpt_writer *w)
 
 /* ---- the push ---- */
 
+/* Close what peer_open_all opened. */
+static void peer_close_fds(struct tfs_ckpt_writer *w)
+{
+    for (size_t i = 0; w->peer_fds != NULL && i <= w->n_files; i++)
+        if (w->peer_fds[i] >= 0)
+            close(w->peer_fds[i]);
+    tfs_free(w->peer_fds);
+    w->peer_fds = NULL;
+}
+
 /* Send the staging file open at fd as NS/step-N/name, retried. */
 static int peer_put(struct tfs_ckpt_writer *w, const char *member,
                     const char *name, int fd)
@@ -137,11 +147,7 @@ static void peer_task(struct tfs_pool_task *task)
     snprintf(name, sizeof(name), TFS_CKPT_LOCAL_FMT, w->rank);
     if (rc == 0)                        /* last: it says the set is whole */
         rc = peer_put(w, m[0], name, w->peer_fds[w->n_files]);
-    for (size_t i = 0; i <= w->n_files; i++)
-        if (w->peer_fds[i] >= 0)
-            close(w->peer_fds[i]);
-    tfs_free(w->peer_fds);
-    w->peer_fds = NULL;
+    peer_close_fds(w);
     pthread_mutex_lock(&w->lock);
     if (rc == 0 && w->level < TFS_CKPT_LEVEL_PEER)
         w->level = TFS_CKPT_LEVEL_PEER;
@@ -223,22 +229,13 @@ void tfs_ckpt_peer_start(struct tfs_ckpt_writer *w)
         w->peer_ended = true;
         pthread_cond_broadcast(&w->cond);
         pthread_mutex_unlock(&w->lock);
-        if (w->peer_fds != NULL)
-            for (size_t i = 0; i <= w->n_files; i++)
-                if (w->peer_fds[i] >= 0)
-                    close(w->peer_fds[i]);
-        tfs_free(w->peer_fds);
-        w->peer_fds = NULL;
+        peer_close_fds(w);
     }
 }
 
 /* ---- the restore ---- */
 
-/*
- * From a member's list: the newest step holding this rank's manifest
- * (name); 0 when none.
- */
-static int peer_newest(const char *text, const char *name, uint64_t *step)
+int tfs_ckpt_peer_newest(const char *text, const char *name, uint64_t *step)
 {
     const char *p = strchr(text, '\n');
     int found = 0;
@@ -444,7 +441,7 @@ int tfs_ckpt_peer_restore(struct tfs_ckpt_writer *w)
                                         w->deadline_ns, &text, &len);
 
         if (found == 0)
-            found = peer_newest(text, name, &s);
+            found = tfs_ckpt_peer_newest(text, name, &s);
         if (found < 0)
             TFS_INFO("ckpt: rank %u: no list of copies from %s: %s",
                      w->rank, m[i], tfs_errdetail());
