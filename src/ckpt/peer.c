@@ -10,20 +10,23 @@
  * order for this rank's namespace that is not this node.  The member
  * answers only after it has checked the bytes and fsynced them, so once
  * the manifest is acknowledged the set survives this node's loss: the
- * level is PEER.  It runs beside the store upload, never in its way; a
- * failure leaves the level at LOCAL and is what a wait for PEER returns.
+ * level is PEER.  It runs beside the store upload, never in its way,
+ * and goes on after the commit (a committed step's copy is what a
+ * replaced node reads before the store); a failure before the commit
+ * leaves the level at LOCAL and is what a wait for PEER returns.
  *
  * At resume (tfs_ckpt_writer_recover), before the recovery decision,
  * each rank asks the first two members for its copies.  When the newest
  * step they hold for this rank is not older than the newest committed
  * one and this node's staging lacks it (a replaced node, a lost disk),
- * it is fetched back into staging: every file against the member's
- * digest as it arrives, then all of them against the manifest (size,
- * header and data checksums); the manifest goes in last, and only for a
- * step not committed yet (a committed step's files are the reader's,
- * checked against the index; a manifest there would let a checkpoint
- * removed from the store be recovered later).  Recovery and loading
- * then find it as if it had never left.
+ * it is fetched back into staging, every file checked against the
+ * member's digest as it arrives.  The manifest goes in last, and only
+ * for a step not committed yet: recovery then checks every file against
+ * it (size, header and data checksums) before it commits anything.  A
+ * committed step's files are the reader's, checked against the index (a
+ * manifest there would let a checkpoint removed from the store be
+ * recovered later).  Recovery and loading then find it as if it had
+ * never left.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,7 +43,7 @@
 #define PEER_ASK 2                      /* members asked at resume */
 #define PEER_TRIES 3                    /* attempts of one file's push */
 
-/* "NS" (the staging namespace's hex) of the writer, into out. */
+/* "NS": the staging namespace's hex, the last part of stage_ns. */
 static const char *peer_ns(const struct tfs_ckpt_writer *w)
 {
     const char *s = strrchr(w->stage_ns, '/');
@@ -170,8 +173,8 @@ static void peer_task(struct tfs_pool_task *task)
                 tfs_strerror(rc));
     else
         TFS_INFO("ckpt: step %" PRIu64 ", rank %u: no copy on a peer "
-                 "(committed meanwhile): %s", w->step, w->rank,
-                 tfs_errdetail());
+                 "(the step is committed in the store): %s", w->step,
+                 w->rank, tfs_errdetail());
     tfs_free(m);
 }
 

@@ -45,7 +45,7 @@
 
 /* ---- which members ---- */
 
-/* Whether address a (len bytes) is one of this machine's, per ifs. */
+/* Whether address a is one of this machine's interfaces' (ifs). */
 static bool ck_addr_local(const struct ifaddrs *ifs,
                           const struct sockaddr *a)
 {
