@@ -127,6 +127,27 @@ static int peer_put(struct tfs_ckpt_writer *w, const char *member,
     return rc;
 }
 
+/*
+ * The push ended with rc (its detail on this thread): PEER, or the error
+ * a wait for PEER returns (none once the step is committed: STORE is
+ * above PEER).  Wakes the waiters.
+ */
+static void peer_end(struct tfs_ckpt_writer *w, int rc)
+{
+    pthread_mutex_lock(&w->lock);
+    if (rc == 0 && w->level < TFS_CKPT_LEVEL_PEER)
+        w->level = TFS_CKPT_LEVEL_PEER;
+    if (rc < 0 && w->level < TFS_CKPT_LEVEL_STORE) {
+        w->peer_rc = rc;
+        snprintf(w->peer_detail, sizeof(w->peer_detail), "step %" PRIu64
+                 ": rank %u: peer copy: %s", w->step, w->rank,
+                 tfs_errdetail());
+    }
+    w->peer_ended = true;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
 static void peer_task(struct tfs_pool_task *task)
 {
     struct tfs_ckpt_writer *w =
@@ -151,19 +172,7 @@ static void peer_task(struct tfs_pool_task *task)
     if (rc == 0)                        /* last: it says the set is whole */
         rc = peer_put(w, m[0], name, w->peer_fds[w->n_files]);
     peer_close_fds(w);
-    pthread_mutex_lock(&w->lock);
-    if (rc == 0 && w->level < TFS_CKPT_LEVEL_PEER)
-        w->level = TFS_CKPT_LEVEL_PEER;
-    w->peer_rc = 0;
-    if (rc < 0 && w->level < TFS_CKPT_LEVEL_STORE) {
-        w->peer_rc = rc;
-        snprintf(w->peer_detail, sizeof(w->peer_detail), "step %" PRIu64
-                 ": rank %u: peer copy: %s", w->step, w->rank,
-                 tfs_errdetail());
-    }
-    w->peer_ended = true;
-    pthread_cond_broadcast(&w->cond);
-    pthread_mutex_unlock(&w->lock);
+    peer_end(w, rc);
     if (rc == 0)
         TFS_INFO("ckpt: step %" PRIu64 ", rank %u: copy on %s (%" PRIu64
                  " bytes in %.2f s)", w->step, w->rank, m[0], bytes,
@@ -224,15 +233,8 @@ void tfs_ckpt_peer_start(struct tfs_ckpt_writer *w)
                                               &w->peer_task)) < 0)
         tfs_err(rc, "cannot start its thread");
     if (rc < 0) {
-        pthread_mutex_lock(&w->lock);
-        w->peer_rc = rc;
-        snprintf(w->peer_detail, sizeof(w->peer_detail), "step %" PRIu64
-                 ": rank %u: peer copy: %s", w->step, w->rank,
-                 tfs_errdetail());
-        w->peer_ended = true;
-        pthread_cond_broadcast(&w->cond);
-        pthread_mutex_unlock(&w->lock);
         peer_close_fds(w);
+        peer_end(w, rc);
     }
 }
 

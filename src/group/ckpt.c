@@ -167,13 +167,43 @@ static size_t ck_read(char *buf, size_t size, size_t n, void *arg)
     return (size_t)got;
 }
 
-static size_t ck_write(char *data, size_t size, size_t n, void *arg)
+/* Keep the answer's checksum header; learn the status before the body. */
+static size_t ck_header(char *line, size_t size, size_t n, void *arg)
+{
+    struct ck_xfer *x = arg;
+    size_t len = size * n;
+    size_t nl = strlen(GROUP_H_SUM);
+    int code;
+
+    if (len > 9 && strncmp(line, "HTTP/", 5) == 0 &&
+        sscanf(line, "HTTP/%*s %d", &code) == 1) {
+        x->status = code;
+        x->sum[0] = '\0';
+    } else if (len > nl + 1 && strncasecmp(line, GROUP_H_SUM, nl) == 0 &&
+               line[nl] == ':') {
+        size_t v = nl + 1;
+
+        while (v < len && line[v] == ' ')
+            v++;
+        if (len - v >= 16) {
+            memcpy(x->sum, line + v, 16);
+            x->sum[16] = '\0';
+        }
+    }
+    return len;
+}
+
+/*
+ * An answer's body: for a 200 into the sink (the file, or the list's
+ * buffer), hashed as it goes, at most size bytes; for anything else
+ * (201, an error) the first CK_ERR_MAX bytes of its text are kept.
+ */
+static size_t ck_body(char *data, size_t size, size_t n, void *arg)
 {
     struct ck_xfer *x = arg;
     size_t len = size * n;
 
-    if (x->text_len < sizeof(x->text) - 1 && x->mem == NULL &&
-        x->fd < 0) {                    /* an error answer's text */
+    if (x->status != 200) {
         size_t k = TFS_MIN(len, sizeof(x->text) - 1 - x->text_len);
 
         memcpy(x->text + x->text_len, data, k);
@@ -201,50 +231,6 @@ static size_t ck_write(char *data, size_t size, size_t n, void *arg)
     XXH3_64bits_update(x->xs, data, len);
     x->off += len;
     return len;
-}
-
-/* Keep the answer's checksum header; learn the status before the body. */
-static size_t ck_header(char *line, size_t size, size_t n, void *arg)
-{
-    struct ck_xfer *x = arg;
-    size_t len = size * n;
-    size_t nl = strlen(GROUP_H_SUM);
-    int code;
-
-    if (len > 9 && strncmp(line, "HTTP/", 5) == 0 &&
-        sscanf(line, "HTTP/%*s %d", &code) == 1) {
-        x->status = code;
-        x->sum[0] = '\0';
-    } else if (len > nl + 1 && strncasecmp(line, GROUP_H_SUM, nl) == 0 &&
-               line[nl] == ':') {
-        size_t v = nl + 1;
-
-        while (v < len && line[v] == ' ')
-            v++;
-        if (len - v >= 16) {
-            memcpy(x->sum, line + v, 16);
-            x->sum[16] = '\0';
-        }
-    }
-    return len;
-}
-
-/* The body goes to the sink only for a 200; an error's text is kept. */
-static size_t ck_body(char *data, size_t size, size_t n, void *arg)
-{
-    struct ck_xfer *x = arg;
-    int fd = x->fd;
-    struct tfs_buf *mem = x->mem;
-    size_t r;
-
-    if (x->status == 200)
-        return ck_write(data, size, n, arg);
-    x->fd = -1;
-    x->mem = NULL;
-    r = ck_write(data, size, n, arg);
-    x->fd = fd;
-    x->mem = mem;
-    return r;
 }
 
 /* The peer of member in the current view (pinned by v), or NULL. */
@@ -381,20 +367,17 @@ static int ck_request(struct tfs_group *g, const char *member,
 
 /* ---- the calls ---- */
 
-/* XXH3-64 of the size bytes of fd. */
-static int ck_hash_fd(int fd, uint64_t size, uint64_t *out)
+/* XXH3-64 of the size bytes of fd, with the state xs. */
+static int ck_hash_fd(XXH3_state_t *xs, int fd, uint64_t size,
+                      uint64_t *out)
 {
-    XXH3_state_t *xs = XXH3_createState();
     size_t cap = 1u << 20;
     char *buf = tfs_malloc(cap);
     uint64_t off = 0;
     int rc = 0;
 
-    if (xs == NULL || buf == NULL) {
-        XXH3_freeState(xs);
-        tfs_free(buf);
+    if (buf == NULL)
         return -ENOMEM;
-    }
     XXH3_64bits_reset(xs);
     while (off < size && rc == 0) {
         ssize_t got = pread(fd, buf, (size_t)TFS_MIN(cap, size - off),
@@ -410,7 +393,6 @@ static int ck_hash_fd(int fd, uint64_t size, uint64_t *out)
         }
     }
     *out = XXH3_64bits_digest(xs);
-    XXH3_freeState(xs);
     tfs_free(buf);
     return rc;
 }
@@ -428,12 +410,11 @@ int tfs_group_ckpt_put(struct tfs_group *g, const char *member,
         return tfs_err(-EINVAL, "group: %s: not a regular file", key);
     x.size = (uint64_t)sb.st_size;
     x.xs = XXH3_createState();
-    rc = x.xs == NULL ? -ENOMEM : ck_hash_fd(fd, x.size, &digest);
+    rc = x.xs == NULL ? -ENOMEM : ck_hash_fd(x.xs, fd, x.size, &digest);
     if (rc < 0 && rc != -ENOMEM)
         rc = tfs_err(rc, "group: %s: cannot read it: %s", key,
                      tfs_strerror(rc));
     if (rc == 0) {
-        XXH3_64bits_reset(x.xs);
         snprintf(sum, sizeof(sum), "%016" PRIx64, digest);
         rc = ck_request(g, member, "PUT", key, sum, deadline_ns, &x);
     }
