@@ -190,7 +190,7 @@ row_rgw-kill() {
 
 # ---- 503 SlowDown from the real server ----
 row_slowdown-rgw() {
-    local d=$work/sr t0 rc ms probe r left i
+    local d=$work/sr t0 rc ms probe r left i pids=()
     mkdir -p "$d"
     rgw_up || { result slowdown-rgw "not run: the bench's own RGW cluster did not start"; return; }
     ceph -c "$rgw_dir/ceph.conf" config set client.rgw.a rgw_max_concurrent_requests 2 2>>"$d/ceph.err"
@@ -199,8 +199,11 @@ row_slowdown-rgw() {
     head -c 1000000 /dev/urandom >"$d/blob"
     for i in $(seq 8); do
         rgw_s3 --limit-rate 1M -T "$d/blob" -o "$d/p$i" -w "%{http_code}\n" "$rgw_url/$rgw_bucket/probe/$i" >"$d/c$i" &
+        pids+=($!)
     done
-    wait
+    # these eight only: a bare wait also waits for the relay an earlier
+    # row left running (its -t 7200), which held this row for 7 minutes
+    wait "${pids[@]}"
     probe=$(cat "$d"/c* | grep -c '^503')
     probe="$probe of 8 concurrent PUTs got 503 ($(grep -ho '<Code>[A-Za-z]*' "$d"/p* | sort -u | sed 's/<Code>//' | tr '\n' ' ')codes)"
     : >"$d/ledger"
