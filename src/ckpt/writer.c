@@ -12,11 +12,12 @@
  *
  * The rest runs on the writer's own threads: a commit thread and a pool
  * of upload threads (one class of work, so uploads never queue behind
- * other tierfs work).  Each shard is finished in staging (read back and
- * hashed per tensor, header written, fsync, rename, directory fsync, as
- * Redis's rdbSave and SQLite's dirSync do), then uploaded; then this
- * rank's marker is put and the commit protocol of commit.c runs.  The
- * caller polls (is_done) or blocks (wait); nothing calls back into it.
+ * other tierfs work).  Each shard is finished in staging (its header,
+ * with the checksums taken while staging, written; fsync, rename,
+ * directory fsync, as Redis's rdbSave and SQLite's dirSync do), then
+ * uploaded; then this rank's marker is put and the commit protocol of
+ * commit.c runs.  The caller polls (is_done) or blocks (wait); nothing
+ * calls back into it.
  *
  * Staging lives in STAGING/<hash of the store identity>/step-N/, where a
  * reader on the same node finds it; after a commit each rank keeps its
