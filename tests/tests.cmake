@@ -290,6 +290,15 @@ add_test(NAME bench.order-hint
 set_tests_properties(bench.order-hint PROPERTIES LABELS "bench;python"
   TIMEOUT 300)
 
+# bench/ckpt-nodes' short form: a 64 MiB replicated state saved by 1 and
+# 4 ranks, each rank in a network namespace of its own; the bench fails
+# unless the store holds one copy written by every rank.  The ratios are
+# printed, not checked (docs/ckpt.md).
+tfs_s3_test(bench.ckpt-nodes env TIERFS=$<TARGET_FILE:tierfs>
+  WORLDS=1,4 SHARD_MIB=8 ${PROJECT_SOURCE_DIR}/bench/ckpt-nodes 64 1)
+set_tests_properties(bench.ckpt-nodes PROPERTIES
+  LABELS "bench;python;s3;ckpt" TIMEOUT 300)
+
 # Mounting from a listing manifest (tests/integ/manifest.sh): every file
 # read back, no LIST at mount (the daemon's counters; over S3 the RGW's
 # access log too), bad manifests refused with their line.
