@@ -21,6 +21,13 @@
  * The table: node id 1 is the root, 2 + j prefix j, 2 + P + i file i;
  * a name is looked up by its number, then checked to be that entry's
  * name exactly, so "p7" or "o1" do not resolve.
+ *
+ * With -s SIZE every file has SIZE bytes and READ answers from one
+ * static 1 MiB buffer (a pattern, the same for every file): the floor of
+ * a FUSE read benchmark (bench/cold-read), what the kernel's FUSE read
+ * path and libfuse cost a daemon that has the bytes at hand.  -r KIB
+ * raises the mount's kernel readahead through sysfs, as tierfs does
+ * (src/fuse/session.c; tierfs's default 4096).
  */
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 314
@@ -39,12 +46,18 @@ struct nf {
     unsigned long n;                    /* files */
     unsigned long p;                    /* prefixes */
     double        ttl;                  /* entry and attr timeouts, s */
+    uint64_t      size;                 /* bytes of every file (-s) */
+    unsigned      ra_kib;               /* kernel readahead (-r), 0: as is */
+    const char   *mnt;
     uid_t         uid;
     gid_t         gid;
     time_t        mtime;
 };
 
+#define NF_MIN(a, b) ((a) < (b) ? (a) : (b))
+
 static struct nf nf;
+static char nf_data[1 << 20];           /* what every READ answers from */
 
 static fuse_ino_t nf_dir_ino(unsigned long j)
 {
@@ -74,8 +87,8 @@ static bool nf_attr(fuse_ino_t ino, struct stat *st)
     } else {
         st->st_mode = S_IFREG | 0444;
         st->st_nlink = 1;
-        st->st_size = 16;
-        st->st_blocks = 1;
+        st->st_size = (off_t)nf.size;
+        st->st_blocks = (blkcnt_t)((nf.size + 511) / 512);
     }
     return true;
 }
@@ -208,9 +221,58 @@ static void nf_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
     free(buf);
 }
 
+static void nf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+    struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
+    uint64_t end;
+
+    (void)fi;
+    if (ino < nf_file_ino(0) || ino >= nf_file_ino(nf.n)) {
+        fuse_reply_err(req, EISDIR);
+        return;
+    }
+    end = NF_MIN((uint64_t)off + size, nf.size);
+    size = (uint64_t)off < end ? (size_t)(end - (uint64_t)off) : 0;
+    bv.buf[0].mem = nf_data;
+    bv.buf[0].size = NF_MIN(size, sizeof(nf_data));
+    fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+}
+
+/* The mount's kernel readahead to -r KiB (the bdi of its device). */
+static void nf_readahead(struct fuse_conn_info *conn)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    char line[4096];
+    char mnt[4096];
+    char dev[32];
+    char path[96];
+    bool found = false;
+
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+        if (sscanf(line, "%*s %*s %31s %*s %4095s", dev, mnt) == 2 &&
+            strcmp(mnt, nf.mnt) == 0) {
+            found = true;
+            break;
+        }
+    if (f != NULL)
+        fclose(f);
+    snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", dev);
+    f = found ? fopen(path, "we") : NULL;
+    if (f == NULL || fprintf(f, "%u", nf.ra_kib) < 0) {
+        fprintf(stderr, "nullfs: cannot set %s\n", found ? path : nf.mnt);
+    } else {
+        conn->max_readahead = nf.ra_kib << 10;
+    }
+    if (f != NULL)
+        fclose(f);
+}
+
 static void nf_init(void *userdata, struct fuse_conn_info *conn)
 {
     (void)userdata;
+    if (nf.ra_kib > 0)
+        nf_readahead(conn);
     conn->time_gran = 1;
     if (conn->capable & FUSE_CAP_ASYNC_READ)
         conn->want |= FUSE_CAP_ASYNC_READ;
@@ -226,12 +288,13 @@ static const struct fuse_lowlevel_ops nf_ops = {
     .forget_multi = nf_forget_multi,
     .getattr = nf_getattr,
     .readdir = nf_readdir,
+    .read = nf_read,
 };
 
 static int nf_usage(void)
 {
     fprintf(stderr, "usage: nullfs [-f] [-t MAX_THREADS] [-T TTL_S] "
-            "N P MNT\n");
+            "[-s SIZE] [-r KIB] N P MNT\n");
     return 2;
 }
 
@@ -249,13 +312,20 @@ int main(int argc, char **argv)
     int rc;
 
     nf.ttl = 3600;
-    while ((opt = getopt(argc, argv, "ft:T:")) != -1) {
+    nf.size = 16;
+    for (size_t i = 0; i < sizeof(nf_data); i++)
+        nf_data[i] = (char)(i * 131 + 7);
+    while ((opt = getopt(argc, argv, "ft:T:s:r:")) != -1) {
         if (opt == 'f')
             fg = true;
         else if (opt == 't')
             threads = strtoul(optarg, NULL, 10);
         else if (opt == 'T')
             nf.ttl = strtod(optarg, NULL);
+        else if (opt == 's')
+            nf.size = strtoull(optarg, NULL, 10);
+        else if (opt == 'r')
+            nf.ra_kib = (unsigned)strtoul(optarg, NULL, 10);
         else
             return nf_usage();
     }
@@ -264,6 +334,9 @@ int main(int argc, char **argv)
     nf.n = strtoul(argv[optind], NULL, 10);
     nf.p = strtoul(argv[optind + 1], NULL, 10);
     if (nf.p == 0 || nf.p > 1000 || nf.n > 10000000 || threads == 0)
+        return nf_usage();
+    nf.mnt = realpath(argv[optind + 2], NULL);
+    if (nf.mnt == NULL)
         return nf_usage();
     nf.uid = getuid();
     nf.gid = getgid();
