@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The disk tier: one file per block under CACHE_DIR/blocks/XX/ID, the
- * shared index (index.c) that bounds them, a writer thread, and the scan
+ * shared index (index.c) that bounds them, writer threads, and the scan
  * that rebuilds the index when the first process opens the cache dir.
  *
  * Block file format (little-endian, field by field):
@@ -58,6 +58,18 @@ _Static_assert(DISK_CHUNK == TFS_CSUM_CHUNK,
                "a block file's chunk sums are its digest's (common/csum.h)");
 #define DISK_FIXED 56u
 #define DISK_QUEUE_MAX 64
+/*
+ * Writer threads.  One waits for the device on every block
+ * (sync_file_range below) and fell behind a cold stream on the test VM:
+ * its queue filled, blocks after it were never written, and a spent
+ * block not on disk stays in RAM while the tier has room, so the RAM
+ * tier grew to 400-580 MiB over two cold 1 GiB reads (64 MiB with two:
+ * the spent window), every block of it fresh memory, and the next epoch
+ * would have read the dropped blocks from the store again
+ * (docs/performance-cold.md).  Two overlap one's wait with the other's
+ * checksums; 0 writes dropped in the same reads.
+ */
+#define DISK_WRITERS 2
 #define DISK_PAGE 4096u                 /* O_DIRECT alignment */
 
 struct disk_job {
@@ -72,11 +84,12 @@ struct disk_job {
 struct tfs_disk {
     char             *dir;              /* CACHE_DIR/blocks, owned */
     struct tfs_index *ix;
-    pthread_t         writer;
+    pthread_t         writer[DISK_WRITERS];
+    unsigned          n_writers;
     pthread_mutex_t   lock;
     pthread_cond_t    cond;
     pthread_cond_t    idle;             /* queue empty, writer idle */
-    bool              busy;             /* protected by lock */
+    unsigned          busy;             /* writers at work; lock */
     struct disk_job  *head;             /* protected by lock */
     struct disk_job  *tail;             /* protected by lock */
     unsigned          queued;           /* protected by lock */
@@ -564,7 +577,7 @@ static void *disk_writer(void *arg)
         if (d->head == NULL)
             d->tail = NULL;
         d->queued--;
-        d->busy = true;
+        d->busy++;
         pthread_mutex_unlock(&d->lock);
         r = (struct tfs_block_ref){.key = j->key, .version = j->version,
                                    .obj_size = j->obj_size,
@@ -572,7 +585,7 @@ static void *disk_writer(void *arg)
         disk_write_note(c, &r, j->b);
         disk_job_free(c, j);
         pthread_mutex_lock(&d->lock);
-        d->busy = false;
+        d->busy--;
     }
     pthread_mutex_unlock(&d->lock);
     return NULL;
@@ -904,7 +917,10 @@ int tfs_disk_open(struct tfs_cache *c)
     pthread_cond_init(&d->idle, NULL);
     c->disk = d;
     rc = disk_open_index(c, d);
-    if (rc == 0 && pthread_create(&d->writer, NULL, disk_writer, c) != 0)
+    for (unsigned i = 0; rc == 0 && i < DISK_WRITERS; i++)
+        if (pthread_create(&d->writer[i], NULL, disk_writer, c) == 0)
+            d->n_writers++;
+    if (rc == 0 && d->n_writers == 0)
         rc = -EAGAIN;
     if (rc < 0) {
         tfs_index_close(d->ix);
@@ -926,9 +942,10 @@ void tfs_disk_close(struct tfs_cache *c)
         return;
     pthread_mutex_lock(&d->lock);
     d->stopping = true;
-    pthread_cond_signal(&d->cond);
+    pthread_cond_broadcast(&d->cond);
     pthread_mutex_unlock(&d->lock);
-    pthread_join(d->writer, NULL);      /* drains the queue first */
+    for (unsigned i = 0; i < d->n_writers; i++)
+        pthread_join(d->writer[i], NULL);   /* they drain the queue first */
     tfs_index_close(d->ix);
     pthread_cond_destroy(&d->idle);
     pthread_cond_destroy(&d->cond);
@@ -945,7 +962,7 @@ void tfs_disk_flush(struct tfs_cache *c)
     if (d == NULL)
         return;
     pthread_mutex_lock(&d->lock);
-    while (d->head != NULL || d->busy)
+    while (d->head != NULL || d->busy > 0)
         pthread_cond_wait(&d->idle, &d->lock);
     pthread_mutex_unlock(&d->lock);
 }
