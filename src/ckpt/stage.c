@@ -11,8 +11,9 @@
  * the header with the checksums, fsyncs, renames NAME.tmp to NAME and
  * fsyncs the directory (Redis's rdbSave, SQLite's dirSync).  It used to
  * read the data back to hash it, which held each upload 0.4-0.6 s
- * behind the save (bench/ckpt-nodes) and cost a pass over the bytes.  After a commit each
- * rank keeps its newest staging_keep steps, for restores on this node.
+ * behind the save (bench/ckpt-nodes) and cost a pass over the bytes.
+ * After a commit each rank keeps its newest staging_keep steps, for
+ * restores on this node.
  *
  * The next save recycles those files: renamed to its tmp names and
  * rewritten in place.  Their pages are still in the page cache, and
@@ -26,9 +27,9 @@
  * fill that many new page-cache pages while the caller waits.  Its data
  * goes to disk with O_DIRECT instead, through one aligned bounce buffer:
  * on the test VM, bench/ckpt's 2 GiB first save blocked for 0.7 s against
- * 3.4 s buffered.  The upload reads it back through the page cache, so the
- * next save finds its recycled file cached.  Where O_DIRECT is refused (tmpfs) the file
- * is written through the page cache as before.
+ * 3.4 s buffered.  The upload reads it back through the page cache, so
+ * the next save finds its recycled file cached.  Where O_DIRECT is
+ * refused (tmpfs) the file is written through the page cache as before.
  */
 #include <dirent.h>
 #include <errno.h>
