@@ -193,13 +193,42 @@ static int stage_open_tmp(struct tfs_ckpt_writer *w, struct wr_file *f)
 }
 
 /*
+ * Hash every tensor of f and its whole data buffer from the caller's
+ * memory, which the writer borrows until save() returns: the checksums
+ * describe the caller's tensors, so whatever the disk or the page cache
+ * does to the staged copy afterwards is caught by every later check
+ * (recovery, the reader, the peer), and finishing needs no read-back.
+ * Both states take each piece while it is in the CPU's cache.
+ */
+static void wr_hash_items(struct tfs_ckpt_writer *w, struct wr_file *f)
+{
+    XXH3_state_t data;
+    XXH3_state_t one;
+
+    XXH3_64bits_reset(&data);
+    for (size_t i = 0; i < f->n_items; i++) {
+        struct wr_item *it = &w->items[f->items[i]];
+        const char *p = it->data;
+
+        XXH3_64bits_reset(&one);
+        for (size_t done = 0; done < it->len;) {
+            size_t n = TFS_MIN(it->len - done, (size_t)WR_HASH_PIECE);
+
+            XXH3_64bits_update(&one, p + done, n);
+            XXH3_64bits_update(&data, p + done, n);
+            done += n;
+        }
+        it->xxh3 = XXH3_64bits_digest(&one);
+    }
+    f->data_xxh3 = XXH3_64bits_digest(&data);
+}
+
+/*
  * Copy file f's tensors into its tmp file at their final offsets: a fresh
  * file of some size with O_DIRECT (above); otherwise through the page
  * cache, small tensors gathered into one buffer (they are adjacent in the
  * file), large ones written from the caller's memory.
  */
-static void wr_hash_items(struct tfs_ckpt_writer *w, struct wr_file *f);
-
 int tfs_ckpt_stage_file(struct tfs_ckpt_writer *w, struct wr_file *f)
 {
     uint64_t off = f->header_size;
@@ -247,37 +276,6 @@ int tfs_ckpt_stage_file(struct tfs_ckpt_writer *w, struct wr_file *f)
         rc = tfs_err(rc, "write to %s failed: %s", f->tmp, strerror(-rc));
     tfs_free(agg);
     return rc;
-}
-
-/*
- * Hash every tensor of f and its whole data buffer from the caller's
- * memory, which the writer borrows until save() returns: the checksums
- * describe the caller's tensors, so whatever the disk or the page cache
- * does to the staged copy afterwards is caught by every later check
- * (recovery, the reader, the peer), and finishing needs no read-back.
- * Both states take each piece while it is in the CPU's cache.
- */
-static void wr_hash_items(struct tfs_ckpt_writer *w, struct wr_file *f)
-{
-    XXH3_state_t data;
-    XXH3_state_t one;
-
-    XXH3_64bits_reset(&data);
-    for (size_t i = 0; i < f->n_items; i++) {
-        struct wr_item *it = &w->items[f->items[i]];
-        const char *p = it->data;
-
-        XXH3_64bits_reset(&one);
-        for (size_t done = 0; done < it->len;) {
-            size_t n = TFS_MIN(it->len - done, (size_t)WR_HASH_PIECE);
-
-            XXH3_64bits_update(&one, p + done, n);
-            XXH3_64bits_update(&data, p + done, n);
-            done += n;
-        }
-        it->xxh3 = XXH3_64bits_digest(&one);
-    }
-    f->data_xxh3 = XXH3_64bits_digest(&data);
 }
 
 /*
