@@ -294,13 +294,18 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
         return;
     if (j->hedge)
         TFS_COUNT(&c->ctr, hedge_wins, 1);
-    tfs_block_publish(c, b, 0, j->src);
+    /*
+     * Queue the disk write before the publish: a reader woken by the
+     * publish may call tfs_cache_flush at once, and the flush waits only
+     * for what is queued.
+     */
     if (!j->fill) {
         struct tfs_block_ref r = {
             .key = j->key, .version = j->version, .obj_size = j->obj_size,
             .index = j->index, .off = j->off, .len = j->len};
         tfs_disk_store(c, &r, b, false);
     }
+    tfs_block_publish(c, b, 0, j->src);
 }
 
 /*
