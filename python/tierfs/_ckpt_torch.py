@@ -870,21 +870,22 @@ class Checkpointer:
         text.  A failure on rank 0 is broadcast too and raised on every
         rank.  Without a group, ranks other than 0 read the `latest`
         object and stat the index of the step `every` after it (two
-        requests, no listing) and load the newest of those; rank 0 first
-        moves a stale `latest` to the newest committed step.
+        requests, no listing) and load the newest of those and of the
+        step they just recovered; rank 0 first moves a stale `latest` to
+        the newest committed step.
         Store errors (403, 5xx, timeouts) raise; only a missing `latest`
         means a fresh run."""
         kw = self.save_kwargs
         timeout = kw.get("commit_timeout")
         if timeout is None:
             timeout = kw.get("timeout_s")
-        _ck.recover(self.uri, rank=self.rank, world_size=self.world_size,
-                    staging_dir=kw.get("staging_dir"),
-                    staging_keep=kw.get("staging_keep"),
-                    keep_last=self.keep_last, timeout_s=timeout,
-                    options=kw.get("options"),
-                    run_id=_run_id(kw.get("run_id"), self.world_size),
-                    group=kw.get("group"))
+        recovered = _ck.recover(
+            self.uri, rank=self.rank, world_size=self.world_size,
+            staging_dir=kw.get("staging_dir"),
+            staging_keep=kw.get("staging_keep"), keep_last=self.keep_last,
+            timeout_s=timeout, options=kw.get("options"),
+            run_id=_run_id(kw.get("run_id"), self.world_size),
+            group=kw.get("group"))
         if "staging_dir" in kw and "staging_dir" not in load_kwargs:
             load_kwargs["staging_dir"] = kw["staging_dir"]
         dist = _dist_group(self.world_size)
@@ -894,6 +895,11 @@ class Checkpointer:
             step = _ck.read_latest(self.uri, self.save_kwargs.get("options"))
             if step is not None:
                 step = self._probe_newer(step)
+            # The recovery this rank took part in is committed, but rank 0
+            # may move `latest` to it only after we read it (and the probe
+            # stats step+every, not the recovered step).
+            if recovered is not None and (step is None or recovered > step):
+                step = recovered
         else:
             step, named = self._find_step()
             if step is not None and self.world_size > 1 and step != named:
