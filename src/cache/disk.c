@@ -44,7 +44,6 @@
 #include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "cache/cache_int.h"
 #include "cache/tinylfu.h"
@@ -155,10 +154,10 @@ static void disk_encode(uint8_t *h, size_t hlen, const uint8_t *id,
     memcpy(h + DISK_FIXED, r->key, klen);
     memcpy(h + DISK_FIXED + klen, r->version, vlen);
     for (size_t off = 0; off < r->len; off += DISK_CHUNK, p += 8)
-        tfs_put_le64(p, XXH3_64bits(data + off,
+        tfs_put_le64(p, tfs_xxh3(data + off,
                                     TFS_MIN(DISK_CHUNK, r->len - off)));
     memset(p, 0, (size_t)(h + hlen - 8 - p));       /* padding, if any */
-    tfs_put_le64(h + hlen - 8, XXH3_64bits(h, hlen - 8));
+    tfs_put_le64(h + hlen - 8, tfs_xxh3(h, hlen - 8));
 }
 
 /*
@@ -188,11 +187,11 @@ static int disk_verify(const uint8_t *h, size_t hlen, const uint8_t *id,
         h[54] != vlen || memcmp(h + DISK_FIXED, r->key, klen) != 0 ||
         memcmp(h + DISK_FIXED + klen, r->version, vlen) != 0)
         return TFS_ECORRUPT;
-    if (tfs_get_le64(h + hlen - 8) != XXH3_64bits(h, hlen - 8))
+    if (tfs_get_le64(h + hlen - 8) != tfs_xxh3(h, hlen - 8))
         return TFS_ECORRUPT;
     for (size_t off = 0; off < r->len; off += DISK_CHUNK, p += 8) {
         size_t n = TFS_MIN(DISK_CHUNK, r->len - off);
-        if (tfs_get_le64(p) != XXH3_64bits(data + off, n))
+        if (tfs_get_le64(p) != tfs_xxh3(data + off, n))
             return TFS_ECORRUPT;
     }
     *digest = tfs_csum_of_sums(h + DISK_FIXED + klen + vlen,

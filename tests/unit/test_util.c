@@ -792,9 +792,35 @@ TEST(chunked_digest)
     free(data);
 }
 
+/* tfs_xxh3 (the AVX2 build where the CPU has it) gives libxxhash's
+ * XXH3_64bits for every length whose code path differs (0-16, 17-128,
+ * 129-240, the long loop's stripes and blocks, a tail of any length) and
+ * any alignment. */
+TEST(xxh3_same_as_library)
+{
+    size_t max = (1u << 20) + 300;
+    uint8_t *data = malloc(max + 64);
+
+    CHECK(data != NULL);
+    for (size_t i = 0; i < max + 64; i++)
+        data[i] = (uint8_t)(i * 2654435761u >> 11);
+    for (size_t len = 0; len <= 2100; len++)
+        for (size_t a = 0; a < 3; a++)
+            CHECK_EQ(tfs_xxh3(data + a * 7, len),
+                     (uint64_t)XXH3_64bits(data + a * 7, len));
+    for (size_t len = 2100; len <= max; len = len * 3 / 2 + 13)
+        CHECK_EQ(tfs_xxh3(data + 1, len), (uint64_t)XXH3_64bits(data + 1,
+                                                                len));
+    CHECK_EQ(tfs_xxh3(data, 65536), (uint64_t)XXH3_64bits(data, 65536));
+    CHECK_EQ(tfs_xxh3(data, max), (uint64_t)XXH3_64bits(data, max));
+    printf("  (tfs_xxh3: %s)\n", tfs_xxh3_is_wide() ? "AVX2" : "library");
+    free(data);
+}
+
 TESTS(T(sizes), T(numbers), T(pct), T(bytes), T(mountinfo_unescape),
       T(uris), T(option_bags), T(option_tables), T(capped_buffer), T(errors),
       T(error_range), T(deadline), T(allocation_failures), T(hmap_million),
       T(hmap_u64), T(hmap_collisions), T(hmap_remove_while_walking),
-      T(hmap_allocation_failures), T(positional_io), T(chunked_digest));
+      T(hmap_allocation_failures), T(positional_io), T(chunked_digest),
+      T(xxh3_same_as_library));
 TEST_MAIN()
