@@ -211,6 +211,22 @@ typedef void tfs_read_done_fn(void *arg, int rc, size_t nread);
 TFS_API int tfs_file_read_async(struct tfs_file *f, void *buf, size_t len,
                                 uint64_t off, tfs_read_done_fn *done,
                                 void *arg, size_t *nread);
+/*
+ * tfs_file_read_async without a copy, for a range inside one block (as
+ * tfs_file_read_pin): 0 (done now: *data, *n and *pin as
+ * tfs_file_read_pin gives them), an error, -E2BIG for a range that
+ * crosses a block boundary, or 1: pending, and done(arg, rc, data, n,
+ * pin) is called exactly once from a cache thread.  On rc 0 data points
+ * into the cached block, which stays pinned until the caller's
+ * tfs_cache_unpin(c, pin); on an error data and pin are NULL.  done must
+ * not block.
+ */
+typedef void tfs_read_pin_fn(void *arg, int rc, const void *data, size_t n,
+                             void *pin);
+TFS_API int tfs_file_read_pin_async(struct tfs_file *f, size_t len,
+                                    uint64_t off, tfs_read_pin_fn *done,
+                                    void *arg, const void **data, size_t *n,
+                                    void **pin);
 TFS_API uint64_t tfs_file_size(const struct tfs_file *f);
 TFS_API const struct tfs_stat *tfs_file_stat(const struct tfs_file *f);
 TFS_API void tfs_file_close(struct tfs_file *f);

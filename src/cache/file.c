@@ -412,7 +412,11 @@ struct file_aread {
     int                src;
     struct tfs_block  *blk;             /* waited for; pinned */
     tfs_read_done_fn  *done;
+    tfs_read_pin_fn   *pin_done;        /* instead of done: no buf, one
+                                           block, handed over pinned */
     void              *arg;
+    const void        *pdata;           /* pin_done's bytes, in kept */
+    struct tfs_block  *kept;            /* pinned for pin_done */
 };
 
 /* Copy what the read wants of READY blk, unpin it, move on. */
@@ -423,8 +427,14 @@ static void aread_copy(struct file_aread *a, struct tfs_block *blk)
     size_t n = (size_t)(TFS_MIN(a->end, (b + 1) * bs) - a->pos);
 
     file_account(a->f, blk, n, &a->src);
-    memcpy(a->buf + (a->pos - a->off), blk->data + (a->pos - b * bs), n);
-    tfs_ram_put(a->f->c, blk);
+    if (a->pin_done != NULL) {          /* the range is in this block */
+        a->pdata = blk->data + (a->pos - b * bs);
+        a->kept = blk;                  /* its pin goes to the caller */
+    } else {
+        memcpy(a->buf + (a->pos - a->off), blk->data + (a->pos - b * bs),
+               n);
+        tfs_ram_put(a->f->c, blk);
+    }
     a->pos += n;
 }
 
@@ -461,15 +471,30 @@ static int aread_step(struct file_aread *a)
     return 0;
 }
 
-/* The read is over: count it, tell the caller (done), free it. */
-static int aread_end(struct file_aread *a, int rc, bool call)
+/*
+ * The read is over: count it, tell the caller (done, or pin_done with
+ * the kept block, which is the caller's to unpin then), free it.  Not
+ * called (a synchronous end), a pin read leaves the kept block in
+ * *kept for its caller; a failed one has none.
+ */
+static int aread_end(struct file_aread *a, int rc, bool call,
+                     struct tfs_block **kept)
 {
     struct tfs_file *f = a->f;
     size_t n = (size_t)(a->end - a->off);
 
     rc = file_finish(f, rc, a->off, n, a->t0, a->stall, a->src);
-    if (call)
+    if (rc < 0 && a->kept != NULL) {
+        tfs_ram_put(f->c, a->kept);
+        a->kept = NULL;
+    }
+    if (call && a->pin_done != NULL)
+        a->pin_done(a->arg, rc, rc == 0 ? a->pdata : NULL, rc == 0 ? n : 0,
+                    a->kept);
+    else if (call)
         a->done(a->arg, rc, rc == 0 ? n : 0);
+    if (kept != NULL)
+        *kept = a->kept;
     tfs_free(a);
     tfs_file_close(f);                  /* the read's reference */
     return rc;
@@ -492,7 +517,26 @@ static void aread_wake(struct tfs_cache *c, struct tfs_waiter *w)
         if (rc == 1)
             return;
     }
-    aread_end(a, rc, true);
+    aread_end(a, rc, true, NULL);
+}
+
+/* A new asynchronous read of [off, off + len), len > 0, off < size. */
+static struct file_aread *aread_new(struct tfs_file *f, size_t len,
+                                    uint64_t off, void *arg)
+{
+    struct file_aread *a = tfs_calloc(1, sizeof(*a));
+
+    if (a == NULL)
+        return NULL;
+    atomic_fetch_add(&f->refs, 1);
+    a->w.fn = aread_wake;
+    a->f = f;
+    a->off = a->pos = off;
+    a->end = off + TFS_MIN((uint64_t)len, f->st.size - off);
+    a->t0 = tfs_now_ns();
+    a->src = -1;
+    a->arg = arg;
+    return a;
 }
 
 int tfs_file_read_async(struct tfs_file *f, void *buf, size_t len,
@@ -505,25 +549,52 @@ int tfs_file_read_async(struct tfs_file *f, void *buf, size_t len,
     *nread = 0;
     if (off >= f->st.size || len == 0)
         return 0;
-    a = tfs_calloc(1, sizeof(*a));
+    a = aread_new(f, len, off, arg);
     if (a == NULL)
         return -ENOMEM;
-    atomic_fetch_add(&f->refs, 1);
-    a->w.fn = aread_wake;
-    a->f = f;
     a->buf = buf;
-    a->off = a->pos = off;
-    a->end = off + TFS_MIN((uint64_t)len, f->st.size - off);
-    a->t0 = tfs_now_ns();
-    a->src = -1;
     a->done = done;
-    a->arg = arg;
     *nread = (size_t)(a->end - off);
     rc = aread_step(a);
     if (rc == 1)
         return 1;                       /* a may be gone already */
-    rc = aread_end(a, rc, false);
+    rc = aread_end(a, rc, false, NULL);
     if (rc < 0)
         *nread = 0;
+    return rc;
+}
+
+int tfs_file_read_pin_async(struct tfs_file *f, size_t len, uint64_t off,
+                            tfs_read_pin_fn *done, void *arg,
+                            const void **data, size_t *n, void **pin)
+{
+    struct tfs_block *kept = NULL;
+    struct file_aread *a;
+    const void *p;
+    size_t got;
+    int rc;
+
+    *data = NULL;
+    *n = 0;
+    *pin = NULL;
+    if (file_spans_blocks(f, len, off))
+        return -E2BIG;
+    if (off >= f->st.size || len == 0)
+        return 0;
+    a = aread_new(f, len, off, arg);
+    if (a == NULL)
+        return -ENOMEM;
+    a->pin_done = done;
+    got = (size_t)(a->end - off);
+    rc = aread_step(a);
+    if (rc == 1)
+        return 1;                       /* a may be gone already */
+    p = a->pdata;
+    rc = aread_end(a, rc, false, &kept);
+    if (rc == 0) {
+        *data = p;
+        *n = got;
+        *pin = kept;
+    }
     return rc;
 }

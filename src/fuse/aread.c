@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Reads that wait for the store, answered from the fetch completion:
- * started without a thread (tfs_file_read_async), at most async.max in
- * flight, each holding a reply buffer; the rest wait in a FIFO that
- * completions drain.  A read whose object was moved meanwhile goes to
+ * started without a thread (tfs_file_read_pin_async: answered from the
+ * block itself, pinned; tfs_file_read_async with a reply buffer of its
+ * own for a read across two blocks), at most async.max in flight; the
+ * rest wait in a FIFO that completions drain.  A read whose object was moved meanwhile goes to
  * the store path (spath.c).  At close every one still unanswered is
  * answered EIO.
  */
@@ -53,10 +54,12 @@ static void fs_aread_link(struct fs_async *as, struct fs_aread *a)
 
 /*
  * Reply to a finished read (once: close may have answered it), free it.
- * A read of an object moved meanwhile goes to the store path, as a
- * blocking read at the inode's key.
+ * The bytes are in data (a cached block, pinned by pin: unpinned once
+ * replied), or in a->buf.  A read of an object moved meanwhile goes to
+ * the store path, as a blocking read at the inode's key.
  */
-static void fs_aread_finish(struct fs_aread *a, int rc, size_t n)
+static void fs_aread_finish(struct fs_aread *a, int rc, const void *data,
+                            size_t n, void *pin)
 {
     struct tfs_fs *fs = a->fs;
 
@@ -71,9 +74,12 @@ static void fs_aread_finish(struct fs_aread *a, int rc, size_t n)
             fs_count_read(fs, a->size, n);
             atomic_fetch_add(&fs->n.async_reads, 1);
             atomic_fetch_add(&fs->n.async_overflow, a->overflow);
-            fuse_reply_buf(a->req, a->buf, n);
+            /* from the block itself: libfuse writes it to /dev/fuse
+               as it is, no copy in between */
+            fuse_reply_buf(a->req, data != NULL ? data : a->buf, n);
         }
     }
+    tfs_cache_unpin(fs->cache, pin);
     pthread_mutex_lock(&fs->async.lock);
     fs_aread_unlink(&fs->async, a);
     pthread_mutex_unlock(&fs->async.lock);
@@ -90,16 +96,42 @@ static void fs_aread_done(void *arg, int rc, size_t n)
 {
     struct tfs_fs *fs = ((struct fs_aread *)arg)->fs;
 
-    fs_aread_finish(arg, rc, n);
+    fs_aread_finish(arg, rc, NULL, n, NULL);
     fs_aread_pump(fs);                  /* a slot is free */
 }
 
-/* Start a (in flight): false when it finished at once. */
+/* The same for a read answered from its block, pinned. */
+static void fs_aread_pin_done(void *arg, int rc, const void *data, size_t n,
+                              void *pin)
+{
+    struct tfs_fs *fs = ((struct fs_aread *)arg)->fs;
+
+    fs_aread_finish(arg, rc, data, n, pin);
+    fs_aread_pump(fs);
+}
+
+/*
+ * Start a (in flight): false when it finished at once.  A read inside
+ * one block (all of a sequential reader's, the block size being a
+ * multiple of the kernel's request size) is answered from the block
+ * itself once it is published; one that crosses a block boundary is
+ * copied into a buffer of its own.
+ */
 static bool fs_aread_start(struct fs_aread *a)
 {
+    const void *data = NULL;
+    void *pin = NULL;
     size_t n = 0;
     int rc;
 
+    rc = tfs_file_read_pin_async(a->h->file, a->size, a->off,
+                                 fs_aread_pin_done, a, &data, &n, &pin);
+    if (rc == 1)
+        return true;                    /* a belongs to the completion */
+    if (rc != -E2BIG) {
+        fs_aread_finish(a, rc, data, n, pin);
+        return false;
+    }
     a->buf = tfs_malloc(a->size);
     if (a->buf != NULL)
         atomic_fetch_add(&a->fs->async.buf_bytes, a->size);
@@ -108,7 +140,7 @@ static bool fs_aread_start(struct fs_aread *a)
                                               a->off, fs_aread_done, a, &n);
     if (rc == 1)
         return true;                    /* a belongs to the completion */
-    fs_aread_finish(a, rc, n);
+    fs_aread_finish(a, rc, NULL, n, NULL);
     return false;
 }
 

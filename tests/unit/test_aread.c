@@ -48,6 +48,29 @@ static void on_done(void *arg, int rc, size_t n)
     pthread_mutex_unlock(&d->lock);
 }
 
+/* What a pin read handed over (pin_done): the bytes, copied at the
+ * call, and the pin, kept for the test to check and release. */
+struct pdone {
+    struct done     d;
+    unsigned char   bytes[BS];
+    const void     *data;
+    void           *pin;
+};
+
+static void on_pin_done(void *arg, int rc, const void *data, size_t n,
+                        void *pin)
+{
+    struct pdone *p = arg;
+
+    pthread_mutex_lock(&p->d.lock);
+    if (rc == 0 && n <= sizeof(p->bytes))
+        memcpy(p->bytes, data, n);
+    p->data = data;
+    p->pin = pin;
+    pthread_mutex_unlock(&p->d.lock);
+    on_done(&p->d, rc, n);
+}
+
 static void done_init(struct done *d)
 {
     memset(d, 0, sizeof(*d));
@@ -242,5 +265,96 @@ TEST(close_while_waiting)
     teardown(data);
 }
 
-TESTS(T(try_then_async), T(async_error), T(close_while_waiting));
+/*
+ * The pin form (the mount's reads of one block): pending while the store
+ * hangs, then handed the block itself, pinned, from another thread: the
+ * right bytes at the right place, still there after other reads while
+ * pinned, the same bytes answered now once cached, -E2BIG across a block
+ * boundary, and the store's error with no pin.  The file is closed
+ * before the answer.
+ */
+TEST(pin_async)
+{
+    unsigned char *data = setup("obj");
+    unsigned char *buf = malloc(SIZE);
+    struct tfs_store *st = NULL;
+    struct tfs_cache *c;
+    struct tfs_file *f = NULL;
+    struct pdone pd;
+    const void *p;
+    void *pin;
+    size_t n;
+    char q[160];
+
+    snprintf(q, sizeof(q), "partition_file=%s", cut);
+    c = open_cache(q, &st);
+    CHECK_OK(tfs_file_open(c, "obj", &f));
+    hang();
+    memset(&pd, 0, sizeof(pd));
+    done_init(&pd.d);
+    CHECK_RC(tfs_file_read_pin_async(f, 8192, BS + 100, on_pin_done, &pd,
+                                     &p, &n, &pin), 1);
+    CHECK(p == NULL && pin == NULL && n == 0);
+    CHECK_RC(tfs_file_read_pin_async(f, 200, BS - 100, on_pin_done, &pd,
+                                     &p, &n, &pin), -E2BIG);
+    tfs_file_close(f);                          /* the read holds it */
+    f = NULL;
+    CHECK_EQ(done_wait(&pd.d, 300), 0);
+    unlink(cut);
+    CHECK_EQ(done_wait(&pd.d, 10000), 1);
+    CHECK_OK(pd.d.rc);
+    CHECK_EQ(pd.d.n, 8192);
+    CHECK(!pthread_equal(pd.d.thread, pthread_self()));
+    CHECK(pd.pin != NULL);
+    CHECK(memcmp(pd.bytes, data + BS + 100, 8192) == 0);
+    CHECK(memcmp(pd.data, data + BS + 100, 8192) == 0);
+
+    CHECK_OK(tfs_file_open(c, "obj", &f));      /* cached now: at once */
+    CHECK_OK(tfs_file_read_pin_async(f, 4096, BS + 8192, on_pin_done, &pd,
+                                     &p, &n, &pin));
+    CHECK_EQ(n, 4096);
+    CHECK(pin != NULL && memcmp(p, data + BS + 8192, 4096) == 0);
+    tfs_cache_unpin(c, pin);
+    CHECK_OK(tfs_file_read(f, buf, SIZE, 0, &n));   /* every block */
+    CHECK(memcmp(buf, data, SIZE) == 0);
+    CHECK_OK(tfs_file_read_pin_async(f, 4096, 3 * BS, on_pin_done, &pd,
+                                     &p, &n, &pin));
+    CHECK_EQ(n, 1000);                          /* to the end of file */
+    CHECK(memcmp(p, data + 3 * BS, 1000) == 0);
+    tfs_cache_unpin(c, pin);
+    CHECK_OK(tfs_file_read_pin_async(f, 10, SIZE, on_pin_done, &pd, &p, &n,
+                                     &pin));
+    CHECK(n == 0 && pin == NULL);               /* past the end */
+    CHECK(memcmp(pd.data, data + BS + 100, 8192) == 0); /* still pinned */
+    CHECK_EQ(pd.d.calls, 1);
+    tfs_cache_unpin(c, pd.pin);
+    tfs_file_close(f);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+
+    c = open_cache("error_rate=1", &st);        /* a failing store */
+    CHECK_OK(tfs_file_open_stat(c, "obj", &(struct tfs_stat){
+        .size = SIZE, .version = "v"}, &f));
+    memset(&pd, 0, sizeof(pd));
+    done_init(&pd.d);
+    n = 1;
+    int rc = tfs_file_read_pin_async(f, 100, 0, on_pin_done, &pd, &p, &n,
+                                     &pin);
+    if (rc == 1) {
+        CHECK_EQ(done_wait(&pd.d, 10000), 1);
+        rc = pd.d.rc;
+        CHECK(pd.pin == NULL && pd.data == NULL && pd.d.n == 0);
+    } else {
+        CHECK(pin == NULL && p == NULL && n == 0);
+    }
+    CHECK(rc < 0);
+    tfs_file_close(f);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(buf);
+    teardown(data);
+}
+
+TESTS(T(try_then_async), T(async_error), T(close_while_waiting),
+      T(pin_async));
 TEST_MAIN()
