@@ -14,9 +14,23 @@ raw store's own clients, side by side in one run (issue 17 item 4).
    against one curl process GETting the same objects in turn over one
    kept-alive connection (a raw single-connection GET loop).
 
+3. The FUSE floor beside both: build/nullfs serving the same sizes from
+   a static buffer (no store, no cache) read the same way, its daemon's
+   and reader's CPU counted.  Every client here is CPU-bound on a small
+   machine that also runs the server (each line prints how busy all
+   cores were), so its speed is the cores over the CPU seconds a GiB (or
+   a file) costs all processes together.  The *FUSE ceiling* is that
+   speed for a FUSE client that costs no more than the raw clients plus
+   the floor: curls' CPU + the server's for them + nullfs + its reader.
+   For the small files, read one after another by one reader, it is also
+   at most the loop's time a file plus the floor's (the reader opens the
+   next file only when it has the last).  No FUSE client can pass it on
+   this machine; tierfs is reported against it beside the raw clients.
+
 Needs a running S3 server (scripts/s3-server start; its env file in
-S3_DIR) and build/tierfs.  Prints one line per measurement with the load
-average, and a summary with the ratios; JSON on the last line.
+S3_DIR), build/tierfs and build/nullfs.  Prints one line per measurement
+with the load average, and a summary with the ratios; JSON on the last
+line.
 """
 import json
 import os
@@ -35,6 +49,8 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 TIERFS = os.environ.get("TIERFS", os.path.join(TOP, "build", "tierfs"))
 MIB = 1 << 20
 TICK = os.sysconf("SC_CLK_TCK")
+NULLFS = os.path.join(os.path.dirname(TIERFS), "nullfs")
+NCPU = os.cpu_count()
 
 
 def log(msg):
@@ -77,6 +93,81 @@ class ServerCPU:
 
     def now(self):
         return sum(proc_cpu(p) for p in self.pids)
+
+
+class Busy:
+    """All cores' busy share between start and now (/proc/stat)."""
+
+    @staticmethod
+    def _read():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + v[4]
+        return sum(v) - idle, sum(v)
+
+    def __init__(self):
+        self.b0, self.t0 = self._read()
+
+    def share(self):
+        b, t = self._read()
+        return (b - self.b0) / max(1, t - self.t0)
+
+
+def self_cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class NullFS:
+    """build/nullfs: n files of size bytes in p prefixes, answered from a
+    static buffer, the kernel readahead raised as tierfs raises it."""
+
+    def __init__(self, mnt, size, n=1, p=1):
+        self.mnt, self.args = mnt, ["-s", str(size), "-r", "4096", str(n),
+                                    str(p)]
+
+    def __enter__(self):
+        os.makedirs(self.mnt, exist_ok=True)
+        subprocess.run([NULLFS] + self.args + [self.mnt], check=True)
+        self.pid = None
+        for pid in pids_named("nullfs"):
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if os.fsencode(self.mnt) in f.read().split(b"\0"):
+                    self.pid = pid
+        if self.pid is None:
+            raise RuntimeError("nullfs: no daemon for " + self.mnt)
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run(["fusermount3", "-u", self.mnt], check=False)
+        deadline = time.monotonic() + 30
+        while tfsbench.is_mounted(self.mnt) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def read_files(names, size):
+    """open + read + close of each, as the small-file reader does."""
+    buf = bytearray(size | 4096)
+    for p in names:
+        fd = os.open(p, os.O_RDONLY)
+        while os.readv(fd, [buf]) > 0:
+            pass
+        os.close(fd)
+
+
+def walk(mnt):
+    names = []
+    for dp, _, fs in os.walk(mnt):
+        names += [os.path.join(dp, f) for f in fs if not f.startswith(".")]
+    names.sort()
+    for p in names:
+        os.stat(p)
+    return names
+
+
+def ceiling(cpu_sum, unit):
+    """Units a second at cpu_sum CPU seconds a unit on all cores."""
+    return NCPU / cpu_sum * unit if cpu_sum > 0 else float("inf")
 
 
 def children_cpu():
@@ -176,9 +267,22 @@ def main():
         for r in range(rounds):
             order = ("tierfs", "curl") if r % 2 == 0 else ("curl", "tierfs")
             row = {}
-            for who in order:
+            for who in order + ("floor",):
                 key = f"{run}/big-{r}-{who}"
-                if who == "curl":
+                busy = Busy()
+                if who == "floor":
+                    with NullFS(mnt, size) as m:
+                        path = os.path.join(mnt, "p000", "o0000000")
+                        os.stat(path)
+                        d0, c0 = proc_cpu(m.pid), children_cpu()
+                        t = time.monotonic()
+                        sh(f"dd if={path} of=/dev/null bs=1M status=none")
+                        wall = time.monotonic() - t
+                        row["floor"] = {
+                            "mbps": size / wall / 1e6,
+                            "cpu_per_gib": (proc_cpu(m.pid) - d0) / gib,
+                            "reader_cpu_per_gib": (children_cpu() - c0) / gib}
+                elif who == "curl":
                     s0 = srv.now()
                     wall, cpu = curl_ceiling(ep, bucket, key, size)
                     row["curl"] = {"mbps": size / wall / 1e6,
@@ -199,22 +303,47 @@ def main():
                             "cpu_per_gib": (proc_cpu(m.pid) - d0) / gib,
                             "reader_cpu_per_gib": (children_cpu() - c0) / gib,
                             "server_cpu_per_gib": (srv.now() - s0) / gib}
-            t, c = row["tierfs"], row["curl"]
+                row[who]["busy"] = busy.share()
+            t, c, fl = row["tierfs"], row["curl"], row["floor"]
+            row["fuse_ceiling_mbps"] = ceiling(
+                c["cpu_per_gib"] + c["server_cpu_per_gib"] +
+                fl["cpu_per_gib"] + fl["reader_cpu_per_gib"], (1 << 30) / 1e6)
             log(f"big round {r}: tierfs {t['mbps']:.0f} MB/s "
                 f"(daemon {t['cpu_per_gib']:.2f} + dd "
                 f"{t['reader_cpu_per_gib']:.2f} CPU s/GiB, server "
-                f"{t['server_cpu_per_gib']:.2f}), 8 curls {c['mbps']:.0f} "
-                f"MB/s ({c['cpu_per_gib']:.2f} CPU s/GiB, server "
-                f"{c['server_cpu_per_gib']:.2f}): "
-                f"{t['mbps'] / c['mbps']:.2f}x")
+                f"{t['server_cpu_per_gib']:.2f}; cores {t['busy']:.0%}), "
+                f"8 curls {c['mbps']:.0f} MB/s ({c['cpu_per_gib']:.2f} CPU "
+                f"s/GiB, server {c['server_cpu_per_gib']:.2f}; cores "
+                f"{c['busy']:.0%}), FUSE floor {fl['mbps']:.0f} MB/s "
+                f"(daemon {fl['cpu_per_gib']:.2f} + dd "
+                f"{fl['reader_cpu_per_gib']:.2f}): "
+                f"{t['mbps'] / c['mbps']:.2f}x the curls; FUSE ceiling "
+                f"{row['fuse_ceiling_mbps']:.0f} MB/s "
+                f"({row['fuse_ceiling_mbps'] / c['mbps']:.2f}x "
+                f"the curls), tierfs {t['mbps'] / row['fuse_ceiling_mbps']:.2f}x"
+                f" of it")
             res["rounds"].append(row)
 
         for r in range(rounds):
             order = ("tierfs", "curl") if r % 2 == 0 else ("curl", "tierfs")
             row = {}
-            for who in order:
+            for who in order + ("floor",):
                 prefix = f"{run}/small-{r}-{who}"
-                if who == "curl":
+                busy = Busy()
+                if who == "floor":
+                    with NullFS(mnt, small_kib << 10, n_small, 20) as m:
+                        names = walk(mnt)
+                        d0, r0 = proc_cpu(m.pid), self_cpu()
+                        t = time.monotonic()
+                        read_files(names, small_kib << 10)
+                        wall = time.monotonic() - t
+                        row["floor"] = {
+                            "files_s": len(names) / wall,
+                            "cpu_ms_per_file":
+                            (proc_cpu(m.pid) - d0) / len(names) * 1e3,
+                            "reader_cpu_ms_per_file":
+                            (self_cpu() - r0) / len(names) * 1e3}
+                elif who == "curl":
                     keys = [f"{prefix}/{rel}" for rel in rels]
                     s0 = srv.now()
                     wall, cpu = curl_loop(ep, bucket, keys, work)
@@ -225,43 +354,63 @@ def main():
                 else:
                     with Mount(f"s3://{bucket}/{prefix}", mnt,
                                f"{cache}-small{r}", *mount_args) as m:
-                        names = []
-                        for dp, _, fs in os.walk(mnt):
-                            names += [os.path.join(dp, f) for f in fs]
-                        names.sort()
-                        for p in names:
-                            os.stat(p)
-                        d0, s0 = proc_cpu(m.pid), srv.now()
+                        names = walk(mnt)
+                        d0, s0, r0 = proc_cpu(m.pid), srv.now(), self_cpu()
                         t = time.monotonic()
-                        buf = bytearray(small_kib << 10 | 4096)
-                        for p in names:
-                            fd = os.open(p, os.O_RDONLY)
-                            while os.readv(fd, [buf]) > 0:
-                                pass
-                            os.close(fd)
+                        read_files(names, small_kib << 10)
                         wall = time.monotonic() - t
                         row["tierfs"] = {
                             "files_s": len(names) / wall,
                             "cpu_ms_per_file":
                             (proc_cpu(m.pid) - d0) / len(names) * 1e3,
+                            "reader_cpu_ms_per_file":
+                            (self_cpu() - r0) / len(names) * 1e3,
                             "server_cpu_ms_per_file":
                             (srv.now() - s0) / len(names) * 1e3}
-            t, c = row["tierfs"], row["curl"]
+                row[who]["busy"] = busy.share()
+            t, c, fl = row["tierfs"], row["curl"], row["floor"]
+            # one reader, one file after another: a client that cannot
+            # know the next file spends the GET's time and the FUSE
+            # path's in turn, whatever the cores allow
+            row["fuse_ceiling_files_s"] = min(ceiling(
+                (c["cpu_ms_per_file"] + c["server_cpu_ms_per_file"] +
+                 fl["cpu_ms_per_file"] + fl["reader_cpu_ms_per_file"]) / 1e3,
+                1), 1 / (1 / c["files_s"] + 1 / fl["files_s"]))
             log(f"small round {r}: tierfs {t['files_s']:.0f} files/s "
-                f"(daemon {t['cpu_ms_per_file']:.2f} ms CPU/file, server "
-                f"{t['server_cpu_ms_per_file']:.2f}), curl loop "
-                f"{c['files_s']:.0f} files/s ({c['cpu_ms_per_file']:.2f} ms "
-                f"CPU/file, server {c['server_cpu_ms_per_file']:.2f}): "
-                f"{t['files_s'] / c['files_s']:.2f}x")
+                f"(daemon {t['cpu_ms_per_file']:.2f} + reader "
+                f"{t['reader_cpu_ms_per_file']:.2f} ms CPU/file, server "
+                f"{t['server_cpu_ms_per_file']:.2f}; cores {t['busy']:.0%}),"
+                f" curl loop {c['files_s']:.0f} files/s "
+                f"({c['cpu_ms_per_file']:.2f} ms CPU/file, server "
+                f"{c['server_cpu_ms_per_file']:.2f}; cores {c['busy']:.0%}),"
+                f" FUSE floor {fl['files_s']:.0f} files/s (daemon "
+                f"{fl['cpu_ms_per_file']:.2f} + reader "
+                f"{fl['reader_cpu_ms_per_file']:.2f}): "
+                f"{t['files_s'] / c['files_s']:.2f}x the curl loop; FUSE "
+                f"ceiling {row['fuse_ceiling_files_s']:.0f} files/s "
+                f"({row['fuse_ceiling_files_s'] / c['files_s']:.2f}x the "
+                f"loop), tierfs "
+                f"{t['files_s'] / row['fuse_ceiling_files_s']:.2f}x of it")
             res["small"].append(row)
 
         big = statistics.median(r["tierfs"]["mbps"] / r["curl"]["mbps"]
                                 for r in res["rounds"])
         sm = statistics.median(s["tierfs"]["files_s"] / s["curl"]["files_s"]
                                for s in res["small"])
+        bigc = statistics.median(r["tierfs"]["mbps"] / r["fuse_ceiling_mbps"]
+                                 for r in res["rounds"])
+        smc = statistics.median(s["tierfs"]["files_s"] /
+                                s["fuse_ceiling_files_s"] for s in res["small"])
+        cb = statistics.median(r["fuse_ceiling_mbps"] / r["curl"]["mbps"]
+                               for r in res["rounds"])
+        cs = statistics.median(s["fuse_ceiling_files_s"] / s["curl"]["files_s"]
+                               for s in res["small"])
         res["big_ratio"], res["small_ratio"] = big, sm
-        log(f"cold 1 GiB: tierfs/8-curl median {big:.2f}x (target 0.85); "
-            f"small files: tierfs/curl loop median {sm:.2f}x (target 0.90)")
+        res["big_of_ceiling"], res["small_of_ceiling"] = bigc, smc
+        log(f"cold 1 GiB: tierfs/8-curl median {big:.2f}x (target 0.85; the "
+            f"FUSE ceiling is {cb:.2f}x, tierfs {bigc:.2f}x of it); small "
+            f"files: tierfs/curl loop median {sm:.2f}x (target 0.90; the "
+            f"FUSE ceiling is {cs:.2f}x, tierfs {smc:.2f}x of it)")
         print(json.dumps(res))
     finally:
         subprocess.run(f"{TIERFS} rm -r s3://{bucket}/{run}/", shell=True,
