@@ -60,6 +60,11 @@ TFS_API int tfs_cache_create(struct tfs_cache **out);
  *   max_inflight   concurrent backend reads (default 32; 1..1024)
  *   max_readahead  largest sequential readahead window (default 64M;
  *                  at most 4G)
+ *   fetch_span     bytes of consecutive readahead blocks fetched by one
+ *                  store request, where the store can scatter a read
+ *                  (S3; default 16M, at most 1G; 0 or one block: a
+ *                  request per block).  Fewer, larger GETs cost the
+ *                  server less (docs/performance-cold.md)
  *   meta_ttl       seconds a stat or listing is trusted (default 5;
  *                  fractions allowed, at most 1e7)
  *   immutable      1: never revalidate metadata or data (datasets)

@@ -33,6 +33,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 #include "tierfs/api.h"
 
 #ifdef __cplusplus
@@ -80,6 +81,7 @@ struct tfs_source {
 #define TFS_SCAP_COPY    0x04u          /* server-side copy */
 #define TFS_SCAP_WRAPPER 0x08u          /* wraps another store */
 #define TFS_SCAP_DIRS    0x10u          /* directories exist on their own */
+#define TFS_SCAP_SCATTER 0x20u          /* reads land in info->iov */
 
 /*
  * What a store knows about the bytes one read returned, for end-to-end
@@ -96,6 +98,13 @@ struct tfs_source {
  * small object measurably cheaper than a ranged one, docs/performance-
  * cold.md).  It is a hint: a store that ignores it, or an object that
  * turns out longer, still returns the range asked for.
+ *
+ * Also in, and kept: iov (iovcnt segments, their lengths summing to the
+ * read's len), where the bytes land in order instead of buf (which is
+ * then NULL): one request for the blocks of a span (cache/fetch.c).
+ * Only a chain whose bottom store has TFS_SCAP_SCATTER may be asked
+ * (tfs_store_can_scatter); wrappers that touch the bytes (the fault
+ * layer's flips) walk the segments.
  */
 #define TFS_RINFO_SIZE   0x01u          /* obj_size is known */
 #define TFS_RINFO_MD5    0x02u          /* md5 is the whole object's MD5 */
@@ -105,6 +114,8 @@ struct tfs_read_info {
     unsigned have;                      /* TFS_RINFO_* */
     uint64_t obj_size;                  /* bytes of the whole object */
     uint8_t  md5[16];                   /* S3: single-part ETag */
+    const struct iovec *iov;            /* in: where the bytes land */
+    int      iovcnt;
 };
 
 /*
@@ -262,6 +273,15 @@ TFS_API int tfs_store_read_verified(struct tfs_store *st, const char *key,
                                     const char *if_version, bool whole,
                                     size_t *nread,
                                     enum tfs_verify_how *how);
+/* The same into iov[0..iovcnt) (TFS_SCAP_SCATTER chains only), for
+ * len = the segments' lengths summed. */
+TFS_API int tfs_store_readv_verified(struct tfs_store *st, const char *key,
+                                     const struct iovec *iov, int iovcnt,
+                                     uint64_t off, const char *if_version,
+                                     bool whole, size_t *nread,
+                                     enum tfs_verify_how *how);
+/* Whether the bottom store of st's chain takes scattered reads. */
+TFS_API bool tfs_store_can_scatter(struct tfs_store *st);
 
 TFS_API int tfs_store_list(struct tfs_store *st, const char *prefix,
                            const char *delim, const char *token,

@@ -39,6 +39,7 @@ int tfs_cache_create(struct tfs_cache **out)
     c->cfg.eviction = TFS_EVICT_TINYLFU;
     c->cfg.max_inflight = 32;
     c->cfg.max_readahead = 64u << 20;
+    c->cfg.fetch_span = 16u << 20;
     c->cfg.meta_ttl_ns = 5000000000u;
     c->cfg.hedge = true;
     c->cfg.hedge_min_ns = 20000000u;
@@ -151,6 +152,7 @@ static const struct tfs_opt_spec cache_opts[] = {
                  "tinylfu or lru"),
     CACHE_OPT("max_inflight", TFS_OPT_UINT, max_inflight, 1, 1024),
     CACHE_OPT("max_readahead", TFS_OPT_SIZE, max_readahead, 0, 4ull << 30),
+    CACHE_OPT("fetch_span", TFS_OPT_SIZE, fetch_span, 0, 1ull << 30),
     CACHE_OPT("meta_ttl", TFS_OPT_SEC_NS, meta_ttl_ns, 0, 1e7),
     CACHE_OPT("immutable", TFS_OPT_BOOL, immutable, 0, 1),
     CACHE_OPT("hedge", TFS_OPT_BOOL, hedge, 0, 1),

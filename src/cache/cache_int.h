@@ -211,6 +211,8 @@ struct tfs_cache_cfg {
     int      eviction;                  /* tfs_evict_policy */
     unsigned max_inflight;
     uint64_t max_readahead;
+    uint64_t fetch_span;                /* readahead bytes one GET may
+                                           carry (fetch.c); 0: a block */
     uint64_t meta_ttl_ns;
     bool     immutable;
     bool     hedge;
@@ -399,6 +401,14 @@ enum tfs_hedge_result tfs_fetch_hedge(struct tfs_cache *c,
                                       struct tfs_block *b);
 /* How long to wait before hedging (0: never). */
 uint64_t tfs_fetch_hedge_after_ns(struct tfs_cache *c);
+/* Blocks one store read may carry (fetch_span; 1 where the store cannot
+   scatter a read). */
+unsigned tfs_fetch_span_blocks(struct tfs_cache *c);
+/* Prefetches this thread submits until _end are queued together then
+   (a span's blocks reach a worker together).  Nothing between may wait
+   for a block. */
+void tfs_fetch_batch_begin(void);
+void tfs_fetch_batch_end(struct tfs_cache *c);
 
 /* ---- cache.c: the block read path ---- */
 

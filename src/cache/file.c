@@ -101,6 +101,8 @@ static void file_readahead(struct tfs_file *f, uint64_t off, uint64_t end,
 {
     struct tfs_cache *c = f->c;
     uint64_t bs = c->cfg.block_size;
+    unsigned span_blocks = tfs_fetch_span_blocks(c);
+    uint64_t span = span_blocks > 1 ? span_blocks * bs : 0;
     bool seq;
 
     pthread_mutex_lock(&f->lock);
@@ -117,6 +119,12 @@ static void file_readahead(struct tfs_file *f, uint64_t off, uint64_t end,
     f->next_off = end;
     *ra_from = TFS_MAX(f->ra_end, end);
     *ra_to = TFS_MIN(end + f->window, f->st.size);
+    /* With spans, the full window moves on a span at a time (not a block
+       at a time behind each read), so that its blocks go out as one
+       request (fetch.c); the end of the object goes at once. */
+    if (span > 0 && f->window >= 2 * span && *ra_to < f->st.size &&
+        *ra_to - TFS_MIN(*ra_from, *ra_to) < span)
+        *ra_to = *ra_from;
     if (*ra_to > *ra_from)
         f->ra_end = *ra_to;
     pthread_mutex_unlock(&f->lock);
@@ -127,11 +135,13 @@ static void file_prefetch(struct tfs_file *f, uint64_t from, uint64_t to)
     struct tfs_cache *c = f->c;
     uint64_t bs = c->cfg.block_size;
 
+    tfs_fetch_batch_begin();
     for (uint64_t b = from / bs; b * bs < to && b < f->n_blocks; b++) {
         struct tfs_block_ref r;
         tfs_block_ref_init(c, &r, f->key, &f->st, b);
         tfs_cache_block_prefetch(c, &r);
     }
+    tfs_fetch_batch_end(c);
 }
 
 /*

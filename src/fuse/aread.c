@@ -4,9 +4,9 @@
  * started without a thread (tfs_file_read_pin_async: answered from the
  * block itself, pinned; tfs_file_read_async with a reply buffer of its
  * own for a read across two blocks), at most async.max in flight; the
- * rest wait in a FIFO that completions drain.  A read whose object was moved meanwhile goes to
- * the store path (spath.c).  At close every one still unanswered is
- * answered EIO.
+ * rest wait in a FIFO that completions drain.  A read whose object was
+ * moved meanwhile goes to the store path (spath.c).  At close every one
+ * still unanswered is answered EIO.
  */
 
 #include <errno.h>

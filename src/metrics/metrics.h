@@ -204,6 +204,8 @@ extern const size_t tfs_metric_registry_len;
     X(backend_get_count, COUNT, "ranged reads sent to the store")          \
     X(backend_get_bytes, BYTES, "bytes read from the store")               \
     X(backend_get_errors, COUNT, "failed reads from the store")            \
+    X(span_gets, COUNT, "store reads that carried several readahead blocks") \
+    X(span_blocks, COUNT, "blocks read by those span reads")               \
     X(prefetch_bytes_issued, BYTES, "bytes requested by readahead/prefetch") \
     X(prefetch_bytes_used, BYTES, "prefetched bytes later read")           \
     X(prefetch_bytes_wasted, BYTES, "prefetched bytes evicted unread")     \

@@ -645,7 +645,9 @@ static bool fault_flip_take(struct fault_priv *p, uint64_t max)
 }
 
 /* Maybe flip one byte of the n just read, silently. */
-static void fault_flip(struct fault_call *fc, void *buf, size_t n)
+/* The n bytes read are in buf, or (buf NULL) across iov in order. */
+static void fault_flip(struct fault_call *fc, void *buf,
+                       const struct iovec *iov, int iovcnt, size_t n)
 {
     const struct fault_cfg *c = fc->cfg;
     unsigned char *b = buf;
@@ -656,7 +658,15 @@ static void fault_flip(struct fault_call *fc, void *buf, size_t n)
         !fault_flip_take(fc->p, c->flip_max))
         return;
     at = (size_t)(fault_draw(fc, FAULT_DRAW_FLIP_AT) % n);
-    b[at] ^= (unsigned char)(fault_draw(fc, FAULT_DRAW_FLIP_MASK) % 255 + 1);
+    for (int i = 0; b == NULL && i < iovcnt; i++) {
+        if (at < iov[i].iov_len)
+            b = iov[i].iov_base;
+        else
+            at -= iov[i].iov_len;
+    }
+    if (b != NULL)
+        b[at] ^= (unsigned char)(fault_draw(fc, FAULT_DRAW_FLIP_MASK) % 255 +
+                                 1);
 }
 
 /* ---- the gate ---- */
@@ -767,7 +777,7 @@ static int fault_read(struct tfs_store *st, const char *key, void *buf,
     if (rc == 0)
         rc = fault_throttle(&fc, n);
     if (rc == 0) {
-        fault_flip(&fc, buf, n);
+        fault_flip(&fc, buf, info->iov, info->iovcnt, n);
         *nread = n;
     }
     return fault_leave(&fc, rc);

@@ -960,7 +960,8 @@ static int s3_read(struct tfs_store *st, const char *key, void *buf,
 {
     struct s3_priv *p = tfs_store_priv(st);
     struct s3_req req = {.method = "GET", .dst = buf, .dst_len = len,
-                         .dst_prefix = off == 0};
+                         .dst_prefix = off == 0, .dst_iov = info->iov,
+                         .dst_iovcnt = info->iovcnt};
     char full[S3_KEY_MAX + 1];
     char range[64];
     char match[TFS_VERSION_MAX + 2];
@@ -1703,7 +1704,7 @@ const struct tfs_store_ops tfs_s3_ops = {
     .version   = TFS_STORE_OPS_VERSION,
     .scheme    = "s3",
     .priv_size = sizeof(struct s3_priv),
-    .caps      = TFS_SCAP_RANGE | TFS_SCAP_COPY,
+    .caps      = TFS_SCAP_RANGE | TFS_SCAP_COPY | TFS_SCAP_SCATTER,
     .open      = s3_open,
     .close     = s3_close,
     .stat      = s3_stat,

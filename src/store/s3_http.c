@@ -442,6 +442,30 @@ static void http_pace(const struct s3_xfer *x, uint64_t moved)
         tfs_sleep_ns(due - now);
 }
 
+/* len bytes of the body at its offset at, into dst or across dst_iov. */
+static void http_land(const struct s3_req *req, size_t at, const char *b,
+                      size_t len)
+{
+    if (req->dst != NULL) {
+        memcpy((char *)req->dst + at, b, len);
+        return;
+    }
+    for (int i = 0; i < req->dst_iovcnt && len > 0; i++) {
+        size_t seg = req->dst_iov[i].iov_len;
+        size_t k;
+
+        if (at >= seg) {
+            at -= seg;
+            continue;
+        }
+        k = TFS_MIN(len, seg - at);
+        memcpy((char *)req->dst_iov[i].iov_base + at, b, k);
+        b += k;
+        len -= k;
+        at = 0;
+    }
+}
+
 /* A 2xx body for the caller's buffer; 0 stops the transfer. */
 static size_t http_body_dst(struct s3_xfer *x, const char *b, size_t len)
 {
@@ -449,7 +473,7 @@ static size_t http_body_dst(struct s3_xfer *x, const char *b, size_t len)
     size_t room = req->dst_len - x->resp->nbody;
 
     if (len > room && req->dst_prefix) {
-        memcpy((char *)req->dst + x->resp->nbody, b, room);
+        http_land(req, x->resp->nbody, b, room);
         x->resp->nbody += room;
         x->full = true;                 /* we have all we asked for */
         return 0;
@@ -459,7 +483,7 @@ static size_t http_body_dst(struct s3_xfer *x, const char *b, size_t len)
                            "asked for");
         return 0;
     }
-    memcpy((char *)req->dst + x->resp->nbody, b, len);
+    http_land(req, x->resp->nbody, b, len);
     x->resp->nbody += len;
     return len;
 }
@@ -478,7 +502,7 @@ static size_t http_on_body(char *b, size_t size, size_t n, void *arg)
     }
     x->recvd += len;
     http_pace(x, x->recvd);
-    if (x->req->dst != NULL)
+    if (x->req->dst != NULL || x->req->dst_iov != NULL)
         return http_body_dst(x, b, len);
     if (x->req->xml == NULL)
         return len;
@@ -790,7 +814,8 @@ static int http_headers(struct s3_priv *p, const struct s3_ep *e,
 static bool http_is_transfer(const struct s3_req *req)
 {
     if (req->body.src != NULL ||
-        (req->dst != NULL && req->dst_len > S3_SMALL_GET))
+        ((req->dst != NULL || req->dst_iov != NULL) &&
+         req->dst_len > S3_SMALL_GET))
         return true;
     for (size_t i = 0; i < req->n_hdrs; i++) {
         if (strcmp(req->hdrs[i].name, "x-amz-copy-source") == 0)

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "metrics/hist.h"
@@ -352,7 +353,9 @@ struct s3_req {
     size_t                 n_hdrs;
     struct s3_body         body;
     void                  *dst;         /* a 2xx body goes here (GET) */
-    size_t                 dst_len;
+    const struct iovec    *dst_iov;     /* or here, in order (dst NULL) */
+    int                    dst_iovcnt;
+    size_t                 dst_len;     /* either way */
     bool                   dst_prefix;  /* a 200 may be longer: keep the
                                            first dst_len bytes, stop */
     struct tfs_buf        *xml;         /* or here, capped (may be NULL) */

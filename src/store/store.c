@@ -427,18 +427,25 @@ int tfs_store_read_ex(struct tfs_store *st, const char *key, void *buf,
                       size_t *nread, struct tfs_read_info *info)
 {
     unsigned hint = info->have & TFS_RINFO_WHOLE;
+    const struct iovec *iov = info->iov;
+    int iovcnt = info->iovcnt;
     size_t n = 0;
     int rc;
 
     assert(st != NULL && key != NULL && nread != NULL && info != NULL);
-    assert(buf != NULL || len == 0);
+    assert(buf != NULL || len == 0 || iov != NULL);
     tfs_errdetail_clear();
     memset(info, 0, sizeof(*info));
     info->have = hint;
+    info->iov = iov;
+    info->iovcnt = iovcnt;
     rc = tfs_key_check(key);
     if (rc == 0 && st->ops->read == NULL && !store_has_read_ex(st))
         rc = -ENOTSUP;
-    if (rc == 0 && store_has_read_ex(st))
+    if (rc == 0 && iov != NULL && !tfs_store_can_scatter(st))
+        rc = tfs_err(-ENOTSUP, "store '%s' cannot scatter a read",
+                     st->ops->scheme);
+    else if (rc == 0 && store_has_read_ex(st))
         rc = st->ops->read_ex(st, key, buf, len, off, if_version, &n, info);
     else if (rc == 0)
         rc = st->ops->read(st, key, buf, len, off, if_version, &n);
@@ -460,6 +467,14 @@ int tfs_store_read(struct tfs_store *st, const char *key, void *buf,
                              &info);
 }
 
+bool tfs_store_can_scatter(struct tfs_store *st)
+{
+    while (st != NULL && (st->ops->caps & TFS_SCAP_WRAPPER))
+        st = tfs_store_next(st);
+    return st != NULL && (st->ops->caps & TFS_SCAP_SCATTER) &&
+           store_has_read_ex(st);
+}
+
 /* ---- end-to-end verification ---- */
 
 /* A mismatch: counted on the layer the caller asked, detail set. */
@@ -472,50 +487,103 @@ static int store_mismatch(struct tfs_store *st, const char *key,
                    what);
 }
 
+/* The first n bytes of the segments, in turn: fn(arg, p, len) for each
+   piece; stops at the first nonzero return. */
+static int store_iov_walk(const struct iovec *iov, int iovcnt, size_t n,
+                          int (*fn)(void *arg, const void *p, size_t len),
+                          void *arg)
+{
+    int rc = 0;
+
+    for (int i = 0; i < iovcnt && n > 0 && rc == 0; i++) {
+        size_t k = TFS_MIN(n, iov[i].iov_len);
+
+        rc = fn(arg, iov[i].iov_base, k);
+        n -= k;
+    }
+    return rc;
+}
+
+static int store_md5_piece(void *arg, const void *p, size_t len)
+{
+    return EVP_DigestUpdate(arg, p, len) == 1 ? 0 : -ENOMEM;
+}
+
 static int store_check_md5(struct tfs_store *st, const char *key,
                            const struct tfs_read_info *info,
-                           const void *buf, size_t n)
+                           const struct iovec *iov, int iovcnt, size_t n)
 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned md_len = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    int rc = ctx != NULL && EVP_DigestInit_ex(ctx, EVP_md5(), NULL) == 1
+                 ? store_iov_walk(iov, iovcnt, n, store_md5_piece, ctx)
+                 : -ENOMEM;
 
-    if (EVP_Digest(buf, n, md, &md_len, EVP_md5(), NULL) != 1 ||
-        md_len != sizeof(info->md5))
+    if (rc == 0 && (EVP_DigestFinal_ex(ctx, md, &md_len) != 1 ||
+                    md_len != sizeof(info->md5)))
+        rc = -ENOMEM;
+    EVP_MD_CTX_free(ctx);
+    if (rc < 0)
         return tfs_err(-ENOMEM, "MD5 of '%s' failed", key);
     if (memcmp(md, info->md5, sizeof(info->md5)) != 0)
         return store_mismatch(st, key, 0, n, "MD5 differs from the ETag");
     return 0;
 }
 
+struct store_cmp {
+    const unsigned char *again;         /* the second read, moving on */
+};
+
+static int store_cmp_piece(void *arg, const void *p, size_t len)
+{
+    struct store_cmp *c = arg;
+    int d = memcmp(p, c->again, len);
+
+    c->again += len;
+    return d != 0;
+}
+
 /* Read [off, off+n) again into a scratch buffer and compare. */
 static int store_check_reread(struct tfs_store *st, const char *key,
-                              const void *buf, size_t n, uint64_t off,
-                              const char *if_version)
+                              const struct iovec *iov, int iovcnt,
+                              size_t n, uint64_t off, const char *if_version)
 {
     size_t n2 = 0;
     void *again = n > 0 ? tfs_malloc(n) : NULL;
+    struct store_cmp cmp = {again};
     int rc;
 
     if (n > 0 && again == NULL)
         return -ENOMEM;
     rc = tfs_store_read(st, key, again, n, off, if_version, &n2);
-    if (rc == 0 && (n2 != n || memcmp(buf, again, n) != 0))
+    if (rc == 0 && (n2 != n ||
+                    store_iov_walk(iov, iovcnt, n, store_cmp_piece, &cmp)))
         rc = store_mismatch(st, key, off, n, "a second read differs");
     tfs_free(again);
     return rc;
 }
 
-int tfs_store_read_verified(struct tfs_store *st, const char *key,
-                            void *buf, size_t len, uint64_t off,
-                            const char *if_version, bool whole_object,
-                            size_t *nread, enum tfs_verify_how *how)
+/* A verified read into buf, or into iov when buf is NULL. */
+static int store_read_verified(struct tfs_store *st, const char *key,
+                               void *buf, const struct iovec *iov,
+                               int iovcnt, size_t len, uint64_t off,
+                               const char *if_version, bool whole_object,
+                               size_t *nread, enum tfs_verify_how *how)
 {
     struct tfs_read_info info = {
-        .have = whole_object && off == 0 ? TFS_RINFO_WHOLE : 0};
+        .have = whole_object && off == 0 ? TFS_RINFO_WHOLE : 0,
+        .iov = buf == NULL ? iov : NULL,
+        .iovcnt = buf == NULL ? iovcnt : 0};
+    struct iovec one = {buf, len};
     enum tfs_verify_how done = TFS_VERIFIED_NONE;
     bool whole;
     int rc;
 
+    if (buf != NULL) {
+        iov = &one;
+        iovcnt = 1;
+    }
     rc = tfs_store_read_ex(st, key, buf, len, off, if_version, nread,
                            &info);
     if (rc < 0 || st->verify == STORE_VERIFY_OFF)
@@ -523,10 +591,11 @@ int tfs_store_read_verified(struct tfs_store *st, const char *key,
     whole = off == 0 && (info.have & TFS_RINFO_SIZE) &&
             info.obj_size == *nread;
     if (whole && (info.have & TFS_RINFO_MD5)) {
-        rc = store_check_md5(st, key, &info, buf, *nread);
+        rc = store_check_md5(st, key, &info, iov, iovcnt, *nread);
         done = TFS_VERIFIED_MD5;
     } else if (st->verify == STORE_VERIFY_REREAD) {
-        rc = store_check_reread(st, key, buf, *nread, off, if_version);
+        rc = store_check_reread(st, key, iov, iovcnt, *nread, off,
+                                if_version);
         done = TFS_VERIFIED_REREAD;
     }
     if (rc == 0 && done != TFS_VERIFIED_NONE)
@@ -535,6 +604,29 @@ out:
     if (how != NULL)
         *how = rc == 0 ? done : TFS_VERIFIED_NONE;
     return rc;
+}
+
+int tfs_store_read_verified(struct tfs_store *st, const char *key,
+                            void *buf, size_t len, uint64_t off,
+                            const char *if_version, bool whole_object,
+                            size_t *nread, enum tfs_verify_how *how)
+{
+    return store_read_verified(st, key, buf, NULL, 0, len, off, if_version,
+                               whole_object, nread, how);
+}
+
+int tfs_store_readv_verified(struct tfs_store *st, const char *key,
+                             const struct iovec *iov, int iovcnt,
+                             uint64_t off, const char *if_version,
+                             bool whole_object, size_t *nread,
+                             enum tfs_verify_how *how)
+{
+    size_t len = 0;
+
+    for (int i = 0; i < iovcnt; i++)
+        len += iov[i].iov_len;
+    return store_read_verified(st, key, NULL, iov, iovcnt, len, off,
+                               if_version, whole_object, nread, how);
 }
 
 int tfs_store_list(struct tfs_store *st, const char *prefix,

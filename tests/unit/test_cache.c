@@ -76,6 +76,17 @@ static uint64_t remote_reads(struct tfs_store *st)
 }
 
 /* A counter from the stats JSON. */
+static uint64_t stat_of(struct tfs_cache *c, const char *name);
+
+/* Blocks read from the store: its reads, a span read counting each of
+   its blocks (fetch.c; on S3 a sequential read's readahead goes out a
+   span at a time). */
+static uint64_t blocks_read(struct tfs_cache *c, struct tfs_store *st)
+{
+    return remote_reads(st) + stat_of(c, "span_blocks") -
+           stat_of(c, "span_gets");
+}
+
 static uint64_t stat_of(struct tfs_cache *c, const char *name)
 {
     char buf[8192];
@@ -125,10 +136,10 @@ TEST(read_through_and_ram_hits)
     st = open_remote(NULL);
     c = open_cache(st, kv);
     read_all_check(c, "d/obj.bin", data, len, 100000);
-    reads = remote_reads(st);
+    reads = blocks_read(c, st);
     CHECK_EQ(reads, 6);                 /* 6 blocks, each read once */
     read_all_check(c, "d/obj.bin", data, len, 1u << 20);
-    CHECK_EQ(remote_reads(st), reads);  /* all RAM hits */
+    CHECK_EQ(blocks_read(c, st), reads);        /* all RAM hits */
     CHECK_EQ(stat_of(c, "miss_bytes"), len);
     CHECK_EQ(stat_of(c, "hit_bytes_ram"), len);
     CHECK_EQ(stat_of(c, "read_bytes"), 2 * len);
@@ -217,7 +228,7 @@ TEST(stream_read_once_is_not_kept)
     read_all_check(c, "small", small, 100000, 65536);
     read_all_check(c, "stream", data, len, 1u << 20);
     tfs_cache_flush(c);                 /* on disk: spent ones may go */
-    reads = remote_reads(st);
+    reads = blocks_read(c, st);
     CHECK_EQ(reads, 18);
     CHECK(stat_of(c, "cache_bytes_ram") <= 3 * blen + 100000);
     CHECK(stat_of(c, "evicted_bytes_ram") >= 14 * blen);
@@ -231,7 +242,7 @@ TEST(stream_read_once_is_not_kept)
     ram = stat_of(c, "hit_bytes_ram");
     read_all_check(c, "stream", data, len, 1u << 20);  /* now kept */
     CHECK_EQ(stat_of(c, "hit_bytes_ram"), ram + len);
-    CHECK_EQ(remote_reads(st), reads);
+    CHECK_EQ(blocks_read(c, st), reads);
     CHECK_EQ(stat_of(c, "cache_bytes_ram"), len + blen + 100000);
     tfs_cache_close(c);
     tfs_store_close(st);
@@ -989,6 +1000,58 @@ TEST(sequential_readahead)
     read_all_check(c, "seq", data, len, 128u << 10);
     CHECK(stat_of(c, "prefetch_bytes_issued") >= len / 2);
     CHECK(stat_of(c, "prefetch_bytes_used") >= len / 2);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
+/*
+ * Spans: a sequential read's readahead goes out a span (fetch_span) per
+ * store request where the store can scatter a read (S3): fewer requests
+ * than blocks, every byte right, the short last block included; where
+ * it cannot (posix), a request per block.  fetch_span=0 turns it off.
+ */
+TEST(span_reads)
+{
+    size_t len = (24u << 20) + 1000;
+    size_t bs = 256u << 10;
+    uint64_t n_blocks = (len + bs - 1) / bs;
+    unsigned char *data = test_pattern(len, 11);
+    const char *kv[] = {"block_size", "256K", "max_readahead", "4M",
+                        "fetch_span", "1M", "hedge", "0", NULL};
+    const char *off[] = {"block_size", "256K", "max_readahead", "4M",
+                         "fetch_span", "0", "hedge", "0", NULL};
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    bool scatter;
+
+    setup_dirs();
+    write_remote("span", data, len);
+    st = open_remote(NULL);
+    scatter = tfs_store_can_scatter(st);
+    c = open_cache(st, kv);
+    read_all_check(c, "span", data, len, 128u << 10);
+    printf("# %s: %llu gets, %llu spans of %llu blocks, %llu blocks\n",
+           scatter ? "scatter" : "no scatter",
+           (unsigned long long)stat_of(c, "backend_get_count"),
+           (unsigned long long)stat_of(c, "span_gets"),
+           (unsigned long long)stat_of(c, "span_blocks"),
+           (unsigned long long)n_blocks);
+    CHECK_EQ(stat_of(c, "backend_get_bytes"), len);
+    if (scatter) {
+        CHECK(stat_of(c, "span_gets") >= n_blocks / 8);
+        CHECK(stat_of(c, "span_blocks") >= 2 * stat_of(c, "span_gets"));
+        CHECK(stat_of(c, "backend_get_count") < n_blocks * 3 / 4);
+    } else {
+        CHECK_EQ(stat_of(c, "span_gets"), 0);
+        CHECK_EQ(stat_of(c, "backend_get_count"), n_blocks);
+    }
+    tfs_cache_close(c);
+    c = open_cache(st, off);            /* fresh RAM tier, no disk tier */
+    read_all_check(c, "span", data, len, 128u << 10);
+    CHECK_EQ(stat_of(c, "span_gets"), 0);
+    CHECK_EQ(stat_of(c, "backend_get_count"), n_blocks);
     tfs_cache_close(c);
     tfs_store_close(st);
     free(data);
@@ -1813,6 +1876,13 @@ TEST(read_only_cache_dir_reads_from_store)
     if (rc == 0)
         (void)tfs_cache_stats_json(c, json, sizeof(json), &jlen);
     reads = remote_reads(st) - reads;
+    if (rc == 0) {                      /* a span read counts its blocks */
+        const char *sb = strstr(json, "\"span_blocks\": ");
+        const char *sg = strstr(json, "\"span_gets\": ");
+
+        CHECK(sb != NULL && sg != NULL);
+        reads += strtoull(sb + 15, NULL, 10) - strtoull(sg + 13, NULL, 10);
+    }
     tfs_cache_close(c);
     /* --immutable on it: no meta/ there to hold the listing snapshot */
     c = NULL;
@@ -1852,7 +1922,7 @@ TEST(read_only_cache_dir_reads_from_store)
     remove_dirs();
 }
 
-TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru),
+TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru), T(span_reads),
       T(stream_read_once_is_not_kept),
       T(disk_tier_survives_reopen), T(flush_covers_blocks_just_read),
       T(corrupt_blocks_are_refetched),

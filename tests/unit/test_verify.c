@@ -314,7 +314,73 @@ TEST(verify_option_values)
     remove_dirs();
 }
 
+/*
+ * Scattered reads (the fetch engine's spans): only a chain whose bottom
+ * store takes them may be asked (S3 here; posix says -ENOTSUP); the
+ * bytes land in the segments in order, a whole single-part object is
+ * checked against its ETag across them, a flip anywhere in them is
+ * caught (fault layer over S3), and verify=reread compares across them.
+ */
+TEST(scattered_reads)
+{
+    size_t len = 1500000;
+    unsigned char *data = test_pattern(len, 5);
+    unsigned char *a = calloc(1, 700000), *b = calloc(1, 500000);
+    unsigned char *cc = calloc(1, 300000 + 100);
+    struct iovec iov[3] = {{a, 700000}, {b, 500000}, {cc, 300000 + 100}};
+    enum tfs_verify_how how = TFS_VERIFIED_NONE;
+    struct tfs_store *st;
+    char uri[300];
+    size_t n = 0;
+
+    setup_dirs();
+    CHECK_OK(tfs_store_put(raw, "obj", data, len, NULL));
+    if (!on_s3()) {
+        CHECK(!tfs_store_can_scatter(raw));
+        CHECK_RC(tfs_store_readv_verified(raw, "obj", iov, 3, 0, NULL, false,
+                                          &n, &how), -ENOTSUP);
+        goto out;
+    }
+    CHECK(tfs_store_can_scatter(raw));
+    CHECK_OK(tfs_store_readv_verified(raw, "obj", iov, 3, 0, NULL, false, &n,
+                                      &how));
+    CHECK_EQ(n, len);                   /* short at the end of the object */
+    CHECK_EQ(how, TFS_VERIFIED_MD5);
+    CHECK(memcmp(a, data, 700000) == 0 && memcmp(b, data + 700000,
+                                                 500000) == 0);
+    CHECK(memcmp(cc, data + 1200000, 300000) == 0);
+    memset(b, 0, 500000);               /* a range: bytes, no check */
+    CHECK_OK(tfs_store_readv_verified(raw, "obj", iov + 1, 1, 1000, NULL,
+                                      false, &n, &how));
+    CHECK_EQ(n, 500000);
+    CHECK_EQ(how, TFS_VERIFIED_NONE);
+    CHECK(memcmp(b, data + 1000, 500000) == 0);
+    snprintf(uri, sizeof(uri), "fault+retry+%s?flip_rate=1", base_uri);
+    CHECK_OK(tfs_store_open(&st, uri, NULL));
+    CHECK(tfs_store_can_scatter(st));
+    CHECK_RC(tfs_store_readv_verified(st, "obj", iov, 3, 0, NULL, false, &n,
+                                      &how), TFS_ECORRUPT);
+    tfs_store_close(st);
+    snprintf(uri, sizeof(uri), "fault+%s?flip_rate=1&flip_max=1&"
+             "verify=reread", base_uri);
+    CHECK_OK(tfs_store_open(&st, uri, NULL));
+    CHECK_RC(tfs_store_readv_verified(st, "obj", iov, 2, 7, NULL, false, &n,
+                                      &how), TFS_ECORRUPT);
+    CHECK_OK(tfs_store_readv_verified(st, "obj", iov, 2, 7, NULL, false, &n,
+                                      &how));   /* the one flip is spent */
+    CHECK_EQ(how, TFS_VERIFIED_REREAD);
+    CHECK(memcmp(a, data + 7, 700000) == 0 && memcmp(b, data + 700007,
+                                                     500000) == 0);
+    tfs_store_close(st);
+out:
+    free(a);
+    free(b);
+    free(cc);
+    free(data);
+    remove_dirs();
+}
+
 TESTS(T(s3_flip_is_eio_and_never_cached), T(s3_what_is_verified),
       T(reread_catches_one_flip), T(reread_flip_always_is_eio),
-      T(verify_option_values));
+      T(verify_option_values), T(scattered_reads));
 TEST_MAIN()
