@@ -468,12 +468,14 @@ static uint64_t cache_prefetch_object(struct tfs_cache *c, const char *key,
                         c->cfg.block_size;
     uint64_t queued = 0;
 
+    tfs_fetch_batch_begin();            /* together: spans (fetch.c) */
     for (uint64_t i = 0; i < n_blocks; i++) {
         struct tfs_block_ref r;
 
         tfs_block_ref_init(c, &r, key, st, i);
         queued += cache_block_prefetch(c, &r, skip_disk);
     }
+    tfs_fetch_batch_end(c);
     return queued;
 }
 

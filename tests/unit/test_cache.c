@@ -1010,7 +1010,8 @@ TEST(sequential_readahead)
  * Spans: a sequential read's readahead goes out a span (fetch_span) per
  * store request where the store can scatter a read (S3): fewer requests
  * than blocks, every byte right, the short last block included; where
- * it cannot (posix), a request per block.  fetch_span=0 turns it off.
+ * it cannot (posix), a request per block.  A whole-object prefetch
+ * (tfs_cache_prefetch) goes in spans too.  fetch_span=0 turns it off.
  */
 TEST(span_reads)
 {
@@ -1047,6 +1048,19 @@ TEST(span_reads)
         CHECK_EQ(stat_of(c, "span_gets"), 0);
         CHECK_EQ(stat_of(c, "backend_get_count"), n_blocks);
     }
+    tfs_cache_close(c);
+    c = open_cache(st, kv);             /* a whole-object prefetch too */
+    {
+        const char *keys[] = {"span"};
+
+        CHECK_OK(tfs_cache_prefetch(c, keys, 1));
+    }
+    read_all_check(c, "span", data, len, 1u << 20);
+    CHECK_EQ(stat_of(c, "backend_get_bytes"), len);
+    if (scatter)
+        CHECK(stat_of(c, "span_gets") >= n_blocks / 8);
+    else
+        CHECK_EQ(stat_of(c, "span_gets"), 0);
     tfs_cache_close(c);
     c = open_cache(st, off);            /* fresh RAM tier, no disk tier */
     read_all_check(c, "span", data, len, 128u << 10);
