@@ -644,8 +644,8 @@ static bool fault_flip_take(struct fault_priv *p, uint64_t max)
     return true;
 }
 
-/* Maybe flip one byte of the n just read, silently. */
-/* The n bytes read are in buf, or (buf NULL) across iov in order. */
+/* Maybe flip one byte of the n just read, silently: in buf, or (buf
+   NULL) across iov, in order (a scattered read). */
 static void fault_flip(struct fault_call *fc, void *buf,
                        const struct iovec *iov, int iovcnt, size_t n)
 {
