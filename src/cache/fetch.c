@@ -675,7 +675,9 @@ void tfs_fetch_batch_end(struct tfs_cache *c)
 {
     struct tfs_fetch *f = c->fetch;
     struct fetch_job *q = fetch_batch.head;
-    unsigned n = 0;
+    struct fetch_job *prev = NULL;
+    unsigned wakes = 0;
+    unsigned run = 0;
 
     fetch_batching = false;
     fetch_batch.head = fetch_batch.tail = NULL;
@@ -686,12 +688,19 @@ void tfs_fetch_batch_end(struct tfs_cache *c)
         while (q != NULL) {
             struct fetch_job *next = q->next;
 
+            /* a worker for each span the jobs will form (one a job
+               where they do not continue each other) */
+            if (prev == NULL || run == f->span_max ||
+                !fetch_span_fits(c, prev, q)) {
+                wakes++;
+                run = 0;
+            }
+            run++;
+            prev = q;
             fetch_enqueue(&f->prefetch, q);
             q = next;
-            n++;
         }
-        /* a worker takes up to span_max of them */
-        for (unsigned i = 0; i < n; i += f->span_max)
+        while (wakes-- > 0)
             pthread_cond_signal(&f->cond);
     }
     pthread_mutex_unlock(&f->lock);
