@@ -52,7 +52,7 @@ check_kill() {
         ms=$((300 + RANDOM % 1200))
         sleep "$(awk -v m="$ms" 'BEGIN { print m / 1000 }')"
         mnt_kill9
-        wait "$w"
+        wait_told "$w" "kill $i: the writer" 15
         mnt_start "fault+file://$d/store?latency_ms=1" "$d/mnt" \
             --staging-dir "$d/stg" --upload-delay 0.05 || { bad "kill $i: remount"; return; }
         restart+=("$mnt_up_ms")

@@ -21,6 +21,33 @@ now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 is_mounted() { grep -q " $1 fuse" /proc/mounts; }
 
+# wait_told PID WHAT SECONDS: wait for PID (a child); if it is still
+# there after SECONDS, print where each of its threads sleeps in the
+# kernel (state, wchan, stack: a hang then says where it is before the
+# test's timeout ends it), and go on waiting.
+running() {           # PID exists and is not a zombie waiting for us
+    local st
+    st=$(awk '/^State:/ {print $2}' "/proc/$1/status" 2>/dev/null)
+    [ -n "$st" ] && [ "$st" != Z ]
+}
+wait_told() {
+    local pid=$1 what=$2 i t
+    for i in $(seq $(($3 * 10))); do
+        running "$pid" || break
+        sleep 0.1
+    done
+    if running "$pid"; then
+        echo "# $what: pid $pid still there after $3 s; its threads:"
+        for t in /proc/"$pid"/task/*; do
+            echo "#   $(cat "$t/comm" 2>/dev/null) $(awk '/^State:/ {print $2}' \
+                "$t/status" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null)"
+            sed 's/^/#     /' "$t/stack" 2>/dev/null | head -12
+        done
+        grep " fuse" /proc/mounts | sed 's/^/#   mount: /'
+    fi
+    wait "$pid" 2>/dev/null
+}
+
 # mnt_start URI DIR ARGS...: tierfs mount -f in the background; waits
 # (30 s at most) until DIR/.tierfs-stats answers.  Sets mnt_pid, and
 # mnt_up_ms: the time from the start to the first answer.
@@ -52,7 +79,7 @@ mnt_start() {
 mnt_kill9() {
     [ "$mnt_pid" != 0 ] || return 0
     kill -9 "$mnt_pid" 2>/dev/null
-    wait "$mnt_pid" 2>/dev/null
+    wait_told "$mnt_pid" "the killed daemon" 15
     mnt_pid=0
     fusermount3 -u -z "$mnt_dir" 2>/dev/null
     return 0
