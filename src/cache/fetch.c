@@ -51,6 +51,7 @@
  * with deadline_ms=10000).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -325,36 +326,95 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
     tfs_block_publish(c, b, 0, j->src);
 }
 
+/* "block 3" or "blocks 3-6": the k blocks from j on, for messages. */
+struct fetch_name {
+    char s[64];
+};
+
+static struct fetch_name fetch_blocks_name(const struct fetch_job *j,
+                                           unsigned k)
+{
+    struct fetch_name nm;
+
+    if (k == 1)
+        snprintf(nm.s, sizeof(nm.s), "block %llu",
+                 (unsigned long long)j->index);
+    else
+        snprintf(nm.s, sizeof(nm.s), "blocks %llu-%llu",
+                 (unsigned long long)j->index,
+                 (unsigned long long)(j->index + k - 1));
+    return nm;
+}
+
+/* Count a store GET for the k blocks from j on, and say why it failed. */
+static void fetch_counted(struct tfs_cache *c, const struct fetch_job *j,
+                          unsigned k, int rc)
+{
+    TFS_COUNT(&c->ctr, backend_get_count, 1);
+    if (rc == 0)
+        return;
+    TFS_COUNT(&c->ctr, backend_get_errors, 1);
+    tfs_log(TFS_LOG_WARNING, "fetch: %s of '%s': %s (%s)",
+            fetch_blocks_name(j, k).s, j->key, tfs_strerror(rc),
+            tfs_errdetail());
+}
+
 /*
- * The one point where store bytes enter the cache: read and check them
- * end to end where the store allows (tfs_store_read_verified).  A
- * mismatch is read once more, then fails -EIO; the job's buffer is never
- * published then, so nothing corrupt reaches RAM or disk (D8).
+ * The one point where store bytes enter the cache: read the k blocks
+ * from j on (j alone, or j's span) with one request, into iov, and check
+ * them end to end where the store allows (tfs_store_read_verified).  A
+ * mismatch is read once more, then fails -EIO; the buffers are never
+ * published then, so nothing corrupt reaches RAM or disk (D8).  One
+ * block keeps the plain read: not every store scatters.
  */
-static int fetch_read_verified(struct tfs_cache *c, struct fetch_job *j,
-                               size_t *n)
+static int fetch_store_read(struct tfs_cache *c, const struct fetch_job *j,
+                            const struct iovec *iov, unsigned k,
+                            size_t total)
 {
     enum tfs_verify_how how = TFS_VERIFIED_NONE;
+    bool whole = j->off == 0 && total == j->obj_size;
+    uint64_t t0 = tfs_now_ns();
+    size_t n = 0;
     int rc = TFS_ECORRUPT;
 
     for (int i = 0; i < 2 && rc == TFS_ECORRUPT; i++) {
-        rc = tfs_store_read_verified(c->st, j->key, j->dst, j->len, j->off,
-                                     j->version,
-                                     j->off == 0 && j->len == j->obj_size,
-                                     n, &how);
+        if (k == 1)
+            rc = tfs_store_read_verified(c->st, j->key, iov[0].iov_base,
+                                         iov[0].iov_len, j->off, j->version,
+                                         whole, &n, &how);
+        else
+            rc = tfs_store_readv_verified(c->st, j->key, iov, (int)k, j->off,
+                                          j->version, whole, &n, &how);
         if (rc == TFS_ECORRUPT) {
             TFS_COUNT(&c->ctr, store_checksum_mismatch, 1);
-            tfs_log(TFS_LOG_WARNING, "fetch: block %llu of '%s': %s%s",
-                    (unsigned long long)j->index, j->key, tfs_errdetail(),
-                    i == 0 ? ", reading it again" : "");
+            tfs_log(TFS_LOG_WARNING, "fetch: %s of '%s': %s%s",
+                    fetch_blocks_name(j, k).s, j->key, tfs_errdetail(),
+                    i > 0 ? "" : k == 1 ? ", reading it again"
+                                        : ", reading them again");
         }
     }
     if (rc == TFS_ECORRUPT)
-        rc = tfs_err(-EIO, "'%s' block %llu failed its end-to-end check "
-                     "twice; not cached", j->key,
-                     (unsigned long long)j->index);
-    if (rc == 0 && how != TFS_VERIFIED_NONE)
-        TFS_COUNT(&c->ctr, store_verified_blocks, 1);
+        rc = tfs_err(-EIO, "'%s' %s failed %s end-to-end check twice; not "
+                     "cached", j->key, fetch_blocks_name(j, k).s,
+                     k == 1 ? "its" : "their");
+    if (rc == 0 && n != total)
+        rc = tfs_err(TFS_ECHANGED, "'%s' is shorter than its listed size",
+                     j->key);
+    if (rc == 0) {
+        uint64_t ns = tfs_now_ns() - t0;
+
+        TFS_COUNT(&c->ctr, backend_get_bytes, n);
+        tfs_hist_add(&c->get_latency, ns);
+        if (k == 1 && j->len >= c->cfg.block_size / 2)
+            fetch_note_latency(c->fetch, ns);   /* a block's, for hedges */
+        if (k > 1) {
+            TFS_COUNT(&c->ctr, span_gets, 1);
+            TFS_COUNT(&c->ctr, span_blocks, k);
+        }
+        if (how != TFS_VERIFIED_NONE)
+            TFS_COUNT(&c->ctr, store_verified_blocks, k);
+    }
+    fetch_counted(c, j, k, rc);
     return rc;
 }
 
@@ -417,7 +477,6 @@ static void fetch_stored(struct tfs_cache *c, struct fetch_job *j)
 static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
 {
     uint64_t t0 = tfs_now_ns();
-    size_t n = 0;
     int rc;
 
     if (!j->hedge) {                    /* the hedging clock starts now */
@@ -431,8 +490,10 @@ static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
     if (j->dst == NULL) {
         rc = tfs_err(-ENOMEM, "fetch: no memory for block %llu of '%s'",
                      (unsigned long long)j->index, j->key);
+        fetch_counted(c, j, 1, rc);
     } else {
         uint64_t prev = tfs_deadline_set(j->deadline);
+        struct iovec iov = {j->dst, j->len};
 
         j->tried = j->deadline == 0 || t0 < j->deadline;
         rc = fetch_from_sources(c, j);
@@ -441,26 +502,10 @@ static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
             fetch_complete(c, j, 0);
             return;
         }
-        t0 = tfs_now_ns();              /* the store read's own latency */
-        rc = fetch_read_verified(c, j, &n);
+        rc = fetch_store_read(c, j, &iov, 1, j->len);
         tfs_deadline_set(prev);
-    }
-    if (rc == 0 && n != j->len)
-        rc = tfs_err(TFS_ECHANGED, "'%s' is shorter than its listed size",
-                     j->key);
-    TFS_COUNT(&c->ctr, backend_get_count, 1);
-    if (rc == 0) {
-        uint64_t ns = tfs_now_ns() - t0;
-        TFS_COUNT(&c->ctr, backend_get_bytes, n);
-        tfs_hist_add(&c->get_latency, ns);
-        if (j->len >= c->cfg.block_size / 2)
-            fetch_note_latency(c->fetch, ns);
-        fetch_stored(c, j);
-    } else {
-        TFS_COUNT(&c->ctr, backend_get_errors, 1);
-        tfs_log(TFS_LOG_WARNING, "fetch: block %llu of '%s': %s (%s)",
-                (unsigned long long)j->index, j->key, tfs_strerror(rc),
-                tfs_errdetail());
+        if (rc == 0)
+            fetch_stored(c, j);
     }
     fetch_complete(c, j, rc);
 }
@@ -505,14 +550,12 @@ static void fetch_span_gather(struct tfs_cache *c, struct tfs_fetch *f,
 static void fetch_run_span(struct tfs_cache *c, struct fetch_job *j)
 {
     struct iovec iov[64];
-    enum tfs_verify_how how = TFS_VERIFIED_NONE;
     uint64_t t0 = tfs_now_ns();
     uint64_t dl = 0;
     size_t total = 0;
-    size_t n = 0;
     unsigned k = 0;
     bool sources;
-    int rc = TFS_ECORRUPT;
+    int rc;
 
     pthread_rwlock_rdlock(&c->source_lock);
     sources = c->n_sources > 0;
@@ -539,48 +582,12 @@ static void fetch_run_span(struct tfs_cache *c, struct fetch_job *j)
     for (struct fetch_job *x = j; x != NULL; x = x->span_next) {
         x->b->get_started = true;       /* the hedging clock starts now */
         __atomic_store_n(&x->b->load_start_ns, t0, __ATOMIC_RELAXED);
+        x->tried = dl == 0 || t0 < dl;
     }
     pthread_mutex_unlock(&c->ram_lock);
     uint64_t prev = tfs_deadline_set(dl);
-    for (struct fetch_job *x = j; x != NULL; x = x->span_next)
-        x->tried = dl == 0 || t0 < dl;
-    for (int i = 0; i < 2 && rc == TFS_ECORRUPT; i++) {
-        rc = tfs_store_readv_verified(c->st, j->key, iov, (int)k, j->off,
-                                      j->version,
-                                      j->off == 0 && total == j->obj_size,
-                                      &n, &how);
-        if (rc == TFS_ECORRUPT) {
-            TFS_COUNT(&c->ctr, store_checksum_mismatch, 1);
-            tfs_log(TFS_LOG_WARNING, "fetch: blocks %llu-%llu of '%s': %s%s",
-                    (unsigned long long)j->index,
-                    (unsigned long long)(j->index + k - 1), j->key,
-                    tfs_errdetail(), i == 0 ? ", reading them again" : "");
-        }
-    }
+    rc = fetch_store_read(c, j, iov, k, total);
     tfs_deadline_set(prev);
-    if (rc == TFS_ECORRUPT)
-        rc = tfs_err(-EIO, "'%s' blocks %llu-%llu failed their end-to-end "
-                     "check twice; not cached", j->key,
-                     (unsigned long long)j->index,
-                     (unsigned long long)(j->index + k - 1));
-    if (rc == 0 && n != total)
-        rc = tfs_err(TFS_ECHANGED, "'%s' is shorter than its listed size",
-                     j->key);
-    TFS_COUNT(&c->ctr, backend_get_count, 1);
-    if (rc == 0) {
-        TFS_COUNT(&c->ctr, backend_get_bytes, n);
-        TFS_COUNT(&c->ctr, span_gets, 1);
-        TFS_COUNT(&c->ctr, span_blocks, k);
-        tfs_hist_add(&c->get_latency, tfs_now_ns() - t0);
-        if (how != TFS_VERIFIED_NONE)
-            TFS_COUNT(&c->ctr, store_verified_blocks, k);
-    } else {
-        TFS_COUNT(&c->ctr, backend_get_errors, 1);
-        tfs_log(TFS_LOG_WARNING, "fetch: blocks %llu-%llu of '%s': %s (%s)",
-                (unsigned long long)j->index,
-                (unsigned long long)(j->index + k - 1), j->key,
-                tfs_strerror(rc), tfs_errdetail());
-    }
     for (struct fetch_job *x = j; x != NULL; x = x->span_next) {
         if (rc == 0)
             fetch_stored(c, x);
