@@ -105,10 +105,25 @@ struct tfs_source {
  * Only a chain whose bottom store has TFS_SCAP_SCATTER may be asked
  * (tfs_store_can_scatter); wrappers that touch the bytes (the fault
  * layer's flips) walk the segments.
+ *
+ * Also in, and kept: land (may be NULL), a landing report.  A store that
+ * writes the bytes itself calls land->fn(land->arg, at, len) right after
+ * it wrote bytes [at, at+len) of the read (counted across iov), in the
+ * order it wrote them; a wrapper that changes bytes after they landed
+ * (the fault layer's flips) reports them again.  The caller can work on
+ * each piece while it is still in the CPU's cache (the cache's chunk
+ * sums).  A store that does not report is fine: the caller treats what
+ * was not reported as not yet seen, and a report behind an earlier one
+ * (a retry from the start) as a rewrite.
  */
 #define TFS_RINFO_SIZE   0x01u          /* obj_size is known */
 #define TFS_RINFO_MD5    0x02u          /* md5 is the whole object's MD5 */
 #define TFS_RINFO_WHOLE  0x04u          /* in: the range is the object */
+
+struct tfs_landing {
+    void  (*fn)(void *arg, size_t at, size_t len);
+    void   *arg;
+};
 
 struct tfs_read_info {
     unsigned have;                      /* TFS_RINFO_* */
@@ -116,6 +131,7 @@ struct tfs_read_info {
     uint8_t  md5[16];                   /* S3: single-part ETag */
     const struct iovec *iov;            /* in: where the bytes land */
     int      iovcnt;
+    const struct tfs_landing *land;     /* in: told as they land */
 };
 
 /*
@@ -273,12 +289,15 @@ TFS_API int tfs_store_read_verified(struct tfs_store *st, const char *key,
                                     const char *if_version, bool whole,
                                     size_t *nread,
                                     enum tfs_verify_how *how);
-/* The same into iov[0..iovcnt) (TFS_SCAP_SCATTER chains only), for
- * len = the segments' lengths summed. */
+/* The same into iov[0..iovcnt) (TFS_SCAP_SCATTER chains only, or one
+ * segment on any chain), for len = the segments' lengths summed; land
+ * (may be NULL) is told as the bytes land (tfs_read_info.land). */
 TFS_API int tfs_store_readv_verified(struct tfs_store *st, const char *key,
                                      const struct iovec *iov, int iovcnt,
                                      uint64_t off, const char *if_version,
-                                     bool whole, size_t *nread,
+                                     bool whole,
+                                     const struct tfs_landing *land,
+                                     size_t *nread,
                                      enum tfs_verify_how *how);
 /* Whether the bottom store of st's chain takes scattered reads. */
 TFS_API bool tfs_store_can_scatter(struct tfs_store *st);

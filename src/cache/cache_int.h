@@ -146,6 +146,10 @@ struct tfs_block {
                                            from src; c->ram_lock */
     unsigned char     *data;            /* owned; len bytes when READY,
                                            NULL while LOADING */
+    uint8_t           *sums;            /* owned, or NULL: data's chunk
+                                           sums (common/csum.h), taken
+                                           as it landed (fetch.c); set
+                                           with data */
     pthread_cond_t     cond;            /* it left LOADING; ram_lock */
     struct tfs_waiter *waiters;         /* called once it left LOADING
                                            (tfs_block_publish); ram_lock */

@@ -135,7 +135,8 @@ static void disk_path(const struct tfs_disk *d, const uint8_t *id,
 /* Build the header of block r into h (hlen bytes: disk_header_len, or
  * that padded to a page). */
 static void disk_encode(uint8_t *h, size_t hlen, const uint8_t *id,
-                        const struct tfs_block_ref *r, const uint8_t *data)
+                        const struct tfs_block_ref *r, const uint8_t *data,
+                        const uint8_t *sums)
 {
     size_t klen = strlen(r->key);
     size_t vlen = strlen(r->version);
@@ -153,7 +154,14 @@ static void disk_encode(uint8_t *h, size_t hlen, const uint8_t *id,
     h[55] = 0;
     memcpy(h + DISK_FIXED, r->key, klen);
     memcpy(h + DISK_FIXED + klen, r->version, vlen);
-    for (size_t off = 0; off < r->len; off += DISK_CHUNK, p += 8)
+    if (sums != NULL) {                 /* taken as the block landed */
+        size_t n = 8 * ((r->len + DISK_CHUNK - 1) / DISK_CHUNK);
+
+        memcpy(p, sums, n);
+        p += n;
+    }
+    for (size_t off = 0; sums == NULL && off < r->len;
+         off += DISK_CHUNK, p += 8)
         tfs_put_le64(p, tfs_xxh3(data + off,
                                     TFS_MIN(DISK_CHUNK, r->len - off)));
     memset(p, 0, (size_t)(h + hlen - 8 - p));       /* padding, if any */
@@ -486,7 +494,7 @@ static int disk_put_file(struct tfs_cache *c, const struct tfs_block_ref *r,
 
     if (h == NULL)
         return -ENOMEM;
-    disk_encode(h, hlen, b->id, r, b->data);
+    disk_encode(h, hlen, b->id, r, b->data, b->sums);
     disk_path(c->disk, b->id, path, sizeof(path));
     rc = disk_write_file(c->disk, path, reuse, h, hlen, b->data, r->len);
     tfs_free(h);

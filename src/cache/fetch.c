@@ -56,11 +56,14 @@
 #include <string.h>
 
 #include "cache/cache_int.h"
+#include "common/bytes.h"
+#include "common/csum.h"
 #include "tierfs/retry.h"
 #include "tierfs/log.h"
 
 #define FETCH_LAT_RING 512
 #define FETCH_MEMO_N   64               /* blocks whose read timed out */
+#define TFS_FETCH_SPAN_MAX 64           /* blocks one request may carry */
 #define FETCH_MEMO_NS  1000000000ull    /* how long one is remembered */
 
 struct fetch_job {
@@ -74,6 +77,8 @@ struct fetch_job {
     size_t            len;
     unsigned char    *dst;              /* where this read lands; owned
                                            until handed to the block */
+    uint8_t          *sums;             /* dst's chunk sums, once whole;
+                                           owned until handed over too */
     uint64_t          deadline;         /* absolute ns, 0 = none: from
                                            the request that queued it */
     struct fetch_job *run_next;         /* running list; fetch lock */
@@ -164,9 +169,17 @@ uint64_t tfs_fetch_hedge_after_ns(struct tfs_cache *c)
 
 /* ---- jobs ---- */
 
+/* Chunk sums in a block of len bytes (common/csum.h). */
+static size_t fetch_chunks(size_t len)
+{
+    return len == 0 ? 0 : (len - 1) / TFS_CSUM_CHUNK + 1;
+}
+
+
 static void fetch_job_free(struct tfs_cache *c, struct fetch_job *j)
 {
     tfs_blockbuf_put(c, j->dst, j->len);
+    tfs_free(j->sums);
     tfs_free(j->key);
     tfs_free(j->version);
     tfs_free(j);
@@ -295,7 +308,13 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
     b->reads--;
     if (b->state == TFS_BLK_LOADING && b->data == NULL && rc == 0) {
         b->data = j->dst;
+        b->sums = j->sums;
         j->dst = NULL;
+        j->sums = NULL;
+        if (b->sums != NULL && !b->has_digest) {
+            b->digest = tfs_csum_of_sums(b->sums, fetch_chunks(b->len));
+            b->has_digest = true;
+        }
         winner = true;
     } else if (b->state == TFS_BLK_LOADING && b->data == NULL &&
                b->reads == 0) {
@@ -359,6 +378,109 @@ static void fetch_counted(struct tfs_cache *c, const struct fetch_job *j,
             tfs_errdetail());
 }
 
+/* ---- chunk sums as the bytes land ---- */
+
+/*
+ * A read's chunk sums (common/csum.h: XXH3 of each 64 KiB of a block;
+ * the disk tier's block files and the group's digests are made of them),
+ * taken as the store reports each piece landed (tfs_landing), while the
+ * piece is still in the CPU's cache: hashing 64 KiB just written costs a
+ * fraction of hashing it again from memory when the disk writer gets to
+ * it (docs/performance-cold.md).  Only a run landed in order from the
+ * read's start is hashed.  A report behind the run's end (a retry from
+ * the start, a flip) is a rewrite: the run ends there, and the chunks
+ * hashed past its start are taken back.  What was not hashed as it
+ * landed (a store that does not report) is hashed at the end, from the
+ * final bytes.  A sum that missed a change could only make the disk tier
+ * or a peer refuse the block later (their checks fail), never serve it.
+ */
+struct fetch_land {
+    struct tfs_landing  land;
+    const struct iovec *iov;            /* the read's blocks */
+    uint8_t           **sums;           /* each block's chunk sums */
+    size_t              total;          /* bytes of the read */
+    size_t              lo;             /* bytes landed in order from 0 */
+    size_t              done;           /* bytes hashed: whole chunks */
+    unsigned            seg;            /* the block done is in */
+    size_t              seg_at;         /* where that block starts */
+};
+
+/* Hash the chunks that end at or before upto. */
+static void fetch_land_hash(struct fetch_land *l, size_t upto)
+{
+    while (l->done < l->total) {
+        const struct iovec *v = &l->iov[l->seg];
+        size_t off = l->done - l->seg_at;
+        size_t n = TFS_MIN((size_t)TFS_CSUM_CHUNK, v->iov_len - off);
+
+        if (l->done + n > upto)
+            break;
+        tfs_put_le64(l->sums[l->seg] + 8 * (off / TFS_CSUM_CHUNK),
+                     tfs_xxh3((const uint8_t *)v->iov_base + off, n));
+        l->done += n;
+        if (off + n == v->iov_len) {
+            l->seg_at += v->iov_len;
+            l->seg++;
+        }
+    }
+}
+
+static void fetch_landed(void *arg, size_t at, size_t len)
+{
+    struct fetch_land *l = arg;
+
+    if (at < l->lo) {                   /* a rewrite */
+        l->lo = at;
+        if (at < l->done)
+            l->done = l->seg = l->seg_at = 0;
+    }
+    if (at == l->lo) {
+        l->lo = TFS_MIN(at + len, l->total);
+        fetch_land_hash(l, l->lo);
+    }                                   /* past lo: a gap, for the end */
+}
+
+/* Room for the sums of the k blocks from j on: false (none taken) when
+   there is no memory, which only costs the hashing later. */
+static bool fetch_land_begin(struct fetch_land *l, struct fetch_job *j,
+                             const struct iovec *iov, unsigned k,
+                             size_t total, uint8_t **sums)
+{
+    struct fetch_job *x = j;
+    unsigned i;
+
+    *l = (struct fetch_land){.land = {fetch_landed, l}, .iov = iov,
+                             .sums = sums, .total = total};
+    for (i = 0; i < k; i++, x = x->span_next) {
+        x->sums = tfs_malloc(TFS_MAX(8 * fetch_chunks(x->len), (size_t)8));
+        if (x->sums == NULL)
+            break;
+        sums[i] = x->sums;
+    }
+    if (i == k)
+        return true;
+    for (x = j; i-- > 0; x = x->span_next) {
+        tfs_free(x->sums);
+        x->sums = NULL;
+    }
+    return false;
+}
+
+/* The read is over: with rc 0 every block gets its sums whole, else
+   none. */
+static void fetch_land_end(struct fetch_land *l, struct fetch_job *j,
+                           unsigned k, int rc)
+{
+    if (rc == 0) {
+        fetch_land_hash(l, l->total);
+        return;
+    }
+    for (struct fetch_job *x = j; k-- > 0; x = x->span_next) {
+        tfs_free(x->sums);
+        x->sums = NULL;
+    }
+}
+
 /*
  * The one point where store bytes enter the cache: read the k blocks
  * from j on (j alone, or j's span) with one request, into iov, and check
@@ -367,24 +489,23 @@ static void fetch_counted(struct tfs_cache *c, const struct fetch_job *j,
  * published then, so nothing corrupt reaches RAM or disk (D8).  One
  * block keeps the plain read: not every store scatters.
  */
-static int fetch_store_read(struct tfs_cache *c, const struct fetch_job *j,
+static int fetch_store_read(struct tfs_cache *c, struct fetch_job *j,
                             const struct iovec *iov, unsigned k,
                             size_t total)
 {
     enum tfs_verify_how how = TFS_VERIFIED_NONE;
     bool whole = j->off == 0 && total == j->obj_size;
     uint64_t t0 = tfs_now_ns();
+    uint8_t *sums[TFS_FETCH_SPAN_MAX];
+    struct fetch_land l;
+    bool landing = fetch_land_begin(&l, j, iov, k, total, sums);
     size_t n = 0;
     int rc = TFS_ECORRUPT;
 
     for (int i = 0; i < 2 && rc == TFS_ECORRUPT; i++) {
-        if (k == 1)
-            rc = tfs_store_read_verified(c->st, j->key, iov[0].iov_base,
-                                         iov[0].iov_len, j->off, j->version,
-                                         whole, &n, &how);
-        else
-            rc = tfs_store_readv_verified(c->st, j->key, iov, (int)k, j->off,
-                                          j->version, whole, &n, &how);
+        rc = tfs_store_readv_verified(c->st, j->key, iov, (int)k, j->off,
+                                      j->version, whole,
+                                      landing ? &l.land : NULL, &n, &how);
         if (rc == TFS_ECORRUPT) {
             TFS_COUNT(&c->ctr, store_checksum_mismatch, 1);
             tfs_log(TFS_LOG_WARNING, "fetch: %s of '%s': %s%s",
@@ -400,6 +521,8 @@ static int fetch_store_read(struct tfs_cache *c, const struct fetch_job *j,
     if (rc == 0 && n != total)
         rc = tfs_err(TFS_ECHANGED, "'%s' is shorter than its listed size",
                      j->key);
+    if (landing)
+        fetch_land_end(&l, j, k, rc);
     if (rc == 0) {
         uint64_t ns = tfs_now_ns() - t0;
 
@@ -549,7 +672,7 @@ static void fetch_span_gather(struct tfs_cache *c, struct tfs_fetch *f,
  */
 static void fetch_run_span(struct tfs_cache *c, struct fetch_job *j)
 {
-    struct iovec iov[64];
+    struct iovec iov[TFS_FETCH_SPAN_MAX];
     uint64_t t0 = tfs_now_ns();
     uint64_t dl = 0;
     size_t total = 0;
@@ -895,7 +1018,8 @@ int tfs_fetch_start(struct tfs_cache *c)
     f->n_threads = TFS_MAX(1u, c->cfg.max_inflight);
     f->prefetch_max = TFS_MAX(1u, f->n_threads - f->n_threads / 4);
     f->span_max = tfs_store_can_scatter(c->st)
-                      ? (unsigned)TFS_MIN(64u, TFS_MAX(1u, c->cfg.fetch_span /
+                      ? (unsigned)TFS_MIN(TFS_FETCH_SPAN_MAX,
+                                           TFS_MAX(1u, c->cfg.fetch_span /
                                                            c->cfg.block_size))
                       : 1;
     f->threads = tfs_calloc(f->n_threads, sizeof(*f->threads));

@@ -204,6 +204,7 @@ static void ram_free_block(struct tfs_cache *c, struct tfs_block *b)
     pthread_cond_destroy(&b->cond);
     tfs_free(b->err_detail);
     tfs_blockbuf_put(c, b->data, b->len);
+    tfs_free(b->sums);
     tfs_free(b);
 }
 

@@ -645,28 +645,33 @@ static bool fault_flip_take(struct fault_priv *p, uint64_t max)
 }
 
 /* Maybe flip one byte of the n just read, silently: in buf, or (buf
-   NULL) across iov, in order (a scattered read). */
+   NULL) across iov, in order (a scattered read).  A flip is a change
+   after the bytes landed, so it is reported as one (info->land). */
 static void fault_flip(struct fault_call *fc, void *buf,
-                       const struct iovec *iov, int iovcnt, size_t n)
+                       const struct tfs_read_info *info, size_t n)
 {
     const struct fault_cfg *c = fc->cfg;
+    const struct iovec *iov = info->iov;
+    int iovcnt = info->iovcnt;
     unsigned char *b = buf;
-    size_t at;
+    size_t at, at0;
 
     if (n == 0 || c->flip_rate <= 0 ||
         fault_draw_double(fc, FAULT_DRAW_FLIP) >= c->flip_rate ||
         !fault_flip_take(fc->p, c->flip_max))
         return;
-    at = (size_t)(fault_draw(fc, FAULT_DRAW_FLIP_AT) % n);
+    at = at0 = (size_t)(fault_draw(fc, FAULT_DRAW_FLIP_AT) % n);
     for (int i = 0; b == NULL && i < iovcnt; i++) {
         if (at < iov[i].iov_len)
             b = iov[i].iov_base;
         else
             at -= iov[i].iov_len;
     }
-    if (b != NULL)
-        b[at] ^= (unsigned char)(fault_draw(fc, FAULT_DRAW_FLIP_MASK) % 255 +
-                                 1);
+    if (b == NULL)
+        return;
+    b[at] ^= (unsigned char)(fault_draw(fc, FAULT_DRAW_FLIP_MASK) % 255 + 1);
+    if (info->land != NULL)
+        info->land->fn(info->land->arg, at0, 1);
 }
 
 /* ---- the gate ---- */
@@ -777,7 +782,7 @@ static int fault_read(struct tfs_store *st, const char *key, void *buf,
     if (rc == 0)
         rc = fault_throttle(&fc, n);
     if (rc == 0) {
-        fault_flip(&fc, buf, info->iov, info->iovcnt, n);
+        fault_flip(&fc, buf, info, n);
         *nread = n;
     }
     return fault_leave(&fc, rc);

@@ -961,7 +961,7 @@ static int s3_read(struct tfs_store *st, const char *key, void *buf,
     struct s3_priv *p = tfs_store_priv(st);
     struct s3_req req = {.method = "GET", .dst = buf, .dst_len = len,
                          .dst_prefix = off == 0, .dst_iov = info->iov,
-                         .dst_iovcnt = info->iovcnt};
+                         .dst_iovcnt = info->iovcnt, .land = info->land};
     char full[S3_KEY_MAX + 1];
     char range[64];
     char match[TFS_VERSION_MAX + 2];

@@ -442,13 +442,17 @@ static void http_pace(const struct s3_xfer *x, uint64_t moved)
         tfs_sleep_ns(due - now);
 }
 
-/* len bytes of the body at its offset at, into dst or across dst_iov. */
+/* len bytes of the body at its offset at, into dst or across dst_iov;
+   then the caller is told (req->land). */
 static void http_land(const struct s3_req *req, size_t at, const char *b,
                       size_t len)
 {
+    size_t at0 = at;
+    size_t len0 = len;
+
     if (req->dst != NULL) {
         memcpy((char *)req->dst + at, b, len);
-        return;
+        len = 0;
     }
     for (int i = 0; i < req->dst_iovcnt && len > 0; i++) {
         size_t seg = req->dst_iov[i].iov_len;
@@ -464,6 +468,8 @@ static void http_land(const struct s3_req *req, size_t at, const char *b,
         len -= k;
         at = 0;
     }
+    if (req->land != NULL && len0 > 0)
+        req->land->fn(req->land->arg, at0, len0);
 }
 
 /* A 2xx body for the caller's buffer; 0 stops the transfer. */

@@ -355,6 +355,7 @@ struct s3_req {
     void                  *dst;         /* a 2xx body goes here (GET) */
     const struct iovec    *dst_iov;     /* or here, in order (dst NULL) */
     int                    dst_iovcnt;
+    const struct tfs_landing *land;     /* told as bytes land, or NULL */
     size_t                 dst_len;     /* either way */
     bool                   dst_prefix;  /* a 200 may be longer: keep the
                                            first dst_len bytes, stop */

@@ -429,6 +429,7 @@ int tfs_store_read_ex(struct tfs_store *st, const char *key, void *buf,
     unsigned hint = info->have & TFS_RINFO_WHOLE;
     const struct iovec *iov = info->iov;
     int iovcnt = info->iovcnt;
+    const struct tfs_landing *land = info->land;
     size_t n = 0;
     int rc;
 
@@ -439,6 +440,7 @@ int tfs_store_read_ex(struct tfs_store *st, const char *key, void *buf,
     info->have = hint;
     info->iov = iov;
     info->iovcnt = iovcnt;
+    info->land = land;
     rc = tfs_key_check(key);
     if (rc == 0 && st->ops->read == NULL && !store_has_read_ex(st))
         rc = -ENOTSUP;
@@ -569,12 +571,14 @@ static int store_read_verified(struct tfs_store *st, const char *key,
                                void *buf, const struct iovec *iov,
                                int iovcnt, size_t len, uint64_t off,
                                const char *if_version, bool whole_object,
+                               const struct tfs_landing *land,
                                size_t *nread, enum tfs_verify_how *how)
 {
     struct tfs_read_info info = {
         .have = whole_object && off == 0 ? TFS_RINFO_WHOLE : 0,
         .iov = buf == NULL ? iov : NULL,
-        .iovcnt = buf == NULL ? iovcnt : 0};
+        .iovcnt = buf == NULL ? iovcnt : 0,
+        .land = land};
     struct iovec one = {buf, len};
     enum tfs_verify_how done = TFS_VERIFIED_NONE;
     bool whole;
@@ -612,21 +616,26 @@ int tfs_store_read_verified(struct tfs_store *st, const char *key,
                             size_t *nread, enum tfs_verify_how *how)
 {
     return store_read_verified(st, key, buf, NULL, 0, len, off, if_version,
-                               whole_object, nread, how);
+                               whole_object, NULL, nread, how);
 }
 
 int tfs_store_readv_verified(struct tfs_store *st, const char *key,
                              const struct iovec *iov, int iovcnt,
                              uint64_t off, const char *if_version,
-                             bool whole_object, size_t *nread,
+                             bool whole_object,
+                             const struct tfs_landing *land, size_t *nread,
                              enum tfs_verify_how *how)
 {
     size_t len = 0;
 
     for (int i = 0; i < iovcnt; i++)
         len += iov[i].iov_len;
+    if (iovcnt == 1 && !tfs_store_can_scatter(st))      /* any store */
+        return store_read_verified(st, key, iov[0].iov_base, NULL, 0, len,
+                                   off, if_version, whole_object, land,
+                                   nread, how);
     return store_read_verified(st, key, NULL, iov, iovcnt, len, off,
-                               if_version, whole_object, nread, how);
+                               if_version, whole_object, land, nread, how);
 }
 
 int tfs_store_list(struct tfs_store *st, const char *prefix,

@@ -338,12 +338,12 @@ TEST(scattered_reads)
     if (!on_s3()) {
         CHECK(!tfs_store_can_scatter(raw));
         CHECK_RC(tfs_store_readv_verified(raw, "obj", iov, 3, 0, NULL, false,
-                                          &n, &how), -ENOTSUP);
+                                          NULL, &n, &how), -ENOTSUP);
         goto out;
     }
     CHECK(tfs_store_can_scatter(raw));
-    CHECK_OK(tfs_store_readv_verified(raw, "obj", iov, 3, 0, NULL, false, &n,
-                                      &how));
+    CHECK_OK(tfs_store_readv_verified(raw, "obj", iov, 3, 0, NULL, false,
+                                      NULL, &n, &how));
     CHECK_EQ(n, len);                   /* short at the end of the object */
     CHECK_EQ(how, TFS_VERIFIED_MD5);
     CHECK(memcmp(a, data, 700000) == 0 && memcmp(b, data + 700000,
@@ -351,23 +351,23 @@ TEST(scattered_reads)
     CHECK(memcmp(cc, data + 1200000, 300000) == 0);
     memset(b, 0, 500000);               /* a range: bytes, no check */
     CHECK_OK(tfs_store_readv_verified(raw, "obj", iov + 1, 1, 1000, NULL,
-                                      false, &n, &how));
+                                      false, NULL, &n, &how));
     CHECK_EQ(n, 500000);
     CHECK_EQ(how, TFS_VERIFIED_NONE);
     CHECK(memcmp(b, data + 1000, 500000) == 0);
     snprintf(uri, sizeof(uri), "fault+retry+%s?flip_rate=1", base_uri);
     CHECK_OK(tfs_store_open(&st, uri, NULL));
     CHECK(tfs_store_can_scatter(st));
-    CHECK_RC(tfs_store_readv_verified(st, "obj", iov, 3, 0, NULL, false, &n,
-                                      &how), TFS_ECORRUPT);
+    CHECK_RC(tfs_store_readv_verified(st, "obj", iov, 3, 0, NULL, false,
+                                      NULL, &n, &how), TFS_ECORRUPT);
     tfs_store_close(st);
     snprintf(uri, sizeof(uri), "fault+%s?flip_rate=1&flip_max=1&"
              "verify=reread", base_uri);
     CHECK_OK(tfs_store_open(&st, uri, NULL));
-    CHECK_RC(tfs_store_readv_verified(st, "obj", iov, 2, 7, NULL, false, &n,
-                                      &how), TFS_ECORRUPT);
-    CHECK_OK(tfs_store_readv_verified(st, "obj", iov, 2, 7, NULL, false, &n,
-                                      &how));   /* the one flip is spent */
+    CHECK_RC(tfs_store_readv_verified(st, "obj", iov, 2, 7, NULL, false,
+                                      NULL, &n, &how), TFS_ECORRUPT);
+    CHECK_OK(tfs_store_readv_verified(st, "obj", iov, 2, 7, NULL, false,
+                                      NULL, &n, &how));   /* the one flip is spent */
     CHECK_EQ(how, TFS_VERIFIED_REREAD);
     CHECK(memcmp(a, data + 7, 700000) == 0 && memcmp(b, data + 700007,
                                                      500000) == 0);
