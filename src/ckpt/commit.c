@@ -1054,6 +1054,43 @@ static int ckpt_rejoin(const struct tfs_ckpt_commit *c,
     return rc < 0 && tfs_err_is_retryable(rc) ? 0 : rc;
 }
 
+/*
+ * The wait for the index ended at the deadline: the error.  A note that
+ * was already there when this rank opened is ignored (it is taken for an
+ * earlier attempt's: ckpt.md, "Abort notes"); when it still names the
+ * attempt we waited on, it may just as well be this one's, aborted before
+ * this rank opened, so the detail names it (one more GET, under a short
+ * deadline of its own): else it reads as if no rank had failed.
+ */
+static int ckpt_no_index(const struct tfs_ckpt_commit *c,
+                         const struct tfs_ckpt_marker *mine, const char *key,
+                         int rc)
+{
+    char reason[TFS_CKPT_REASON_MAX];
+    char nonce[TFS_CKPT_ATTEMPT_LEN];
+    char note[TFS_CKPT_REASON_MAX + 160] = "";
+    unsigned who = 0;
+    int code = 0;
+    char t[32];
+
+    if (c->ignore_abort != NULL &&
+        strcmp(c->ignore_abort, mine->attempt) == 0) {
+        uint64_t prev = tfs_ckpt_grace_begin();
+
+        if (tfs_ckpt_abort_read(c->st, c->step, &code, &who, reason,
+                                nonce) > 0 &&
+            strcmp(nonce, mine->attempt) == 0)
+            snprintf(note, sizeof(note), "; a note of rank %u naming this "
+                     "attempt predates this rank's open, taken for an "
+                     "earlier attempt's: %s", who, reason);
+        tfs_deadline_set(prev);
+    }
+    tfs_ckpt_fmt_s(t, sizeof(t), c->timeout_ms);
+    return tfs_err(rc, "step %" PRIu64 ": rank %u: no index naming its "
+                   "shards appeared at %s in %s (and no abort note from "
+                   "rank 0%s)", c->step, c->rank, key, t, note);
+}
+
 int tfs_ckpt_await_index(const struct tfs_ckpt_commit *c0,
                          struct tfs_ckpt_marker *mine)
 {
@@ -1062,7 +1099,6 @@ int tfs_ckpt_await_index(const struct tfs_ckpt_commit *c0,
     uint64_t wait_ns = 10000000;
     uint64_t prev = tfs_deadline_get();
     struct tfs_buf key;
-    char t[32];
     int rc;
 
     /* Past our own deadline, a little longer for rank 0's note. */
@@ -1091,12 +1127,8 @@ int tfs_ckpt_await_index(const struct tfs_ckpt_commit *c0,
         if (rc < 0)
             break;
         rc = ckpt_backoff(c, &wait_ns);
-        tfs_ckpt_fmt_s(t, sizeof(t), c->timeout_ms);
         if (rc < 0)
-            rc = tfs_err(rc, "step %" PRIu64 ": rank %u: no index naming its "
-                         "shards appeared at %s in %s (and no abort note "
-                         "from rank 0)", c->step, c->rank, tfs_buf_str(&key),
-                         t);
+            rc = ckpt_no_index(c, mine, tfs_buf_str(&key), rc);
     }
     tfs_buf_cleanup(&key);
     tfs_deadline_set(prev);

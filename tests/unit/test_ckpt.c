@@ -254,6 +254,9 @@ struct rank_arg {
 static unsigned own_seed;               /* changes the own%u tensors */
 static unsigned start_delay_ms[8];      /* per rank, before open */
 static const char *rank_staging[8];     /* per rank, or NULL: "staging" */
+/* Every rank of run_ranks waits here between its open and its save, or
+ * NULL: none (orders a failing save() after the others' opens). */
+static pthread_barrier_t *opened;
 
 static void *rank_main(void *p)
 {
@@ -298,6 +301,8 @@ static void *rank_main(void *p)
         if (pf != NULL)
             fclose(pf);
     }
+    if (opened != NULL)
+        pthread_barrier_wait(opened);
     a->secs = (double)tfs_now_ns() / 1e9;
     if (rc == 0)
         rc = tfs_ckpt_writer_save(w);
@@ -1137,10 +1142,15 @@ TEST(stalled_rank)
  * A rank's own fatal error (its shard put refused) ends every rank's
  * wait at once, long before commit_timeout, with that rank's reason;
  * `ckpt gc` removes the aborted step even though it is the newest.
+ * Every rank has opened before any saves: a rank that opens after the
+ * note takes it for an earlier attempt's (failed_rank_late_open), and
+ * unordered, one did so in 4 runs of 400 (rank 1's upload refused, or
+ * rank 2's save(), before the third rank's open) and waited 25 s.
  */
 TEST(failed_rank)
 {
     struct rank_arg a[3];
+    pthread_barrier_t b;
     char dir[128];
     char u1[320];
     uint64_t steps[4];
@@ -1154,7 +1164,10 @@ TEST(failed_rank)
     for (unsigned k = 0; k < 3; k++)
         a[k] = (struct rank_arg){k == 1 ? u1 : dir, k, 3, NULL, 20000, 0, "",
                                  NULL, 0};
+    CHECK(pthread_barrier_init(&b, NULL, 3) == 0);
+    opened = &b;
     run_ranks(a, 3);
+    opened = NULL;
     show_ranks(a, 3, 20000);
     for (unsigned k = 0; k < 3; k++) {
         CHECK_RC(a[k].rc, -EACCES);
@@ -1183,7 +1196,10 @@ TEST(failed_rank)
     rank_staging[2] = bad;
     for (unsigned k = 0; k < 3; k++)
         a[k] = (struct rank_arg){dir, k, 3, NULL, 20000, 0, "", NULL, 0};
+    opened = &b;
     run_ranks(a, 3);
+    opened = NULL;
+    pthread_barrier_destroy(&b);
     rank_staging[2] = NULL;
     show_ranks(a, 3, 20000);
     for (unsigned k = 0; k < 3; k++) {
@@ -1192,6 +1208,77 @@ TEST(failed_rank)
         CHECK(strstr(a[k].detail, "step 10: rank 2: save: ") != NULL);
     }
     check_not_committed(dir);
+}
+
+/*
+ * Rank 2's save() fails after rank 0 opened but before rank 1 did: rank
+ * 1 finds the note naming the current nonce at its open, which is just
+ * what a retry's rank 1 opening before the retry's rank 0 finds
+ * (stalled_rank), so it takes it for an earlier attempt's.  It ends at
+ * its deadline plus the grace for rank 0's note, not at once, and never
+ * commits; its detail names the note it ignored.  A retry commits.
+ */
+TEST(failed_rank_late_open)
+{
+    const uint64_t ms = 1000;
+    struct rank_arg a[3];
+    pthread_barrier_t b;
+    struct tfs_ckpt_reader *r;
+    uint64_t step = 0;
+    char dir[128];
+    char bad[160];
+    FILE *f;
+
+    path(dir, sizeof(dir), "failedlate");
+    path(bad, sizeof(bad), "failedlate.notadir");
+    CHECK((f = fopen(bad, "w")) != NULL);
+    fclose(f);
+    CHECK_OK(save(dir, 1, 0));
+    /* Ranks 0 and 2, rank 2 saving only once rank 0 has opened (else its
+     * note could name the nonce of no attempt yet). */
+    rank_staging[2] = bad;
+    a[0] = (struct rank_arg){dir, 0, 3, NULL, 20000, 0, "", NULL, 0};
+    a[1] = (struct rank_arg){dir, 2, 3, NULL, 20000, 0, "", NULL, 0};
+    CHECK(pthread_barrier_init(&b, NULL, 2) == 0);
+    opened = &b;
+    run_ranks(a, 2);
+    opened = NULL;
+    pthread_barrier_destroy(&b);
+    rank_staging[2] = NULL;
+    for (unsigned k = 0; k < 2; k++) {
+        CHECK(a[k].rc < 0 && a[k].rc != -ETIMEDOUT);
+        CHECK(a[k].secs < 3.0);
+        CHECK(strstr(a[k].detail, "step 10: rank 2: save: ") != NULL);
+    }
+    /* Rank 1, late. */
+    a[0] = (struct rank_arg){dir, 1, 3, NULL, ms, 0, "", NULL, 0};
+    run_ranks(a, 1);
+    printf("# commit_timeout 1.0 s, rank 1 (late) ended after %.2f s: %d "
+           "(%s)\n", a[0].secs, a[0].rc, a[0].detail);
+    CHECK_RC(a[0].rc, -ETIMEDOUT);
+    CHECK(a[0].secs > 1.9 && a[0].secs < 4.0);  /* 1 s + 1 s of grace */
+    CHECK(strstr(a[0].detail, "step 10: rank 1: no index naming its shards "
+                 "appeared at step-000010/model.safetensors.index.json in "
+                 "1 s (and no abort note from rank 0; a note of rank 2 "
+                 "naming this attempt predates this rank's open, taken for "
+                 "an earlier attempt's: step 10: rank 2: save: ") != NULL);
+    check_not_committed(dir);
+    /* The retry, rank 1 first again: the note is still there when it
+     * opens, and it commits. */
+    start_delay_ms[0] = 300;
+    for (unsigned k = 0; k < 3; k++)
+        a[k] = (struct rank_arg){dir, k, 3, NULL, 20000, 0, "", NULL, 0};
+    run_ranks(a, 3);
+    start_delay_ms[0] = 0;
+    for (unsigned k = 0; k < 3; k++) {
+        if (a[k].rc != 0)
+            TEST_FAIL_("retry, rank %u: %d [%s]", k, a[k].rc, a[k].detail);
+    }
+    r = reader(dir, TFS_CKPT_STEP_LATEST, false);
+    tfs_ckpt_reader_info(r, &step, NULL, NULL, NULL, NULL);
+    CHECK_EQ(step, 10);
+    CHECK_OK(tfs_ckpt_reader_verify(r, NULL));
+    tfs_ckpt_reader_close(r);
 }
 
 /* ---- overlapping commits (R3) ---- */
@@ -1713,6 +1800,7 @@ TESTS(T(roundtrip), T(ranks), T(commit_protocol), T(options), T(retention),
       T(checksums), T(recycle), T(direct_staging), T(streaming),
       T(allocation_failures), T(latest_overlapping_commits),
       T(stale_marker_retry), T(stalled_rank), T(failed_rank),
+      T(failed_rank_late_open),
       T(marker_files), T(levels), T(recover), T(recover_ranks),
       T(recover_late_rank));
 
