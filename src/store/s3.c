@@ -640,6 +640,22 @@ static int s3_take_transfer(struct tfs_store *st, struct s3_priv *p)
     return rc;
 }
 
+/* Whether the environment names a proxy for curl (our own plain-HTTP
+   GETs would not go through it, so they stay with curl). */
+static bool s3_proxy_env(void)
+{
+    static const char *const names[] = {"http_proxy", "HTTP_PROXY",
+                                        "all_proxy", "ALL_PROXY"};
+
+    for (size_t i = 0; i < TFS_ARRAY_LEN(names); i++) {
+        const char *v = getenv(names[i]);
+
+        if (v != NULL && v[0] != '\0')
+            return true;
+    }
+    return false;
+}
+
 static int s3_take_numbers(struct tfs_store *st, struct s3_priv *p,
                            uint64_t *max_conns)
 {
@@ -722,6 +738,9 @@ static int s3_open_conf(struct tfs_store *st, struct s3_priv *p,
         rc = s3_take_numbers(st, p, max_conns);
     if (rc == 0)
         rc = tfs_store_opt_bool(st, "tls_verify", &p->tls_verify);
+    p->raw_get = !s3_proxy_env();
+    if (rc == 0)
+        rc = tfs_store_opt_bool(st, "raw_get", &p->raw_get);
     if (rc == 0)
         rc = tfs_store_opt_bool(st, "anonymous", &p->anonymous);
     if (rc == 0)

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -51,6 +52,10 @@ struct s3_conn {
     struct tfs_buf  scratch;            /* canonical request, for signing */
     struct tfs_buf  auth;               /* Authorization value */
     char            errbuf[CURL_ERROR_SIZE];
+    int             raw_fd;             /* our own socket, or -1 */
+    unsigned        raw_ep;             /* the endpoint it talks to */
+    struct tfs_buf  raw_req;            /* the request as sent */
+    char           *raw_head;           /* S3_HEAD_MAX bytes, or NULL */
 };
 
 /* The state of one transfer, shared with the curl callbacks. */
@@ -146,8 +151,13 @@ int tfs_s3_pool_init(struct s3_priv *p, unsigned max_conns)
     return 0;
 }
 
+static void http_raw_close(struct s3_conn *c);
+
 static void http_conn_destroy(struct s3_conn *c)
 {
+    http_raw_close(c);
+    tfs_buf_cleanup(&c->raw_req);
+    tfs_free(c->raw_head);
     curl_easy_cleanup(c->curl);
     tfs_buf_cleanup(&c->path);
     tfs_buf_cleanup(&c->query);
@@ -227,6 +237,8 @@ static struct s3_conn *http_conn_create(struct s3_priv *p)
     tfs_buf_init(&c->line, 0);
     tfs_buf_init(&c->scratch, 0);
     tfs_buf_init(&c->auth, 0);
+    tfs_buf_init(&c->raw_req, 0);
+    c->raw_fd = -1;
     http_conn_setup(p, c);
     return c;
 }
@@ -420,6 +432,105 @@ static size_t http_on_header(char *b, size_t size, size_t n, void *arg)
         ;
     http_header(x->resp, line, v);
     return size * n;
+}
+
+/* ---- response heads we read ourselves (plain-HTTP GETs) ---- */
+
+/* [b, e) without spaces and tabs at either end into out (max bytes with
+   the NUL); false when it does not fit. */
+static bool http_trim_copy(const char *b, const char *e, char *out,
+                           size_t max)
+{
+    while (b < e && (*b == ' ' || *b == '\t'))
+        b++;
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+        e--;
+    if ((size_t)(e - b) >= max)
+        return false;
+    memcpy(out, b, (size_t)(e - b));
+    out[e - b] = '\0';
+    return true;
+}
+
+static bool http_digit(char ch)
+{
+    return ch >= '0' && ch <= '9';
+}
+
+/* "HTTP/1.x DDD[ reason]" (without its CRLF, n bytes) into resp. */
+static int http_head_status(const char *b, size_t n, struct s3_resp *resp)
+{
+    char line[64];
+
+    if (n < 12 || memcmp(b, "HTTP/1.", 7) != 0 || !http_digit(b[7]) ||
+        b[8] != ' ' || !http_digit(b[9]) || !http_digit(b[10]) ||
+        !http_digit(b[11]) || (n > 12 && b[12] != ' ') || b[9] == '0')
+        return tfs_err(TFS_EPROTO, "S3 sent a malformed status line");
+    memcpy(line, b, 12);
+    line[12] = '\0';
+    http_status_line(resp, line);
+    return 0;
+}
+
+/* One header line [b, e) of a head into resp and h. */
+static int http_head_field(const char *b, const char *e, struct s3_resp *resp,
+                           struct s3_head *h)
+{
+    const char *colon = memchr(b, ':', (size_t)(e - b));
+    char name[64];
+    char v[1024];
+
+    if (colon == NULL || colon == b || *b == ' ' || *b == '\t')
+        return tfs_err(TFS_EPROTO, "S3 sent a malformed header line");
+    if (!http_trim_copy(b, colon, name, sizeof(name)) ||
+        !http_trim_copy(colon + 1, e, v, sizeof(v)))
+        return 0;                       /* no header we parse is that long */
+    if (strcasecmp(name, "transfer-encoding") == 0) {
+        h->chunked |= strcasecmp(v, "identity") != 0;
+    } else if (strcasecmp(name, "connection") == 0) {
+        h->close |= strcasestr(v, "close") != NULL;
+    } else if (strcasecmp(name, "content-length") == 0) {
+        uint64_t len = 0;
+        size_t i = 0;
+
+        for (; http_digit(v[i]) && i < 19; i++)
+            len = len * 10 + (uint64_t)(v[i] - '0');
+        if (i == 0 || v[i] != '\0' ||
+            (resp->has_length && resp->length != len))
+            return tfs_err(TFS_EPROTO, "S3 sent a bad Content-Length "
+                           "('%.40s')", v);
+        resp->length = len;
+        resp->has_length = true;
+    } else {
+        http_header(resp, name, v);
+    }
+    return 0;
+}
+
+int tfs_s3_head_parse(const char *b, size_t n, struct s3_resp *resp,
+                      struct s3_head *h)
+{
+    const char *end = memmem(b, TFS_MIN(n, (size_t)S3_HEAD_MAX), "\r\n\r\n",
+                             4);
+    const char *p;
+    const char *eol;
+    int rc;
+
+    if (end == NULL)
+        return n >= S3_HEAD_MAX
+                   ? tfs_err(TFS_EPROTO, "S3 sent a response head over %u "
+                             "bytes", S3_HEAD_MAX)
+                   : 0;
+    *h = (struct s3_head){.len = (size_t)(end - b) + 4};
+    if (memchr(b, '\0', h->len) != NULL)
+        return tfs_err(TFS_EPROTO, "S3 sent a NUL in a response head");
+    eol = memmem(b, h->len, "\r\n", 2);
+    rc = http_head_status(b, (size_t)(eol - b), resp);
+    for (p = eol + 2; rc == 0 && p < end + 2; p = eol + 2) {
+        eol = memmem(p, (size_t)(end + 2 - p), "\r\n", 2);
+        rc = http_head_field(p, eol, resp, h);
+    }
+    return rc < 0 ? rc : 1;
 }
 
 /* ---- bodies ---- */
@@ -988,6 +1099,304 @@ static int http_injected(struct s3_priv *p, const struct s3_req *req)
                    p->bucket, req->key ? "/" : "", req->key ? req->key : "");
 }
 
+/* ---- plain-HTTP GETs into the caller's buffers ---- */
+
+/*
+ * libcurl hands a body to its write callback from its own buffer, so
+ * every byte of a GET was copied twice: by the kernel into curl's
+ * buffer, then by us into the block (15-17% of the daemon's CPU in a
+ * cold read, docs/performance-cold.md).  A GET into a buffer over plain
+ * HTTP (no TLS) goes instead on a socket of the handle's own
+ * (s3_sock.c): the request is the one curl would send (the same URL and
+ * signed headers, built by the same code), the head is read into a
+ * small buffer and parsed here (tfs_s3_head_parse, fuzzed), and the
+ * body is read with readv() straight into the destination, each piece
+ * reported as it lands.  The socket is kept alive to the endpoint it
+ * talks to; a kept one the server has closed is replaced once, before
+ * any answer came.  A body without a Content-Length (chunked) is asked
+ * again through curl.  Limits are curl's: the total (left_ms), the
+ * connect timeout, and for a transfer stall_ms without progress.
+ * raw_get=0, or a proxy in the environment, leaves every GET to curl.
+ */
+#define HTTP_RAW_CURL 1                 /* ask this one through curl */
+/* At most this much a readv(): a piece is then still in the CPU's cache
+   when its landing is reported (the chunk sums, cache/fetch.c). */
+#define HTTP_RAW_PIECE ((size_t)256 << 10)
+
+static void http_raw_close(struct s3_conn *c)
+{
+    if (c->raw_fd >= 0)
+        close(c->raw_fd);
+    c->raw_fd = -1;
+}
+
+static bool http_raw_ok(const struct s3_priv *p, const struct s3_ep *e,
+                        const struct s3_req *req)
+{
+    return p->raw_get && strcmp(req->method, "GET") == 0 &&
+           (req->dst != NULL || req->dst_iov != NULL) && req->dst_len > 0 &&
+           strncmp(e->base_url, "http://", 7) == 0;
+}
+
+/* The request line and headers into c->raw_req (hdrs: curl's list, where
+   "Name:" with no value means "send none"). */
+static int http_raw_request(struct s3_conn *c, const struct curl_slist *hdrs)
+{
+    struct tfs_buf *b = &c->raw_req;
+    int rc;
+
+    tfs_buf_reset(b);
+    rc = tfs_buf_printf(b, "GET %s%s%s HTTP/1.1\r\n", tfs_buf_str(&c->path),
+                        c->query.len ? "?" : "", tfs_buf_str(&c->query));
+    for (const struct curl_slist *l = hdrs; l != NULL && rc == 0;
+         l = l->next) {
+        const char *colon = strchr(l->data, ':');
+
+        if (strpbrk(l->data, "\r\n") != NULL)
+            return tfs_err(-EINVAL, "a line break in a request header");
+        if (colon == NULL || colon[strspn(colon + 1, " ") + 1] == '\0')
+            continue;
+        rc = tfs_buf_printf(b, "%s\r\n", l->data);
+    }
+    if (rc == 0)
+        rc = tfs_buf_puts(b, "\r\n");
+    return rc;
+}
+
+/* Read the answer's head into c->raw_head: 0 with *have bytes there (the
+   head, h->len, then maybe the body's start), -EPIPE when the connection
+   ended before any byte, or an error. */
+static int http_raw_head(const struct s3_io *io, struct s3_conn *c,
+                         struct s3_resp *resp, struct s3_head *h,
+                         size_t *have)
+{
+    size_t n = 0;
+
+    for (;;) {
+        size_t room = TFS_MIN((size_t)S3_HEAD_MAX - n, (size_t)4096);
+        ssize_t k = tfs_s3_sock_recv(io, c->raw_fd, c->raw_head + n, room);
+        int rc = 0;
+
+        if (k < 0)
+            return n == 0 && k == -ECONNRESET ? -EPIPE : (int)k;
+        if (k == 0)
+            return n == 0 ? -EPIPE
+                          : tfs_err(-ECONNRESET, "the connection closed "
+                                    "inside a response head");
+        n += (size_t)k;
+        while (n > 0 && (rc = tfs_s3_head_parse(c->raw_head, n, resp, h)) > 0) {
+            if (resp->status >= 200) {
+                *have = n;
+                return 0;
+            }
+            memmove(c->raw_head, c->raw_head + h->len, n - h->len);
+            n -= h->len;                /* a 1xx: the answer follows */
+        }
+        if (rc < 0)
+            return rc;
+    }
+}
+
+/* The pieces of req's destination for its bytes [at, at + len). */
+static int http_raw_slice(const struct s3_req *req, size_t at, size_t len,
+                          struct iovec *v, int max)
+{
+    int n = 0;
+
+    if (req->dst != NULL) {
+        v[0] = (struct iovec){(char *)req->dst + at, len};
+        return 1;
+    }
+    for (int i = 0; i < req->dst_iovcnt && len > 0 && n < max; i++) {
+        size_t seg = req->dst_iov[i].iov_len;
+        size_t k;
+
+        if (at >= seg) {
+            at -= seg;
+            continue;
+        }
+        k = TFS_MIN(len, seg - at);
+        v[n++] = (struct iovec){(char *)req->dst_iov[i].iov_base + at, k};
+        len -= k;
+        at = 0;
+    }
+    return n;
+}
+
+/* A 2xx body of take bytes into the destination, the first npre of them
+   already read (pre). */
+static int http_raw_body(struct s3_xfer *x, const struct s3_io *io, int fd,
+                         const char *pre, size_t npre, size_t take)
+{
+    const struct s3_req *req = x->req;
+    size_t got = TFS_MIN(npre, take);
+
+    if (got > 0) {
+        http_land(req, 0, pre, got);
+        x->recvd += got;
+        http_pace(x, x->recvd);
+    }
+    while (got < take) {
+        struct iovec v[16];
+        int cnt = http_raw_slice(req, got,
+                                 TFS_MIN(take - got, HTTP_RAW_PIECE), v, 16);
+        ssize_t k = tfs_s3_sock_readv(io, fd, v, cnt);
+
+        if (k < 0)
+            return (int)k;
+        if (k == 0)
+            return tfs_err(-ECONNRESET, "the connection closed after %zu "
+                           "of %zu bytes", got, take);
+        if (req->land != NULL)
+            req->land->fn(req->land->arg, got, (size_t)k);
+        got += (size_t)k;
+        x->recvd += (uint64_t)k;
+        http_pace(x, x->recvd);
+    }
+    x->resp->nbody = got;
+    return 0;
+}
+
+/* An error body of len bytes into x->errbody (capped), the first npre
+   already read; *whole when all of it was read. */
+static int http_raw_errbody(struct s3_xfer *x, const struct s3_io *io,
+                            int fd, const char *pre, size_t npre,
+                            uint64_t len, bool *whole)
+{
+    size_t keep = (size_t)TFS_MIN(len, (uint64_t)S3_ERRBODY_MAX);
+    size_t got = TFS_MIN(npre, keep);
+    char buf[4096];
+
+    if (tfs_buf_append(&x->errbody, pre, got) < 0)
+        return -ENOMEM;
+    while (got < keep) {
+        ssize_t k = tfs_s3_sock_recv(io, fd, buf,
+                                     TFS_MIN(sizeof(buf), keep - got));
+
+        if (k <= 0)
+            return k < 0 ? (int)k
+                         : tfs_err(-ECONNRESET, "the connection closed "
+                                   "inside an error body");
+        if (tfs_buf_append(&x->errbody, buf, (size_t)k) < 0)
+            return -ENOMEM;
+        got += (size_t)k;
+    }
+    *whole = keep == len && npre <= len;
+    return 0;
+}
+
+/* Send req and take the answer's head, on the kept socket or a new one. */
+static int http_raw_exchange(struct s3_priv *p, unsigned ei,
+                             struct s3_conn *c, const struct s3_io *io,
+                             struct s3_resp *resp, struct s3_head *h,
+                             size_t *have)
+{
+    const struct s3_ep *e = &p->bal.ep[ei];
+    struct s3_io cio = *io;             /* the connect's own limit */
+    uint64_t conn_end = tfs_now_ns() + p->connect_timeout_ms * 1000000u;
+    int rc = 0;
+
+    cio.stall_ns = 0;
+    if (cio.end_ns == 0 || conn_end < cio.end_ns)
+        cio.end_ns = conn_end;
+    if (c->raw_fd >= 0 && c->raw_ep != ei)
+        http_raw_close(c);
+    for (int tries = 0; tries < 2; tries++) {
+        bool reused = c->raw_fd >= 0;
+
+        if (!reused) {
+            rc = tfs_s3_sock_connect(e->base_url, &cio, &c->raw_fd);
+            if (rc < 0)
+                return rc;
+            c->raw_ep = ei;
+        }
+        rc = tfs_s3_sock_send(io, c->raw_fd, c->raw_req.p, c->raw_req.len);
+        if (rc == 0)
+            rc = http_raw_head(io, c, resp, h, have);
+        if (rc == 0 || !reused || (rc != -EPIPE && rc != -ECONNRESET))
+            break;
+        http_raw_close(c);              /* the server let it go: anew */
+    }
+    if (rc == -EPIPE)
+        rc = tfs_err(-ECONNRESET, "the connection closed before an answer");
+    return rc;
+}
+
+/* http_perform on our own socket; HTTP_RAW_CURL when curl must. */
+static int http_raw_perform(struct s3_priv *p, unsigned ei, struct s3_conn *c,
+                            const struct s3_req *req, struct s3_resp *resp,
+                            uint64_t left_ms, struct s3_ep_result *res)
+{
+    const struct s3_ep *e = &p->bal.ep[ei];
+    struct s3_xfer x = {.req = req, .resp = resp, .bw = p->conn_bw,
+                        .t0_ns = tfs_now_ns()};
+    struct s3_io io = {
+        .end_ns = left_ms != 0 ? x.t0_ns + left_ms * 1000000u : 0,
+        .stall_ns = http_is_transfer(req) ? p->stall_ms * 1000000u : 0};
+    const char *pre;
+    struct curl_slist *hdrs = NULL;
+    struct s3_head h = {0};
+    size_t have = 0;
+    bool net = false;                   /* the endpoint failed us */
+    bool keep = false;
+    int rc = 0;
+
+    tfs_buf_init(&x.errbody, 0);
+    if (c->raw_head == NULL && (c->raw_head = tfs_malloc(S3_HEAD_MAX)) == NULL)
+        return -ENOMEM;
+    rc = http_build_url(p, e, c, req);
+    if (rc == 0)
+        rc = http_headers(p, e, c, req, &hdrs);
+    if (rc == 0)
+        rc = http_raw_request(c, hdrs);
+    curl_slist_free_all(hdrs);
+    if (rc < 0)
+        goto out;
+    rc = http_raw_exchange(p, ei, c, &io, resp, &h, &have);
+    net = rc < 0;
+    pre = c->raw_head + h.len;
+    if (rc == 0 && (h.chunked || !resp->has_length)) {
+        rc = HTTP_RAW_CURL;
+    } else if (rc == 0 && resp->status >= 200 && resp->status <= 299) {
+        size_t take = (size_t)TFS_MIN(resp->length, (uint64_t)req->dst_len);
+
+        if (resp->length > req->dst_len && !req->dst_prefix) {
+            rc = tfs_err(TFS_EPROTO, "S3 sent more bytes than the range "
+                         "asked for");
+        } else {
+            rc = http_raw_body(&x, &io, c->raw_fd, pre, have - h.len, take);
+            net = rc < 0;
+            x.full = take < resp->length;
+            keep = rc == 0 && !x.full && have - h.len <= take;
+        }
+    } else if (rc == 0) {
+        rc = http_raw_errbody(&x, &io, c->raw_fd, pre, have - h.len,
+                              resp->length, &keep);
+        net = rc < 0;
+        if (rc == 0 && x.errbody.len > 0)
+            tfs_s3_xml_parse_error(x.errbody.p, x.errbody.len, &resp->err);
+        if (rc == 0)
+            rc = tfs_s3_map_status(p, req->method, req->key, resp->status,
+                                   &resp->err);
+    }
+    if (net) {
+        char why[256];
+
+        snprintf(why, sizeof(why), "%s", tfs_errdetail());
+        rc = tfs_err(rc, "%s (GET %s%s)", why, e->base_url,
+                     tfs_buf_str(&c->path));
+    }
+    if (!keep || h.close)
+        http_raw_close(c);
+    res->failed = net || (rc != HTTP_RAW_CURL &&
+                          http_ep_failed_status(resp->status));
+    res->bytes_in = x.recvd;
+    res->bytes_out = 0;
+out:
+    tfs_buf_cleanup(&x.errbody);
+    return rc;
+}
+
 /*
  * Send req on c at the endpoint the balancer picks, or at endpoint
  * forced (a health check: outside the balancer, *probe_ok says whether
@@ -1003,7 +1412,14 @@ static int http_at_endpoint(struct s3_priv *p, struct s3_conn *c,
 
     res.t0_ns = tfs_now_ns();
     i = forced >= 0 ? (unsigned)forced : tfs_s3_bal_pick(&p->bal, res.t0_ns);
-    rc = http_perform(p, &p->bal.ep[i], c, req, resp, left_ms, &res);
+    rc = http_raw_ok(p, &p->bal.ep[i], req)
+             ? http_raw_perform(p, i, c, req, resp, left_ms, &res)
+             : HTTP_RAW_CURL;
+    if (rc == HTTP_RAW_CURL) {          /* not for us, or chunked */
+        memset(resp, 0, sizeof(*resp));
+        tfs_errdetail_clear();
+        rc = http_perform(p, &p->bal.ep[i], c, req, resp, left_ms, &res);
+    }
     TFS_DEBUG("s3: %s /%s/%s at %s -> %ld %s (%.1f ms)", req->method,
               p->bucket, req->key ? req->key : "", p->bal.ep[i].name,
               resp->status, tfs_errname(rc),

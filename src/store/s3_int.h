@@ -305,6 +305,9 @@ struct s3_priv {
     char    *session_token;             /* or NULL, owned, wiped on close */
     bool     path_style;                /* /bucket/key, else bucket.host */
     bool     tls_verify;
+    bool     raw_get;                   /* GETs into a buffer over plain
+                                           HTTP on our own sockets
+                                           (s3_http.c); raw_get=0 */
     bool     anonymous;                 /* unsigned requests */
     uint64_t part_size;                 /* bytes */
     bool     part_size_auto;            /* not given: scale with the size */
@@ -421,5 +424,43 @@ int tfs_s3_req_hdr(struct s3_req *req, const char *name, const char *value);
  * TFS_EPROTO when malformed.
  */
 int tfs_s3_parse_http_date(const char *s, int64_t *out_ns);
+
+/* ---- plain-HTTP GETs (s3_http.c, s3_sock.c) ---- */
+
+#define S3_HEAD_MAX 16384u              /* bytes of a response head */
+
+/* What a response head says beyond s3_resp. */
+struct s3_head {
+    size_t len;                         /* bytes of the head, its blank
+                                           line included */
+    bool   chunked;                     /* a Transfer-Encoding */
+    bool   close;                       /* Connection: close */
+};
+
+/*
+ * Parse the head of an HTTP/1.x response from b[0..n): status line and
+ * headers, into resp (as the curl path fills it) and h.  1 when the head
+ * is whole (h->len), 0 when more bytes are needed, TFS_EPROTO with the
+ * detail set when it is malformed or longer than S3_HEAD_MAX.
+ */
+int tfs_s3_head_parse(const char *b, size_t n, struct s3_resp *resp,
+                      struct s3_head *h);
+
+/* The limits of one exchange on a socket: absolute ns, 0 for none. */
+struct s3_io {
+    uint64_t end_ns;                    /* the whole exchange */
+    uint64_t stall_ns;                  /* each wait for progress */
+};
+
+/* A connected non-blocking TCP socket to base_url's host and port. */
+int tfs_s3_sock_connect(const char *base_url, const struct s3_io *io,
+                        int *out);
+int tfs_s3_sock_send(const struct s3_io *io, int fd, const void *b,
+                     size_t n);
+/* Bytes received (> 0), 0 when the peer closed, or an error. */
+ssize_t tfs_s3_sock_recv(const struct s3_io *io, int fd, void *b,
+                         size_t n);
+ssize_t tfs_s3_sock_readv(const struct s3_io *io, int fd,
+                          const struct iovec *iov, int cnt);
 
 #endif /* TFS_S3_INT_H */
