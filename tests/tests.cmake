@@ -36,6 +36,10 @@ tfs_s3_test(store.s3-retry $<TARGET_FILE:test_store_conf>
 if(TARGET test_s3_live)
   tfs_s3_test(unit.s3_live $<TARGET_FILE:test_s3_live>)
 endif()
+# The plain-HTTP GETs (s3_http.c, s3_sock.c) against a fake HTTP server
+# in a thread of the test itself (127.0.0.1): a unit test, no S3 server.
+add_test(NAME unit.s3_raw COMMAND test_s3_raw)
+set_tests_properties(unit.s3_raw PROPERTIES TIMEOUT 120 LABELS unit)
 # Two RGW gateways of the one cluster, one killed -9 mid-read (issue 16).
 tfs_s3_test(s3.gateways ${PROJECT_SOURCE_DIR}/tests/integ/s3_gateways.sh
   $<TARGET_FILE:test_s3_gateways> ${TFS_S3_SERVER})

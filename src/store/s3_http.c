@@ -1316,6 +1316,7 @@ static int http_raw_exchange(struct s3_priv *p, unsigned ei,
         if (rc == 0 || !reused || (rc != -EPIPE && rc != -ECONNRESET))
             break;
         http_raw_close(c);              /* the server let it go: anew */
+        tfs_errdetail_clear();
     }
     if (rc == -EPIPE)
         rc = tfs_err(-ECONNRESET, "the connection closed before an answer");
