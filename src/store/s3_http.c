@@ -553,19 +553,18 @@ static void http_pace(const struct s3_xfer *x, uint64_t moved)
         tfs_sleep_ns(due - now);
 }
 
-/* len bytes of the body at its offset at, into dst or across dst_iov;
-   then the caller is told (req->land). */
-static void http_land(const struct s3_req *req, size_t at, const char *b,
-                      size_t len)
+/* The pieces of req's destination for its bytes [at, at + len): at most
+   max of them, as far as they go. */
+static int http_dst_slice(const struct s3_req *req, size_t at, size_t len,
+                          struct iovec *v, int max)
 {
-    size_t at0 = at;
-    size_t len0 = len;
+    int n = 0;
 
     if (req->dst != NULL) {
-        memcpy((char *)req->dst + at, b, len);
-        len = 0;
+        v[0] = (struct iovec){(char *)req->dst + at, len};
+        return 1;
     }
-    for (int i = 0; i < req->dst_iovcnt && len > 0; i++) {
+    for (int i = 0; i < req->dst_iovcnt && len > 0 && n < max; i++) {
         size_t seg = req->dst_iov[i].iov_len;
         size_t k;
 
@@ -574,13 +573,33 @@ static void http_land(const struct s3_req *req, size_t at, const char *b,
             continue;
         }
         k = TFS_MIN(len, seg - at);
-        memcpy((char *)req->dst_iov[i].iov_base + at, b, k);
-        b += k;
+        v[n++] = (struct iovec){(char *)req->dst_iov[i].iov_base + at, k};
         len -= k;
         at = 0;
     }
-    if (req->land != NULL && len0 > 0)
-        req->land->fn(req->land->arg, at0, len0);
+    return n;
+}
+
+/* len bytes of the body at its offset at, into dst or across dst_iov;
+   then the caller is told (req->land). */
+static void http_land(const struct s3_req *req, size_t at, const char *b,
+                      size_t len)
+{
+    size_t done = 0;
+
+    while (done < len) {
+        struct iovec v[16];
+        int n = http_dst_slice(req, at + done, len - done, v, 16);
+
+        if (n == 0)
+            break;                      /* past the destination: never */
+        for (int i = 0; i < n; i++) {
+            memcpy(v[i].iov_base, b + done, v[i].iov_len);
+            done += v[i].iov_len;
+        }
+    }
+    if (req->land != NULL && len > 0)
+        req->land->fn(req->land->arg, at, len);
 }
 
 /* A 2xx body for the caller's buffer; 0 stops the transfer. */
@@ -1197,32 +1216,6 @@ static int http_raw_head(const struct s3_io *io, struct s3_conn *c,
     }
 }
 
-/* The pieces of req's destination for its bytes [at, at + len). */
-static int http_raw_slice(const struct s3_req *req, size_t at, size_t len,
-                          struct iovec *v, int max)
-{
-    int n = 0;
-
-    if (req->dst != NULL) {
-        v[0] = (struct iovec){(char *)req->dst + at, len};
-        return 1;
-    }
-    for (int i = 0; i < req->dst_iovcnt && len > 0 && n < max; i++) {
-        size_t seg = req->dst_iov[i].iov_len;
-        size_t k;
-
-        if (at >= seg) {
-            at -= seg;
-            continue;
-        }
-        k = TFS_MIN(len, seg - at);
-        v[n++] = (struct iovec){(char *)req->dst_iov[i].iov_base + at, k};
-        len -= k;
-        at = 0;
-    }
-    return n;
-}
-
 /* A 2xx body of take bytes into the destination, the first npre of them
    already read (pre). */
 static int http_raw_body(struct s3_xfer *x, const struct s3_io *io, int fd,
@@ -1238,7 +1231,7 @@ static int http_raw_body(struct s3_xfer *x, const struct s3_io *io, int fd,
     }
     while (got < take) {
         struct iovec v[16];
-        int cnt = http_raw_slice(req, got,
+        int cnt = http_dst_slice(req, got,
                                  TFS_MIN(take - got, HTTP_RAW_PIECE), v, 16);
         ssize_t k = tfs_s3_sock_readv(io, fd, v, cnt);
 
