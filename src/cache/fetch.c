@@ -56,7 +56,6 @@
 #include <string.h>
 
 #include "cache/cache_int.h"
-#include "common/bytes.h"
 #include "common/csum.h"
 #include "tierfs/retry.h"
 #include "tierfs/log.h"
@@ -79,6 +78,7 @@ struct fetch_job {
                                            until handed to the block */
     uint8_t          *sums;             /* dst's chunk sums, once whole;
                                            owned until handed over too */
+    uint64_t          digest;           /* of sums, when they are set */
     uint64_t          deadline;         /* absolute ns, 0 = none: from
                                            the request that queued it */
     struct fetch_job *run_next;         /* running list; fetch lock */
@@ -168,13 +168,6 @@ uint64_t tfs_fetch_hedge_after_ns(struct tfs_cache *c)
 }
 
 /* ---- jobs ---- */
-
-/* Chunk sums in a block of len bytes (common/csum.h). */
-static size_t fetch_chunks(size_t len)
-{
-    return len == 0 ? 0 : (len - 1) / TFS_CSUM_CHUNK + 1;
-}
-
 
 static void fetch_job_free(struct tfs_cache *c, struct fetch_job *j)
 {
@@ -312,7 +305,7 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
         j->dst = NULL;
         j->sums = NULL;
         if (b->sums != NULL && !b->has_digest) {
-            b->digest = tfs_csum_of_sums(b->sums, fetch_chunks(b->len));
+            b->digest = j->digest;
             b->has_digest = true;
         }
         winner = true;
@@ -387,97 +380,80 @@ static void fetch_counted(struct tfs_cache *c, const struct fetch_job *j,
  * piece is still in the CPU's cache: hashing 64 KiB just written costs a
  * fraction of hashing it again from memory when the disk writer gets to
  * it (docs/performance-cold.md).  Only a run landed in order from the
- * read's start is hashed.  A report behind the run's end (a retry from
- * the start, a flip) is a rewrite: the run ends there, and the chunks
- * hashed past its start are taken back.  What was not hashed as it
- * landed (a store that does not report) is hashed at the end, from the
- * final bytes.  A sum that missed a change could only make the disk tier
+ * read's start is hashed (tfs_csum_feed, a block at a time).  A report
+ * behind the run's end (a retry from the start, a flip) is a rewrite:
+ * the run ends there, and every sum is taken again (rare: only these
+ * paths rewrite).  What was not hashed as it landed (a store that does
+ * not report) is hashed at the end (tfs_csum_end), from the final
+ * bytes.  A sum that missed a change could only make the disk tier
  * or a peer refuse the block later (their checks fail), never serve it.
  */
 struct fetch_land {
     struct tfs_landing  land;
     const struct iovec *iov;            /* the read's blocks */
-    uint8_t           **sums;           /* each block's chunk sums */
-    size_t              total;          /* bytes of the read */
+    struct tfs_csum    *cs;             /* each block's sums so far */
+    unsigned            k;              /* blocks */
     size_t              lo;             /* bytes landed in order from 0 */
-    size_t              done;           /* bytes hashed: whole chunks */
-    unsigned            seg;            /* the block done is in */
+    unsigned            seg;            /* the block lo is in */
     size_t              seg_at;         /* where that block starts */
 };
-
-/* Hash the chunks that end at or before upto. */
-static void fetch_land_hash(struct fetch_land *l, size_t upto)
-{
-    while (l->done < l->total) {
-        const struct iovec *v = &l->iov[l->seg];
-        size_t off = l->done - l->seg_at;
-        size_t n = TFS_MIN((size_t)TFS_CSUM_CHUNK, v->iov_len - off);
-
-        if (l->done + n > upto)
-            break;
-        tfs_put_le64(l->sums[l->seg] + 8 * (off / TFS_CSUM_CHUNK),
-                     tfs_xxh3((const uint8_t *)v->iov_base + off, n));
-        l->done += n;
-        if (off + n == v->iov_len) {
-            l->seg_at += v->iov_len;
-            l->seg++;
-        }
-    }
-}
 
 static void fetch_landed(void *arg, size_t at, size_t len)
 {
     struct fetch_land *l = arg;
 
-    if (at < l->lo) {                   /* a rewrite */
+    if (at < l->lo) {                   /* a rewrite: sum all again */
+        for (unsigned i = 0; i < l->k; i++)
+            l->cs[i].done = 0;
+        l->seg = 0;
+        l->seg_at = 0;
         l->lo = at;
-        if (at < l->done)
-            l->done = l->seg = l->seg_at = 0;
     }
-    if (at == l->lo) {
-        l->lo = TFS_MIN(at + len, l->total);
-        fetch_land_hash(l, l->lo);
-    }                                   /* past lo: a gap, for the end */
+    if (at != l->lo)
+        return;                         /* past lo: a gap, for the end */
+    l->lo += len;
+    while (l->seg < l->k) {             /* sum what the run now holds */
+        size_t seg_len = l->iov[l->seg].iov_len;
+
+        tfs_csum_feed(&l->cs[l->seg], l->iov[l->seg].iov_base,
+                      TFS_MIN(l->lo - l->seg_at, seg_len));
+        if (l->lo - l->seg_at < seg_len)
+            break;
+        l->seg_at += seg_len;
+        l->seg++;
+    }
 }
 
-/* Room for the sums of the k blocks from j on: false (none taken) when
-   there is no memory, which only costs the hashing later. */
-static bool fetch_land_begin(struct fetch_land *l, struct fetch_job *j,
-                             const struct iovec *iov, unsigned k,
-                             size_t total, uint8_t **sums)
+/* Room for the sums of the k blocks: false (none taken) when there is
+   no memory, which only costs the hashing later. */
+static bool fetch_land_begin(struct fetch_land *l, const struct iovec *iov,
+                             unsigned k, struct tfs_csum *cs)
 {
-    struct fetch_job *x = j;
     unsigned i;
 
     *l = (struct fetch_land){.land = {fetch_landed, l}, .iov = iov,
-                             .sums = sums, .total = total};
-    for (i = 0; i < k; i++, x = x->span_next) {
-        x->sums = tfs_malloc(TFS_MAX(8 * fetch_chunks(x->len), (size_t)8));
-        if (x->sums == NULL)
-            break;
-        sums[i] = x->sums;
-    }
+                             .cs = cs, .k = k};
+    for (i = 0; i < k && tfs_csum_begin(&cs[i], iov[i].iov_len) == 0; i++)
+        ;
     if (i == k)
         return true;
-    for (x = j; i-- > 0; x = x->span_next) {
-        tfs_free(x->sums);
-        x->sums = NULL;
-    }
+    while (i-- > 0)
+        tfs_csum_cleanup(&cs[i]);
     return false;
 }
 
-/* The read is over: with rc 0 every block gets its sums whole, else
-   none. */
+/* The read is over: with rc 0 every block from j on gets its sums, the
+   rest hashed now from the final bytes, and their digest; else none. */
 static void fetch_land_end(struct fetch_land *l, struct fetch_job *j,
-                           unsigned k, int rc)
+                           int rc)
 {
-    if (rc == 0) {
-        fetch_land_hash(l, l->total);
-        return;
-    }
-    for (struct fetch_job *x = j; k-- > 0; x = x->span_next) {
-        tfs_free(x->sums);
-        x->sums = NULL;
+    for (unsigned i = 0; i < l->k; i++, j = j->span_next) {
+        if (rc == 0) {
+            j->digest = tfs_csum_end(&l->cs[i], l->iov[i].iov_base);
+            j->sums = l->cs[i].sums;
+        } else {
+            tfs_csum_cleanup(&l->cs[i]);
+        }
     }
 }
 
@@ -496,9 +472,9 @@ static int fetch_store_read(struct tfs_cache *c, struct fetch_job *j,
     enum tfs_verify_how how = TFS_VERIFIED_NONE;
     bool whole = j->off == 0 && total == j->obj_size;
     uint64_t t0 = tfs_now_ns();
-    uint8_t *sums[TFS_FETCH_SPAN_MAX];
+    struct tfs_csum cs[TFS_FETCH_SPAN_MAX];
     struct fetch_land l;
-    bool landing = fetch_land_begin(&l, j, iov, k, total, sums);
+    bool landing = fetch_land_begin(&l, iov, k, cs);
     size_t n = 0;
     int rc = TFS_ECORRUPT;
 
@@ -522,7 +498,7 @@ static int fetch_store_read(struct tfs_cache *c, struct fetch_job *j,
         rc = tfs_err(TFS_ECHANGED, "'%s' is shorter than its listed size",
                      j->key);
     if (landing)
-        fetch_land_end(&l, j, k, rc);
+        fetch_land_end(&l, j, rc);
     if (rc == 0) {
         uint64_t ns = tfs_now_ns() - t0;
 
