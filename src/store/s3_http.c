@@ -405,37 +405,6 @@ static void http_status_line(struct s3_resp *r, const char *line)
     r->status = sp != NULL ? strtol(sp + 1, NULL, 10) : 0;
 }
 
-static size_t http_on_header(char *b, size_t size, size_t n, void *arg)
-{
-    struct s3_xfer *x = arg;
-    size_t len = size * n;
-    char line[1024];
-    char *colon;
-    char *v;
-
-    if (len >= sizeof(line))
-        return len;                     /* no header we parse is that long */
-    memcpy(line, b, len);
-    while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n' ||
-                       line[len - 1] == ' ' || line[len - 1] == '\t'))
-        len--;
-    line[len] = '\0';
-    if (strncmp(line, "HTTP/", 5) == 0) {
-        http_status_line(x->resp, line);
-        return size * n;
-    }
-    colon = strchr(line, ':');
-    if (colon == NULL)
-        return size * n;
-    *colon = '\0';
-    for (v = colon + 1; *v == ' ' || *v == '\t'; v++)
-        ;
-    http_header(x->resp, line, v);
-    return size * n;
-}
-
-/* ---- response heads we read ourselves (plain-HTTP GETs) ---- */
-
 /* [b, e) without spaces and tabs at either end into out (max bytes with
    the NUL); false when it does not fit. */
 static bool http_trim_copy(const char *b, const char *e, char *out,
@@ -451,6 +420,44 @@ static bool http_trim_copy(const char *b, const char *e, char *out,
     out[e - b] = '\0';
     return true;
 }
+
+/* One header line [b, e) into name and v, trimmed: 1, 0 when either is
+   too long for us (no header we parse is), -1 when it is no header. */
+static int http_field_split(const char *b, const char *e, char *name,
+                            size_t nmax, char *v, size_t vmax)
+{
+    const char *colon = memchr(b, ':', (size_t)(e - b));
+
+    if (colon == NULL || colon == b || *b == ' ' || *b == '\t')
+        return -1;
+    return http_trim_copy(b, colon, name, nmax) &&
+           http_trim_copy(colon + 1, e, v, vmax);
+}
+
+static size_t http_on_header(char *b, size_t size, size_t n, void *arg)
+{
+    struct s3_xfer *x = arg;
+    size_t len = size * n;
+    char name[64];
+    char v[1024];
+
+    while (len > 0 && (b[len - 1] == '\r' || b[len - 1] == '\n'))
+        len--;
+    if (len >= 5 && strncmp(b, "HTTP/", 5) == 0) {
+        char line[64];
+
+        len = TFS_MIN(len, sizeof(line) - 1);
+        memcpy(line, b, len);
+        line[len] = '\0';
+        http_status_line(x->resp, line);
+    } else if (http_field_split(b, b + len, name, sizeof(name), v,
+                                sizeof(v)) > 0) {
+        http_header(x->resp, name, v);
+    }                                   /* curl judged the rest */
+    return size * n;
+}
+
+/* ---- response heads we read ourselves (plain-HTTP GETs) ---- */
 
 static bool http_digit(char ch)
 {
@@ -476,14 +483,13 @@ static int http_head_status(const char *b, size_t n, struct s3_resp *resp)
 static int http_head_field(const char *b, const char *e, struct s3_resp *resp,
                            struct s3_head *h)
 {
-    const char *colon = memchr(b, ':', (size_t)(e - b));
     char name[64];
     char v[1024];
+    int rc = http_field_split(b, e, name, sizeof(name), v, sizeof(v));
 
-    if (colon == NULL || colon == b || *b == ' ' || *b == '\t')
+    if (rc < 0)
         return tfs_err(TFS_EPROTO, "S3 sent a malformed header line");
-    if (!http_trim_copy(b, colon, name, sizeof(name)) ||
-        !http_trim_copy(colon + 1, e, v, sizeof(v)))
+    if (rc == 0)
         return 0;                       /* no header we parse is that long */
     if (strcasecmp(name, "transfer-encoding") == 0) {
         h->chunked |= strcasecmp(v, "identity") != 0;
