@@ -410,35 +410,20 @@ static void fake_serve(const unsigned char *obj, size_t len)
     pthread_mutex_unlock(&fk.lock);
 }
 
-static int fake_accepts(void)
+/* One of the server's counts, read under its lock. */
+static int fake_count(const int *field)
 {
     int n;
 
     pthread_mutex_lock(&fk.lock);
-    n = fk.n_accept;
+    n = *field;
     pthread_mutex_unlock(&fk.lock);
     return n;
 }
 
-static int fake_requests(void)
-{
-    int n;
-
-    pthread_mutex_lock(&fk.lock);
-    n = fk.n_req;
-    pthread_mutex_unlock(&fk.lock);
-    return n;
-}
-
-static int fake_live(void)
-{
-    int n;
-
-    pthread_mutex_lock(&fk.lock);
-    n = fk.live;
-    pthread_mutex_unlock(&fk.lock);
-    return n;
-}
+#define fake_accepts() fake_count(&fk.n_accept)
+#define fake_requests() fake_count(&fk.n_req)
+#define fake_live() fake_count(&fk.live)
 
 /* Request i's head (recorded before its answer went out, so complete
    once the client has the answer). */
