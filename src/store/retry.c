@@ -29,6 +29,7 @@
 #define RETRY_NS_PER_MS 1000000ull
 #define RETRY_MAX_MS    1000000000ull   /* about 11.6 days */
 #define RETRY_SMALL_READ (4ull << 20)   /* reads up to this: no allowance */
+#define RETRY_OUTAGE_MAX_MS 1000        /* backoff cap while refused */
 
 struct retry_priv {
     uint64_t             retries;       /* attempts after the first */
@@ -38,6 +39,9 @@ struct retry_priv {
     uint64_t             deadline_ms;   /* per operation; 0 = none */
     uint64_t             min_rate;      /* bytes/s a transfer is allowed;
                                            0 = no allowance */
+    bool                 wait_refused;  /* refused after an answer: retry
+                                           until the deadline */
+    atomic_bool          answered;      /* an operation has succeeded */
     atomic_uint_fast64_t n_calls;
     atomic_uint_fast64_t n_retries;
     atomic_uint_fast64_t n_giveups;
@@ -69,6 +73,7 @@ static const struct tfs_opt_spec retry_opts[] = {
     RETRY_OPT("timeout_ms", TFS_OPT_MS, timeout_ms, RETRY_MAX_MS),
     RETRY_OPT("deadline_ms", TFS_OPT_MS, deadline_ms, RETRY_MAX_MS),
     RETRY_OPT("min_rate", TFS_OPT_SIZE, min_rate, TFS_OPT_NOMAX),
+    RETRY_OPT("wait_refused", TFS_OPT_BOOL, wait_refused, 1),
 };
 
 static void retry_defaults(struct retry_priv *p)
@@ -79,6 +84,7 @@ static void retry_defaults(struct retry_priv *p)
     p->timeout_ms = 30000;
     p->deadline_ms = 120000;
     p->min_rate = 256u << 10;
+    p->wait_refused = true;
 }
 
 /* The earlier of two deadlines, where 0 means none. */
@@ -135,15 +141,31 @@ static uint64_t retry_backoff_ns(const struct retry_priv *p, uint64_t n)
 /* ---- the loop ---- */
 
 /*
+ * An attempt that reached no server: refused, or no route.  From a store
+ * that has answered before, that is a gateway restarting or a link down
+ * for a while, not a wrong address; such attempts fail at once, so
+ * `retries` would be spent in well under a second.
+ */
+static bool retry_is_outage(int rc)
+{
+    return rc == -ECONNREFUSED || rc == -EHOSTUNREACH ||
+           rc == -ENETUNREACH || rc == -ENETDOWN;
+}
+
+/*
  * Sleep before retry n, but never past the overall deadline: false when
- * that deadline is reached instead.
+ * that deadline is reached instead.  In an outage the sleeps stay short,
+ * so the first attempt after the store is back is not far behind it.
  */
 static bool retry_backoff(const struct retry_priv *p,
                           const struct retry_op *op, uint64_t n,
-                          uint64_t overall, int rc)
+                          uint64_t overall, int rc, bool outage)
 {
     uint64_t ns = retry_backoff_ns(p, n);
     uint64_t now = tfs_now_ns();
+
+    if (outage)
+        ns = TFS_MIN(ns, (uint64_t)RETRY_OUTAGE_MAX_MS * RETRY_NS_PER_MS);
 
     TFS_DEBUG("retry: %s '%s' attempt %llu failed: %s (%s); retrying in "
               "%llu ms", op->name, op->key, (unsigned long long)n + 1,
@@ -193,6 +215,10 @@ static int retry_deadline(struct retry_priv *p, const struct retry_op *op,
  * runs under the earliest of its timeout, the overall deadline and the
  * caller's deadline; the caller's deadline is restored after each.  The
  * timeout and the overall deadline both grow by the op's allowance.
+ * With wait_refused, an outage (retry_is_outage) of a store that has
+ * answered before (an operation through this layer succeeded) does not
+ * use up the attempts: only a deadline ends
+ * it, so without any deadline the attempts still count.
  */
 static int retry_run(struct tfs_store *st, const struct retry_op *op)
 {
@@ -205,6 +231,8 @@ static int retry_run(struct tfs_store *st, const struct retry_op *op)
         retry_after_ms(now, retry_plus_ms(p->deadline_ms, extra_ms)),
         caller);
     uint64_t attempts = 0;
+    uint64_t counted = 0;               /* attempts that use up retries */
+    bool outage;
     int rc;
 
     atomic_fetch_add(&p->n_calls, 1);
@@ -217,11 +245,16 @@ static int retry_run(struct tfs_store *st, const struct retry_op *op)
         rc = op->attempt(tfs_store_next(st), op->arg);
         tfs_deadline_set(caller);
         attempts++;
+        if (rc == 0 && !atomic_load_explicit(&p->answered,
+                                             memory_order_relaxed))
+            atomic_store(&p->answered, true);
         if (rc == 0 || !tfs_err_is_retryable(rc))
             return rc;
-        if (attempts > p->retries)
+        outage = p->wait_refused && overall != 0 && retry_is_outage(rc) &&
+                 atomic_load(&p->answered);
+        if (!outage && ++counted > p->retries)
             return retry_give_up(p, op, attempts, rc);
-        if (!retry_backoff(p, op, attempts - 1, overall, rc))
+        if (!retry_backoff(p, op, attempts - 1, overall, rc, outage))
             return retry_deadline(p, op, attempts, rc);
         atomic_fetch_add(&p->n_retries, 1);
     }

@@ -68,6 +68,14 @@ static double secs_since(uint64_t t0)
     return (double)(tfs_now_ns() - t0) / 1e9;
 }
 
+static void sleep_until(uint64_t t)
+{
+    uint64_t now = tfs_now_ns();
+
+    if (t > now)
+        tfs_sleep_ns(t - now);
+}
+
 static int read_some(struct tfs_store *st, const char *key)
 {
     char buf[16];
@@ -644,9 +652,95 @@ TEST(cache_read_deadline)
     tfs_store_close(st);
 }
 
+/*
+ * A store that answered and then refuses connections (a gateway
+ * restarting) is waited for until the deadline, past `retries`; one that
+ * never answered, wait_refused=0, or no deadline at all keep the count.
+ * The fault layer's clock starts at its open; "R" below is refused.
+ */
+#define OUTAGE_Q "&partition_mode=refuse&retries=2&retry_base_ms=5" \
+                 "&retry_max_ms=40"
+
+TEST(refused_outage)
+{
+    struct tfs_store *st;
+    struct tfs_retry_stats rs;
+    struct tfs_stat s;
+    static const char *const counted[] = {
+        "partition=100+60000&deadline_ms=5000&wait_refused=0" OUTAGE_Q,
+        "partition=100+60000&deadline_ms=0" OUTAGE_Q,
+    };
+    uint64_t t0, t1;
+    double secs;
+
+    use_dir("outage");
+    free(put_plain("obj", 100));
+
+    /* R from 150 to 650 ms: the second read waits it out. */
+    t0 = tfs_now_ns();
+    st = open_retry("partition=150+500&deadline_ms=5000" OUTAGE_Q);
+    CHECK_OK(read_some(st, "obj"));
+    sleep_until(t0 + 200000000);
+    CHECK_OK(read_some(st, "obj"));
+    CHECK(secs_since(t0) >= 0.645);
+    tfs_retry_get_stats(st, &rs);
+    if (rs.retries <= 2)
+        TEST_FAIL_("%llu retries through a 0.45 s outage, want > 2",
+                   (unsigned long long)rs.retries);
+    CHECK_EQ(rs.giveups + rs.deadline_exceeded, 0);
+    tfs_store_close(st);
+
+    /* An outage longer than the deadline: refused at the deadline. */
+    t0 = tfs_now_ns();
+    st = open_retry("partition=100+60000&deadline_ms=400" OUTAGE_Q);
+    CHECK_OK(read_some(st, "obj"));
+    sleep_until(t0 + 150000000);
+    t1 = tfs_now_ns();
+    CHECK_RC(read_some(st, "obj"), -ECONNREFUSED);
+    secs = secs_since(t1);
+    if (secs < 0.399 || secs > 2.0)
+        TEST_FAIL_("gave up after %.3f s, want [0.4, 2]", secs);
+    CHECK(strstr(tfs_errdetail(), "refused") != NULL);
+    tfs_retry_get_stats(st, &rs);
+    CHECK_EQ(rs.deadline_exceeded, 1);
+    CHECK_EQ(rs.giveups, 0);
+    tfs_store_close(st);
+
+    /* Never answered (a wrong address, a server not up): counted. */
+    st = open_retry("partition=0+60000&deadline_ms=5000" OUTAGE_Q);
+    CHECK_RC(read_some(st, "obj"), -ECONNREFUSED);
+    tfs_retry_get_stats(st, &rs);
+    CHECK_EQ(rs.retries, 2);
+    CHECK_EQ(rs.giveups, 1);
+    tfs_store_close(st);
+
+    /* wait_refused=0, and no deadline at all: counted after an answer. */
+    for (size_t i = 0; i < TFS_ARRAY_LEN(counted); i++) {
+        t0 = tfs_now_ns();
+        st = open_retry(counted[i]);
+        CHECK_OK(read_some(st, "obj"));
+        sleep_until(t0 + 150000000);
+        CHECK_RC(read_some(st, "obj"), -ECONNREFUSED);
+        tfs_retry_get_stats(st, &rs);
+        CHECK_EQ(rs.retries, 2);
+        CHECK_EQ(rs.giveups, 1);
+        tfs_store_close(st);
+    }
+
+    /* Other retryable errors still count after an answer. */
+    st = open_retry("error=ECONNRESET&error_rate=1&error_ops=read"
+                    "&deadline_ms=5000" OUTAGE_Q);
+    CHECK_OK(tfs_store_stat(st, "obj", &s));
+    CHECK_RC(read_some(st, "obj"), -ECONNRESET);
+    tfs_retry_get_stats(st, &rs);
+    CHECK_EQ(rs.retries, 2);
+    CHECK_EQ(rs.giveups, 1);
+    tfs_store_close(st);
+}
+
 TESTS(T(flaky_reads), T(non_retryable), T(overall_deadline),
       T(attempt_timeout), T(transfer_allowance), T(caller_deadline),
       T(put_and_list),
       T(other_ops), T(failed_put_no_partial), T(logging), T(options),
-      T(cache_read_deadline));
+      T(cache_read_deadline), T(refused_outage));
 TEST_MAIN()
