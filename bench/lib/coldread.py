@@ -12,7 +12,9 @@ raw store's own clients, side by side in one run (issue 17 item 4).
 2. Small files (N_SMALL x SMALL_KIB), one reader, cold: open + read +
    close of each through a fresh mount (the listing read untimed first),
    against one curl process GETting the same objects in turn over one
-   kept-alive connection (a raw single-connection GET loop).
+   kept-alive connection (a raw single-connection GET loop).  Also
+   through a mount with verify=off (no MD5 against the ETag, on a copy
+   of its own): what the plumbing costs without the end-to-end check.
 
 3. The FUSE floor beside both: build/nullfs serving the same sizes from
    a static buffer (no store, no cache) read the same way, its daemon's
@@ -26,6 +28,9 @@ raw store's own clients, side by side in one run (issue 17 item 4).
    at most the loop's time a file plus the floor's (the reader opens the
    next file only when it has the last).  No FUSE client can pass it on
    this machine; tierfs is reported against it beside the raw clients.
+   A client that serves no byte before checking it against the ETag
+   spends one MD5 a file more on the reader's path: the *verifying
+   ceiling* adds the time this machine's MD5 of SMALL_KIB takes.
 4. The machine's bound for the 1 GiB read, measured rather than modelled:
    the floor's dd and the 8 curls run at the same time, each on its own
    copy, timed until both are done.  A FUSE client that fetches an
@@ -47,6 +52,7 @@ S3_DIR), build/tierfs and build/nullfs.  Prints one line per measurement
 with the load average, and a summary with the ratios; JSON on the last
 line.
 """
+import hashlib
 import json
 import os
 import resource
@@ -197,6 +203,19 @@ def curl_base():
             "-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD'")
 
 
+def md5_secs(size, n=500, trials=5):
+    """Seconds one MD5 of size bytes takes here (OpenSSL's, as the
+    daemon's), the best of a few trials."""
+    buf = os.urandom(size)
+    best = float("inf")
+    for _ in range(trials):
+        t = time.perf_counter()
+        for _ in range(n):
+            hashlib.md5(buf).digest()
+        best = min(best, (time.perf_counter() - t) / n)
+    return best
+
+
 def curl_ceiling(ep, bucket, key, size, streams=8):
     part = (size + streams - 1) // streams
     cmds = []
@@ -278,7 +297,7 @@ def main():
                 f.write(os.urandom(small_kib << 10))
         cfg = os.path.join(work, "put.cfg")
         with open(cfg, "w") as f:
-            for who in ("tierfs", "curl"):
+            for who in ("tierfs", "curl", "noverify"):
                 for r in range(rounds):
                     for i, rel in enumerate(rels):
                         f.write(f'upload-file = "{small}/f{i:05d}"\n'
@@ -362,8 +381,11 @@ def main():
             for who in copies:
                 sh(f"{TIERFS} rm s3://{bucket}/{run}/big-{r}-{who}")
 
+        md5_s = md5_secs(small_kib << 10)
+        res["md5_ms_per_file"] = md5_s * 1e3
         for r in range(rounds):
-            order = ("tierfs", "curl") if r % 2 == 0 else ("curl", "tierfs")
+            order = (("tierfs", "noverify", "curl") if r % 2 == 0 else
+                     ("curl", "noverify", "tierfs"))
             row = {}
             for who in order + ("floor",):
                 prefix = f"{run}/small-{r}-{who}"
@@ -390,14 +412,15 @@ def main():
                                    "server_cpu_ms_per_file":
                                    (srv.now() - s0) / len(keys) * 1e3}
                 else:
-                    with Mount(f"s3://{bucket}/{prefix}", mnt,
-                               f"{cache}-small{r}", *mount_args) as m:
+                    q = "?verify=off" if who == "noverify" else ""
+                    with Mount(f"s3://{bucket}/{prefix}{q}", mnt,
+                               f"{cache}-small{r}{who}", *mount_args) as m:
                         names = walk(mnt)
                         d0, s0, r0 = proc_cpu(m.pid), srv.now(), self_cpu()
                         t = time.monotonic()
                         read_files(names, small_kib << 10)
                         wall = time.monotonic() - t
-                        row["tierfs"] = {
+                        row[who] = {
                             "files_s": len(names) / wall,
                             "cpu_ms_per_file":
                             (proc_cpu(m.pid) - d0) / len(names) * 1e3,
@@ -414,6 +437,11 @@ def main():
                 (c["cpu_ms_per_file"] + c["server_cpu_ms_per_file"] +
                  fl["cpu_ms_per_file"] + fl["reader_cpu_ms_per_file"]) / 1e3,
                 1), 1 / (1 / c["files_s"] + 1 / fl["files_s"]))
+            # a client that serves no byte before its MD5 matches the
+            # ETag also spends that MD5 on the reader's path
+            row["verify_ceiling_files_s"] = 1 / (
+                1 / row["fuse_ceiling_files_s"] + md5_s)
+            nv = row["noverify"]
             log(f"small round {r}: tierfs {t['files_s']:.0f} files/s "
                 f"(daemon {t['cpu_ms_per_file']:.2f} + reader "
                 f"{t['reader_cpu_ms_per_file']:.2f} ms CPU/file, server "
@@ -428,7 +456,15 @@ def main():
                 f"ceiling {row['fuse_ceiling_files_s']:.0f} files/s "
                 f"({row['fuse_ceiling_files_s'] / c['files_s']:.2f}x the "
                 f"loop), tierfs "
-                f"{t['files_s'] / row['fuse_ceiling_files_s']:.2f}x of it")
+                f"{t['files_s'] / row['fuse_ceiling_files_s']:.2f}x of it; "
+                f"with the MD5 against the ETag ({md5_s * 1e3:.3f} ms) "
+                f"{row['verify_ceiling_files_s']:.0f} files/s, tierfs "
+                f"{t['files_s'] / row['verify_ceiling_files_s']:.2f}x of it;"
+                f" tierfs verify=off {nv['files_s']:.0f} files/s (daemon "
+                f"{nv['cpu_ms_per_file']:.2f} ms CPU/file), "
+                f"{nv['files_s'] / c['files_s']:.2f}x the loop, "
+                f"{nv['files_s'] / row['fuse_ceiling_files_s']:.2f}x the "
+                f"FUSE ceiling")
             res["small"].append(row)
 
         big = statistics.median(r["tierfs"]["mbps"] / r["curl"]["mbps"]
@@ -443,6 +479,15 @@ def main():
                                for r in res["rounds"])
         cs = statistics.median(s["fuse_ceiling_files_s"] / s["curl"]["files_s"]
                                for s in res["small"])
+        vs = statistics.median(s["verify_ceiling_files_s"] /
+                               s["curl"]["files_s"] for s in res["small"])
+        smv = statistics.median(s["tierfs"]["files_s"] /
+                                s["verify_ceiling_files_s"]
+                                for s in res["small"])
+        nvc = statistics.median(s["noverify"]["files_s"] /
+                                s["fuse_ceiling_files_s"] for s in res["small"])
+        res["small_of_verify_ceiling"] = smv
+        res["small_noverify_of_ceiling"] = nvc
         bb = statistics.median(r["bound_mbps"] / r["curl"]["mbps"]
                                for r in res["rounds"])
         bigb = statistics.median(r["tierfs"]["mbps"] / r["bound_mbps"]
@@ -454,7 +499,9 @@ def main():
             f"FUSE ceiling is {cb:.2f}x, tierfs {bigc:.2f}x of it; the "
             f"measured bound is {bb:.2f}x, tierfs {bigb:.2f}x of it); small "
             f"files: tierfs/curl loop median {sm:.2f}x (target 0.90; the "
-            f"FUSE ceiling is {cs:.2f}x, tierfs {smc:.2f}x of it)")
+            f"FUSE ceiling is {cs:.2f}x, tierfs {smc:.2f}x of it; with the "
+            f"MD5 that verifying costs it is {vs:.2f}x, tierfs {smv:.2f}x of "
+            f"it; tierfs with verify=off {nvc:.2f}x of the FUSE ceiling)")
         print(json.dumps(res))
     finally:
         subprocess.run(f"{TIERFS} rm -r s3://{bucket}/{run}/", shell=True,
