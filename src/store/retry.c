@@ -217,8 +217,8 @@ static int retry_deadline(struct retry_priv *p, const struct retry_op *op,
  * timeout and the overall deadline both grow by the op's allowance.
  * With wait_refused, an outage (retry_is_outage) of a store that has
  * answered before (an operation through this layer succeeded) does not
- * use up the attempts: only a deadline ends
- * it, so without any deadline the attempts still count.
+ * use up the attempts: only a deadline ends it, so without any deadline
+ * the attempts still count.
  */
 static int retry_run(struct tfs_store *st, const struct retry_op *op)
 {
