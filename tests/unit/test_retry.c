@@ -667,8 +667,8 @@ TEST(refused_outage)
     struct tfs_retry_stats rs;
     struct tfs_stat s;
     static const char *const counted[] = {
-        "partition=100+60000&deadline_ms=5000&wait_refused=0" OUTAGE_Q,
-        "partition=100+60000&deadline_ms=0" OUTAGE_Q,
+        "partition=300+60000&deadline_ms=5000&wait_refused=0" OUTAGE_Q,
+        "partition=300+60000&deadline_ms=0" OUTAGE_Q,
     };
     uint64_t t0, t1;
     double secs;
@@ -676,13 +676,13 @@ TEST(refused_outage)
     use_dir("outage");
     free(put_plain("obj", 100));
 
-    /* R from 150 to 650 ms: the second read waits it out. */
+    /* R from 300 to 800 ms: the second read waits it out. */
     t0 = tfs_now_ns();
-    st = open_retry("partition=150+500&deadline_ms=5000" OUTAGE_Q);
+    st = open_retry("partition=300+500&deadline_ms=5000" OUTAGE_Q);
     CHECK_OK(read_some(st, "obj"));
-    sleep_until(t0 + 200000000);
+    sleep_until(t0 + 350000000);
     CHECK_OK(read_some(st, "obj"));
-    CHECK(secs_since(t0) >= 0.645);
+    CHECK(secs_since(t0) >= 0.795);
     tfs_retry_get_stats(st, &rs);
     if (rs.retries <= 2)
         TEST_FAIL_("%llu retries through a 0.45 s outage, want > 2",
@@ -692,9 +692,9 @@ TEST(refused_outage)
 
     /* An outage longer than the deadline: refused at the deadline. */
     t0 = tfs_now_ns();
-    st = open_retry("partition=100+60000&deadline_ms=400" OUTAGE_Q);
+    st = open_retry("partition=300+60000&deadline_ms=400" OUTAGE_Q);
     CHECK_OK(read_some(st, "obj"));
-    sleep_until(t0 + 150000000);
+    sleep_until(t0 + 350000000);
     t1 = tfs_now_ns();
     CHECK_RC(read_some(st, "obj"), -ECONNREFUSED);
     secs = secs_since(t1);
@@ -719,7 +719,7 @@ TEST(refused_outage)
         t0 = tfs_now_ns();
         st = open_retry(counted[i]);
         CHECK_OK(read_some(st, "obj"));
-        sleep_until(t0 + 150000000);
+        sleep_until(t0 + 350000000);
         CHECK_RC(read_some(st, "obj"), -ECONNREFUSED);
         tfs_retry_get_stats(st, &rs);
         CHECK_EQ(rs.retries, 2);
