@@ -404,7 +404,7 @@ static void fetch_landed(void *arg, size_t at, size_t len)
 
     if (at < l->lo) {                   /* a rewrite: sum all again */
         for (unsigned i = 0; i < l->k; i++)
-            l->cs[i].done = 0;
+            tfs_csum_restart(&l->cs[i]);
         l->seg = 0;
         l->seg_at = 0;
         l->lo = at;

@@ -77,6 +77,11 @@ void tfs_csum_feed(struct tfs_csum *s, const uint8_t *data, size_t have)
     }
 }
 
+void tfs_csum_restart(struct tfs_csum *s)
+{
+    s->done = 0;
+}
+
 uint64_t tfs_csum_end(struct tfs_csum *s, const uint8_t *data)
 {
     tfs_csum_feed(s, data, s->len);

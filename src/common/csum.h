@@ -45,6 +45,8 @@ struct tfs_csum {
 
 int tfs_csum_begin(struct tfs_csum *s, size_t len);     /* 0 or -ENOMEM */
 void tfs_csum_feed(struct tfs_csum *s, const uint8_t *data, size_t have);
+/* The bytes are written again from the start: what was fed is void. */
+void tfs_csum_restart(struct tfs_csum *s);
 /* The digest once all len bytes are there (feeds what is left). */
 uint64_t tfs_csum_end(struct tfs_csum *s, const uint8_t *data);
 void tfs_csum_cleanup(struct tfs_csum *s);
