@@ -508,11 +508,6 @@ static void read_ok(struct tfs_store *st, const char *key,
     free(buf);
 }
 
-static double secs_since(uint64_t t0)
-{
-    return (double)(tfs_now_ns() - t0) / 1e9;
-}
-
 #define OBJ_LEN ((size_t)200000)
 
 /* ---- answers that arrive well ---- */
@@ -906,7 +901,7 @@ TEST(stall_times_out)
     fake_add(AFTER_STALL, 0, 0, head, obj, 64u << 10);
     t0 = tfs_now_ns();
     CHECK_RC(tfs_store_read(st, "big", buf, len, 0, NULL, &n), -ETIMEDOUT);
-    secs = secs_since(t0);
+    secs = test_secs_since(t0);
     printf("# stalled GET failed after %.2f s: %s\n", secs, tfs_errdetail());
     if (secs < 0.9 || secs > 3.0)
         TEST_FAIL_("the stalled GET failed after %.2f s, want ~1", secs);
@@ -914,7 +909,7 @@ TEST(stall_times_out)
     check_raw(0);
     /* the client hung up: the server's side ends by itself */
     t0 = tfs_now_ns();
-    while (fake_live() > 0 && secs_since(t0) < 2.0)
+    while (fake_live() > 0 && test_secs_since(t0) < 2.0)
         tfs_sleep_ns(10000000u);
     CHECK_EQ(fake_live(), 0);
     tfs_store_close(st);
@@ -1044,7 +1039,7 @@ TEST(malformed_status)
     fake_206(AFTER_KEEP, 0, 0, obj, OBJ_LEN, 0, 10, "");
     t0 = tfs_now_ns();
     rc = tfs_store_read(st, "k", buf, sizeof(buf), 0, NULL, &n);
-    CHECK(secs_since(t0) < 2.0);
+    CHECK(test_secs_since(t0) < 2.0);
     CHECK(rc < 0);
     CHECK_RC(rc, TFS_EPROTO);
     CHECK(strstr(tfs_errdetail(), "malformed status line") != NULL);
@@ -1135,13 +1130,13 @@ TEST(head_too_long)
     t0 = tfs_now_ns();
     CHECK_RC(tfs_store_read(st, "k", buf, sizeof(buf), 0, NULL, &n),
              TFS_EPROTO);
-    CHECK(secs_since(t0) < 2.0);
+    CHECK(test_secs_since(t0) < 2.0);
     if (strstr(tfs_errdetail(), "over 16384 bytes") == NULL)
         TEST_FAIL_("detail: %s", tfs_errdetail());
     t0 = tfs_now_ns();
     CHECK_RC(tfs_store_read(st, "k", buf, sizeof(buf), 0, NULL, &n),
              TFS_EPROTO);
-    CHECK(secs_since(t0) < 2.0);
+    CHECK(test_secs_since(t0) < 2.0);
     read_ok(st, "k", obj, 0, 100);
     CHECK_EQ(fake_requests(), 3);
     CHECK_EQ(fake_accepts(), 3);        /* each bad one dropped */
@@ -1266,7 +1261,7 @@ TEST(refused)
     t0 = tfs_now_ns();
     CHECK_RC(tfs_store_read(st, "k", buf, sizeof(buf), 0, NULL, &n),
              -ECONNREFUSED);
-    CHECK(secs_since(t0) < 2.0);
+    CHECK(test_secs_since(t0) < 2.0);
     CHECK(strstr(tfs_errdetail(), "127.0.0.1") != NULL);
     tfs_store_close(st);
 }

@@ -24,6 +24,7 @@
 
 #include "tierfs/err.h"
 #include "tierfs/mem.h"
+#include "common/util.h"
 
 struct test_case {
     const char *name;
@@ -214,6 +215,23 @@ static inline void test_subdir(const char *tag, const char *name, char *out,
     n = snprintf(out, size, "%s/%s", test_base_dir(), name);
     CHECK(n > 0 && (size_t)n < size);
     CHECK_OK(mkdir(out, 0755) < 0 ? -errno : 0);
+}
+
+/* ---- time ---- */
+
+/* Seconds since t0 (tfs_now_ns()). */
+static inline double test_secs_since(uint64_t t0)
+{
+    return (double)(tfs_now_ns() - t0) / 1e9;
+}
+
+/* Sleep until tfs_now_ns() reaches t (at once when it has). */
+static inline void test_sleep_until(uint64_t t)
+{
+    uint64_t now = tfs_now_ns();
+
+    if (t > now)
+        tfs_sleep_ns(t - now);
 }
 
 /* ---- failing allocations ---- */

@@ -69,22 +69,9 @@ static unsigned char *put_plain(const char *key, size_t len)
     return data;
 }
 
-static double secs_since(uint64_t t0)
-{
-    return (double)(tfs_now_ns() - t0) / 1e9;
-}
-
 static void sleep_ms(unsigned ms)
 {
     tfs_sleep_ns((uint64_t)ms * 1000000);
-}
-
-static void sleep_until(uint64_t t)
-{
-    uint64_t now = tfs_now_ns();
-
-    if (t > now)
-        tfs_sleep_ns(t - now);
 }
 
 static void touch(const char *path)
@@ -214,11 +201,11 @@ TEST(latency)
     for (int i = 0; i < 3; i++) {
         t0 = tfs_now_ns();
         CHECK_OK(tfs_store_stat(st, "obj", &s));
-        CHECK(secs_since(t0) >= 0.039);
+        CHECK(test_secs_since(t0) >= 0.039);
     }
     t0 = tfs_now_ns();
     CHECK_OK(tfs_store_read(st, "obj", buf, 1 << 20, 0, NULL, &n));
-    CHECK(secs_since(t0) >= 0.039);
+    CHECK(test_secs_since(t0) >= 0.039);
     CHECK(n == 1 << 20 && memcmp(buf, data, n) == 0);
     tfs_fault_get_stats(st, &fs);
     CHECK_EQ(fs.delayed_calls, 4);      /* a read pays once, any size */
@@ -231,7 +218,7 @@ TEST(latency)
     tfs_deadline_set(t0 + 50000000);
     CHECK_RC(tfs_store_stat(st, "obj", &s), -ETIMEDOUT);
     tfs_deadline_set(0);
-    CHECK(secs_since(t0) >= 0.049 && secs_since(t0) < 1.0);
+    CHECK(test_secs_since(t0) >= 0.049 && test_secs_since(t0) < 1.0);
     CHECK(strstr(tfs_errdetail(), "latency (stat 'obj')") != NULL);
     tfs_fault_get_stats(st, &fs);
     CHECK_EQ(fs.timeouts, 1);
@@ -256,11 +243,11 @@ TEST(bandwidth)
     st = open_fault("bw=8M");
     t0 = tfs_now_ns();
     CHECK_OK(tfs_store_read(st, "obj", buf, len, 0, NULL, &n));
-    CHECK(secs_since(t0) >= 0.24);      /* 2 MiB at 8 MiB/s: 0.25 s */
+    CHECK(test_secs_since(t0) >= 0.24);      /* 2 MiB at 8 MiB/s: 0.25 s */
     CHECK(n == len && memcmp(buf, data, len) == 0);
     t0 = tfs_now_ns();
     CHECK_OK(tfs_store_put(st, "up", data, len / 2, NULL));
-    CHECK(secs_since(t0) >= 0.12);
+    CHECK(test_secs_since(t0) >= 0.12);
     /* Threads share the cap: two 1 MiB reads together take 0.25 s. */
     t0 = tfs_now_ns();
     reader_start(&r[0], st, "obj", len / 2);
@@ -269,7 +256,7 @@ TEST(bandwidth)
     pthread_join(r[1].tid, NULL);
     CHECK_OK(r[0].rc);
     CHECK_OK(r[1].rc);
-    CHECK(secs_since(t0) >= 0.24);
+    CHECK(test_secs_since(t0) >= 0.24);
     tfs_fault_get_stats(st, &fs);
     CHECK_EQ(fs.throttled_bytes, len + len / 2 + len);
     CHECK(fs.throttle_ns_total >= 600000000ull);
@@ -281,10 +268,10 @@ TEST(bandwidth)
     tfs_deadline_set(t0 + 50000000);
     CHECK_RC(tfs_store_read(st, "obj", buf, len, 0, NULL, &n), -ETIMEDOUT);
     tfs_deadline_set(0);
-    CHECK(secs_since(t0) < 1.0);
+    CHECK(test_secs_since(t0) < 1.0);
     t0 = tfs_now_ns();
     CHECK_OK(tfs_store_read(st, "obj", buf, 16384, 0, NULL, &n));
-    CHECK(secs_since(t0) >= 0.015 && secs_since(t0) < 1.0);
+    CHECK(test_secs_since(t0) >= 0.015 && test_secs_since(t0) < 1.0);
     tfs_store_close(st);
     free(data);
     free(buf);
@@ -426,7 +413,7 @@ TEST(partition_file_hang)
     tfs_deadline_set(t0 + 200000000);
     CHECK_RC(read_some(st, "obj"), -ETIMEDOUT);
     tfs_deadline_set(0);
-    CHECK(secs_since(t0) >= 0.199 && secs_since(t0) < 2.0);
+    CHECK(test_secs_since(t0) >= 0.199 && test_secs_since(t0) < 2.0);
     CHECK(strstr(tfs_errdetail(), "partitioned") != NULL);
     tfs_fault_get_stats(st, &fs);
     CHECK_EQ(fs.partition_waits, 1);
@@ -463,7 +450,7 @@ TEST(partition_refuse)
     st = open_fault(query);
     t0 = tfs_now_ns();
     CHECK_RC(read_some(st, "obj"), -ECONNREFUSED);
-    CHECK(secs_since(t0) < 0.5);
+    CHECK(test_secs_since(t0) < 0.5);
     CHECK(strstr(tfs_errdetail(), "refused (read 'obj')") != NULL);
     CHECK_EQ(unlink(cut), 0);
     CHECK_OK(read_some(st, "obj"));
@@ -480,9 +467,9 @@ TEST(partition_window)
     t0 = tfs_now_ns();
     st = open_fault("partition=0+250,700+60000&partition_mode=refuse");
     CHECK_RC(read_some(st, "obj"), -ECONNREFUSED);
-    sleep_until(t0 + 350000000);
+    test_sleep_until(t0 + 350000000);
     CHECK_OK(read_some(st, "obj"));     /* between the windows */
-    sleep_until(t0 + 800000000);
+    test_sleep_until(t0 + 800000000);
     CHECK_RC(read_some(st, "obj"), -ECONNREFUSED);
     tfs_store_close(st);
 
@@ -490,7 +477,7 @@ TEST(partition_window)
     t0 = tfs_now_ns();
     st = open_fault("partition=0+200");
     CHECK_OK(read_some(st, "obj"));
-    CHECK(secs_since(t0) >= 0.19);
+    CHECK(test_secs_since(t0) >= 0.19);
     tfs_store_close(st);
 }
 

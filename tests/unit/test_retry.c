@@ -63,19 +63,6 @@ static unsigned char *put_plain(const char *key, size_t len)
     return data;
 }
 
-static double secs_since(uint64_t t0)
-{
-    return (double)(tfs_now_ns() - t0) / 1e9;
-}
-
-static void sleep_until(uint64_t t)
-{
-    uint64_t now = tfs_now_ns();
-
-    if (t > now)
-        tfs_sleep_ns(t - now);
-}
-
 static int read_some(struct tfs_store *st, const char *key)
 {
     char buf[16];
@@ -189,7 +176,7 @@ TEST(overall_deadline)
                     "&retries=100000&retry_base_ms=5&retry_max_ms=40");
     t0 = tfs_now_ns();
     CHECK_RC(read_some(st, "obj"), -EAGAIN);
-    secs = secs_since(t0);
+    secs = test_secs_since(t0);
     if (secs < 0.299 || secs > 1.5)
         TEST_FAIL_("gave up after %.3f s, want [0.3, 1.5]", secs);
     CHECK(strstr(tfs_errdetail(), "fault: injected EAGAIN") != NULL);
@@ -218,7 +205,7 @@ TEST(attempt_timeout)
     st = open_retry(query);
     t0 = tfs_now_ns();
     CHECK_RC(read_some(st, "obj"), -ETIMEDOUT);
-    secs = secs_since(t0);
+    secs = test_secs_since(t0);
     if (secs < 0.299 || secs > 3.0)
         TEST_FAIL_("gave up after %.3f s, want [0.3, 3]", secs);
     CHECK(strstr(tfs_errdetail(), "partitioned") != NULL);
@@ -260,7 +247,7 @@ TEST(transfer_allowance)
                     "&retry_base_ms=1");
     t0 = tfs_now_ns();
     CHECK_OK(tfs_store_put(st, "big", data, len, NULL));
-    secs = secs_since(t0);
+    secs = test_secs_since(t0);
     if (secs < 1.5)
         TEST_FAIL_("the put took %.3f s: the link was not slow", secs);
     printf("# 8 MB put through bw=4M, timeout_ms=500: %.2f s\n", secs);
@@ -281,7 +268,7 @@ TEST(transfer_allowance)
                     "&min_rate=64M");
     t0 = tfs_now_ns();
     CHECK_RC(tfs_store_put(st, "big2", data, len, NULL), -ETIMEDOUT);
-    secs = secs_since(t0);
+    secs = test_secs_since(t0);
     if (secs < 0.55 || secs > 1.4)
         TEST_FAIL_("gave up after %.3f s, want about 0.62", secs);
     CHECK(strstr(tfs_errdetail(), "throttled by bw") != NULL);
@@ -310,7 +297,7 @@ TEST(caller_deadline)
     tfs_deadline_set(mine);
     CHECK_RC(read_some(st, "obj"), -ETIMEDOUT);
     CHECK_EQ(tfs_deadline_get(), mine);     /* restored */
-    secs = secs_since(t0);
+    secs = test_secs_since(t0);
     if (secs < 0.249 || secs > 1.5)
         TEST_FAIL_("gave up after %.3f s, want [0.25, 1.5]", secs);
     tfs_retry_get_stats(st, &rs);
@@ -573,7 +560,7 @@ static void *cd_read(void *arg)
         r->rc = tfs_file_read(f, buf, sizeof(buf), 0, &n);
         tfs_file_close(f);
     }
-    r->secs = secs_since(t0);
+    r->secs = test_secs_since(t0);
     return NULL;
 }
 
@@ -680,9 +667,9 @@ TEST(refused_outage)
     t0 = tfs_now_ns();
     st = open_retry("partition=300+500&deadline_ms=5000" OUTAGE_Q);
     CHECK_OK(read_some(st, "obj"));
-    sleep_until(t0 + 350000000);
+    test_sleep_until(t0 + 350000000);
     CHECK_OK(read_some(st, "obj"));
-    CHECK(secs_since(t0) >= 0.795);
+    CHECK(test_secs_since(t0) >= 0.795);
     tfs_retry_get_stats(st, &rs);
     if (rs.retries <= 2)
         TEST_FAIL_("%llu retries through a 0.45 s outage, want > 2",
@@ -694,10 +681,10 @@ TEST(refused_outage)
     t0 = tfs_now_ns();
     st = open_retry("partition=300+60000&deadline_ms=400" OUTAGE_Q);
     CHECK_OK(read_some(st, "obj"));
-    sleep_until(t0 + 350000000);
+    test_sleep_until(t0 + 350000000);
     t1 = tfs_now_ns();
     CHECK_RC(read_some(st, "obj"), -ECONNREFUSED);
-    secs = secs_since(t1);
+    secs = test_secs_since(t1);
     if (secs < 0.399 || secs > 2.0)
         TEST_FAIL_("gave up after %.3f s, want [0.4, 2]", secs);
     CHECK(strstr(tfs_errdetail(), "refused") != NULL);
@@ -719,7 +706,7 @@ TEST(refused_outage)
         t0 = tfs_now_ns();
         st = open_retry(counted[i]);
         CHECK_OK(read_some(st, "obj"));
-        sleep_until(t0 + 350000000);
+        test_sleep_until(t0 + 350000000);
         CHECK_RC(read_some(st, "obj"), -ECONNREFUSED);
         tfs_retry_get_stats(st, &rs);
         CHECK_EQ(rs.retries, 2);
