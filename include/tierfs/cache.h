@@ -175,6 +175,18 @@ TFS_API int tfs_file_open_stat(struct tfs_cache *c, const char *key,
                                const struct tfs_stat *st,
                                struct tfs_file **out);
 /*
+ * For an event loop that answers an open (the FUSE mount): after
+ * tfs_file_sent_begin, the load of a small object this thread's open
+ * starts is marked, and tfs_file_sent_wait waits (2 ms at most) until
+ * a fetch worker has sent its request to the store, so that the open's
+ * answer (which wakes the reader) does not delay it.  It waits only
+ * when a worker was free to take the load at once; otherwise, and when
+ * nothing was started, it returns at once.  Every _begin needs its
+ * _wait, on the same thread.
+ */
+TFS_API void tfs_file_sent_begin(void);
+TFS_API void tfs_file_sent_wait(struct tfs_cache *c);
+/*
  * Read up to len bytes at off; *nread < len only at the end of the file.
  * Sequential reads grow a readahead window.  Errors: the store's, or
  * TFS_ECHANGED when the object changed and the bytes are not cached.

@@ -191,6 +191,9 @@ struct tfs_bufpool {
 void *tfs_blockbuf_get(struct tfs_cache *c, size_t len);
 /* Give it back; len must be what it was got with.  NULL is a no-op. */
 void tfs_blockbuf_put(struct tfs_cache *c, void *p, size_t len);
+/* Fault one buffer for len bytes into the pool ahead of its use, if its
+   size class (below the block size) has none idle. */
+void tfs_blockbuf_stock(struct tfs_cache *c, size_t len);
 
 /* ---- the cache object ---- */
 
@@ -366,10 +369,14 @@ int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
 bool tfs_disk_has(struct tfs_cache *c, const uint8_t *id);
 /*
  * Queue a READY block for writing (it is pinned until written), or write
- * it now when sync.  Admission is decided here.
+ * it now when sync.  Admission is decided here.  A queued write waits
+ * for tfs_disk_kick (or a flush): the caller first answers the readers
+ * of the block, then wakes a writer, which would otherwise take a core
+ * from them (fetch.c).
  */
 void tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
                     struct tfs_block *b, bool sync);
+void tfs_disk_kick(struct tfs_cache *c);
 void tfs_disk_usage(struct tfs_cache *c, uint64_t *bytes, uint64_t *blocks,
                     uint64_t *capacity);
 /* Wait until every queued disk write is done. */

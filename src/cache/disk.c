@@ -643,8 +643,21 @@ void tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
         d->head = j;
     d->tail = j;
     d->queued++;
-    pthread_cond_signal(&d->cond);
     pthread_mutex_unlock(&d->lock);
+}
+
+void tfs_disk_kick(struct tfs_cache *c)
+{
+    struct tfs_disk *d = c->disk;
+    bool work;
+
+    if (d == NULL)
+        return;
+    pthread_mutex_lock(&d->lock);
+    work = d->head != NULL;
+    pthread_mutex_unlock(&d->lock);
+    if (work)
+        pthread_cond_signal(&d->cond);
 }
 
 /* ---- open, recovery, close ---- */
@@ -969,6 +982,8 @@ void tfs_disk_flush(struct tfs_cache *c)
     if (d == NULL)
         return;
     pthread_mutex_lock(&d->lock);
+    if (d->head != NULL)                /* queued, not yet kicked */
+        pthread_cond_signal(&d->cond);
     while (d->head != NULL || d->busy > 0)
         pthread_cond_wait(&d->idle, &d->lock);
     pthread_mutex_unlock(&d->lock);

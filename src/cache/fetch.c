@@ -91,6 +91,14 @@ struct fetch_job {
     bool              tried;            /* taken up before its deadline */
     struct fetch_job *span_next;        /* the next block read by the
                                            same request (fetch_span) */
+    struct fetch_sent *sent;            /* an opener waiting for the
+                                           request to go out; f->lock */
+};
+
+/* An opener's wait for its small object's request (tfs_file_sent_*). */
+struct fetch_sent {
+    pthread_cond_t cond;                /* on CLOCK_MONOTONIC */
+    bool           done;                /* f->lock */
 };
 
 /* A block whose store read timed out, and when. */
@@ -327,7 +335,9 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
     /*
      * Queue the disk write before the publish: a reader woken by the
      * publish may call tfs_cache_flush at once, and the flush waits only
-     * for what is queued.
+     * for what is queued.  Wake a writer after it: woken before, it
+     * took a core from the reader's reply on a busy machine (a cold
+     * small file's reply came 100 us later, docs/performance-cold.md).
      */
     if (!j->fill) {
         struct tfs_block_ref r = {
@@ -336,6 +346,8 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
         tfs_disk_store(c, &r, b, false);
     }
     tfs_block_publish(c, b, 0, j->src);
+    if (!j->fill)
+        tfs_disk_kick(c);
 }
 
 /* "block 3" or "blocks 3-6": the k blocks from j on, for messages. */
@@ -545,6 +557,7 @@ static int fetch_from_sources(struct tfs_cache *c, struct fetch_job *j)
 
         if (j->local && s->kind == TFS_SOURCE_PEER)
             continue;                   /* a peer's read, or a hedge */
+        tfs_waiting();                  /* fetch_waiting, before a peer */
         rc = s->read(s->arg, &pb, j->deadline, j->dst);
         if (rc == 0 && s->kind == TFS_SOURCE_SHARED) {
             j->src = TFS_SRC_SHARED;
@@ -573,8 +586,40 @@ static void fetch_stored(struct tfs_cache *c, struct fetch_job *j)
     pthread_rwlock_unlock(&c->source_lock);
 }
 
+/* Tell j's opener, if one waits, that its request went out (or that
+   the read ended without one); f->lock held. */
+static void fetch_sent_notify(struct fetch_job *j)
+{
+    if (j->sent != NULL) {
+        j->sent->done = true;
+        pthread_cond_signal(&j->sent->cond);
+        j->sent = NULL;
+    }
+}
+
+/* What a fetch does once its request is out, while it waits for the
+   store's answer (the tfs_waiting hook). */
+struct fetch_wait {
+    struct tfs_cache *c;
+    struct fetch_job *j;
+    bool              fired;
+};
+
+static void fetch_waiting(void *arg)
+{
+    struct fetch_wait *w = arg;
+    struct tfs_fetch *f = w->c->fetch;
+
+    w->fired = true;
+    pthread_mutex_lock(&f->lock);
+    fetch_sent_notify(w->j);            /* the open can be answered */
+    pthread_mutex_unlock(&f->lock);
+    tfs_blockbuf_stock(w->c, w->j->len);    /* the next small block's */
+}
+
 static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
 {
+    struct fetch_wait w = {.c = c, .j = j};
     uint64_t t0 = tfs_now_ns();
     int rc;
 
@@ -594,16 +639,16 @@ static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
         uint64_t prev = tfs_deadline_set(j->deadline);
         struct iovec iov = {j->dst, j->len};
 
+        struct tfs_hook prev_hook =
+            tfs_waiting_set((struct tfs_hook){fetch_waiting, &w});
+
         j->tried = j->deadline == 0 || t0 < j->deadline;
         rc = fetch_from_sources(c, j);
-        if (rc == 0) {
-            tfs_deadline_set(prev);
-            fetch_complete(c, j, 0);
-            return;
-        }
-        rc = fetch_store_read(c, j, &iov, 1, j->len);
+        if (rc != 0)
+            rc = fetch_store_read(c, j, &iov, 1, j->len);
+        tfs_waiting_set(prev_hook);
         tfs_deadline_set(prev);
-        if (rc == 0)
+        if (rc == 0 && j->src == TFS_SRC_STORE)
             fetch_stored(c, j);
     }
     fetch_complete(c, j, rc);
@@ -738,6 +783,7 @@ static void *fetch_worker(void *arg)
             fetch_run(c, j);
         pthread_mutex_lock(&f->lock);
         for (struct fetch_job *x = j; x != NULL; x = x->span_next) {
+            fetch_sent_notify(x);       /* ended before it waited */
             for (struct fetch_job **pp = &f->running; *pp != NULL;
                  pp = &(*pp)->run_next) {
                 if (*pp == x) {
@@ -820,6 +866,74 @@ void tfs_fetch_batch_end(struct tfs_cache *c)
     }
 }
 
+/*
+ * An opener's wait for its small object's GET (tfs_file_sent_*).  A
+ * small object's open starts loading its one block.  The FUSE thread
+ * used to answer the open at once; the reader it woke then ran before
+ * the fetch worker that had to send the GET, on a busy two-core machine
+ * 150-250 us later (docs/performance-cold.md), on the path of every
+ * cold small file a reader opens one after another.  Now the open's
+ * answer waits until the worker has the request out (its first wait
+ * for the store: tfs_waiting), at most FETCH_SENT_WAIT_NS, and only
+ * when a worker is free to take the job at once; the worker's read
+ * itself stays where it was, so a store that hangs holds no FUSE
+ * thread.
+ */
+#define FETCH_SENT_WAIT_NS 2000000ull
+
+static __thread bool fetch_sent_armed;
+static __thread bool fetch_sent_init;
+static __thread struct fetch_sent fetch_sent_own;
+static __thread struct fetch_job *fetch_sent_job;   /* f->lock */
+
+void tfs_file_sent_begin(void)
+{
+    if (!fetch_sent_init)
+        fetch_sent_init = tfs_cond_init_mono(&fetch_sent_own.cond) == 0;
+    fetch_sent_armed = fetch_sent_init;
+    fetch_sent_job = NULL;
+}
+
+void tfs_file_sent_wait(struct tfs_cache *c)
+{
+    struct tfs_fetch *f = c->fetch;
+    uint64_t end;
+
+    fetch_sent_armed = false;
+    if (fetch_sent_job == NULL)
+        return;
+    TFS_COUNT(&c->ctr, open_sent_waits, 1);
+    end = tfs_now_ns() + FETCH_SENT_WAIT_NS;
+    pthread_mutex_lock(&f->lock);
+    while (!fetch_sent_own.done) {
+        uint64_t now = tfs_now_ns();
+        struct timespec ts;
+
+        if (now >= end) {               /* the job lives: not done */
+            fetch_sent_job->sent = NULL;
+            TFS_COUNT(&c->ctr, open_sent_late, 1);
+            break;
+        }
+        ts = tfs_abstime(CLOCK_MONOTONIC, end - now);
+        pthread_cond_timedwait(&fetch_sent_own.cond, &f->lock, &ts);
+    }
+    pthread_mutex_unlock(&f->lock);
+    fetch_sent_job = NULL;
+}
+
+/* Let this thread's opener wait for j's request, if a worker takes j at
+   once (f->lock held). */
+static void fetch_sent_arm(struct tfs_fetch *f, struct fetch_job *j)
+{
+    if (!fetch_sent_armed || fetch_sent_job != NULL ||
+        f->prefetch.head != NULL || f->active >= f->n_threads ||
+        f->prefetch_active >= f->prefetch_max)
+        return;
+    fetch_sent_own.done = false;
+    j->sent = &fetch_sent_own;
+    fetch_sent_job = j;
+}
+
 /* Queue j (its block already pinned for it). */
 static int fetch_queue_job(struct tfs_cache *c, struct fetch_job *j,
                            bool prio_demand)
@@ -835,6 +949,8 @@ static int fetch_queue_job(struct tfs_cache *c, struct fetch_job *j,
         pthread_mutex_unlock(&f->lock);
         return -ESHUTDOWN;
     }
+    if (!prio_demand)
+        fetch_sent_arm(f, j);
     fetch_enqueue(prio_demand ? &f->demand : &f->prefetch, j);
     pthread_cond_signal(&f->cond);
     pthread_mutex_unlock(&f->lock);
@@ -1023,6 +1139,9 @@ static void fetch_cancel(struct tfs_cache *c, struct fetch_queue *q)
     struct fetch_job *j;
 
     while ((j = fetch_dequeue(q)) != NULL) {
+        pthread_mutex_lock(&c->fetch->lock);
+        fetch_sent_notify(j);
+        pthread_mutex_unlock(&c->fetch->lock);
         fetch_complete(c, j, -ESHUTDOWN);
         tfs_ram_put(c, j->b);
         fetch_job_free(c, j);

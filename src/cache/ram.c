@@ -138,6 +138,46 @@ void tfs_blockbuf_put(struct tfs_cache *c, void *p, size_t len)
     tfs_free_faulted(p);
 }
 
+/*
+ * One faulted buffer for len bytes into the pool, when its size class has
+ * none idle and the bound allows one more (as tfs_blockbuf_put keeps
+ * one); only below the block size, where the pool seldom holds a spent
+ * one.  Fresh memory costs its first touch here (about 35 us for 64 KiB
+ * on this VM, docs/performance-cold.md): a fetch pays it while it waits
+ * for the store's answer (fetch.c), not before it sends its request.
+ */
+void tfs_blockbuf_stock(struct tfs_cache *c, size_t len)
+{
+    struct tfs_bufpool *pl = &c->pool;
+    uint64_t out;
+    size_t cap;
+    unsigned k = pool_class(c, len, &cap);
+    bool room;
+    void *p;
+
+    if (cap >= c->cfg.block_size)
+        return;
+    out = __atomic_load_n(&pl->out_cap, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&pl->lock);
+    room = pl->free[k] == NULL && pl->idle_bytes + cap <= pl->max_idle &&
+           out + pl->idle_bytes + cap <= c->cfg.mem_cache +
+                                         2 * c->cfg.block_size;
+    if (room)
+        pl->idle_bytes += cap;          /* held for it meanwhile */
+    pthread_mutex_unlock(&pl->lock);
+    if (!room)
+        return;
+    p = tfs_malloc_faulted(cap);
+    pthread_mutex_lock(&pl->lock);
+    if (p == NULL) {
+        pl->idle_bytes -= cap;
+    } else {
+        memcpy(p, &pl->free[k], sizeof(void *));
+        pl->free[k] = p;
+    }
+    pthread_mutex_unlock(&pl->lock);
+}
+
 static void pool_cleanup(struct tfs_bufpool *pl)
 {
     for (unsigned k = 0; k < TFS_POOL_CLASSES; k++) {

@@ -10,6 +10,7 @@
 #include "common/util.h"
 
 static _Thread_local uint64_t clock_deadline_ns;
+static _Thread_local struct tfs_hook clock_waiting;  /* tfs_waiting */
 
 uint64_t tfs_now_ns(void)
 {
@@ -31,6 +32,7 @@ void tfs_sleep_ns(uint64_t ns)
 {
     struct timespec ts;
 
+    tfs_waiting();
     ts.tv_sec = (time_t)(ns / 1000000000u);
     ts.tv_nsec = (long)(ns % 1000000000u);
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
@@ -79,6 +81,24 @@ uint64_t tfs_deadline_set(uint64_t abs_ns)
 
     clock_deadline_ns = abs_ns;
     return prev;
+}
+
+struct tfs_hook tfs_waiting_set(struct tfs_hook h)
+{
+    struct tfs_hook prev = clock_waiting;
+
+    clock_waiting = h;
+    return prev;
+}
+
+void tfs_waiting(void)
+{
+    struct tfs_hook h = clock_waiting;
+
+    if (h.fn != NULL) {
+        clock_waiting = (struct tfs_hook){NULL, NULL};
+        h.fn(h.arg);
+    }
 }
 
 uint64_t tfs_deadline_left_ms(uint64_t dflt_ms)

@@ -135,6 +135,21 @@ uint64_t tfs_deadline_set(uint64_t abs_ns);
  */
 uint64_t tfs_deadline_left_ms(uint64_t dflt_ms);
 
+/*
+ * What the calling thread does once its request is out, before it waits
+ * for the store: a fetch tells the open waiting for it that its GET is
+ * on its way, and faults a buffer for the next small block (fetch.c).
+ * Stores call tfs_waiting() right before they block (a socket's poll,
+ * curl's transfer, a file's read, and every tfs_sleep_ns); it runs the
+ * hook once and clears it.  set returns the previous hook, to restore.
+ */
+struct tfs_hook {
+    void (*fn)(void *arg);
+    void  *arg;
+};
+struct tfs_hook tfs_waiting_set(struct tfs_hook h);
+void tfs_waiting(void);
+
 /* ---- small utilities (util.c) ---- */
 
 /*

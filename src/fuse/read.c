@@ -225,9 +225,12 @@ void fs_open(fuse_req_t req, fuse_ino_t ino,
         fs_defer_op(fs, FS_OP_OPEN, req, ino, fi, 0, NULL);
         return;
     }
+    tfs_file_sent_begin();
     rc = fs_do_open(fs, ino, fi);
     if (rc == 0)
         fs_write_opened(fs_handle_of(fi), req);
+    /* a small file's GET goes out before the reader wakes (fetch.c) */
+    tfs_file_sent_wait(fs->cache);
     if (rc < 0)
         fuse_reply_err(req, fs_errno(rc));
     else if (fuse_reply_open(req, fi) == -ENOENT)

@@ -213,6 +213,10 @@ extern const size_t tfs_metric_registry_len;
     X(hedge_wins, COUNT, "hedged reads that finished first")               \
     X(hedges_skipped_busy, COUNT,                                          \
       "hedges not sent: the reader pool was busy")                         \
+    X(open_sent_waits, COUNT,                                              \
+      "opens answered once their small file's GET was sent")               \
+    X(open_sent_late, COUNT,                                               \
+      "of those, answered after 2 ms without it")                          \
     X(evicted_bytes, BYTES, "bytes evicted from the disk tier")            \
     X(evicted_bytes_ram, BYTES, "bytes evicted from the RAM tier")         \
     X(admission_rejects, COUNT, "blocks the disk tier declined to admit")  \

@@ -262,9 +262,11 @@ static int posix_read(struct tfs_store *st, const char *key, void *buf,
     struct posix_priv *p = tfs_store_priv(st);
     struct tfs_stat cur;
     struct stat sb;
-    int fd = posix_open_key(p, key, O_RDONLY);
+    int fd;
     int rc;
 
+    tfs_waiting();                      /* a shared file system may */
+    fd = posix_open_key(p, key, O_RDONLY);
     if (fd < 0)
         return fd == -EISDIR ? tfs_err(fd, "key '%s' is a directory", key)
                              : fd;

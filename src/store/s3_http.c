@@ -265,6 +265,11 @@ static int http_pool_get(struct s3_priv *p, uint64_t wait_ms,
     int wrc = 0;
 
     pthread_mutex_lock(&pool->lock);
+    if (pool->free == NULL && pool->n_conns >= pool->max_conns) {
+        pthread_mutex_unlock(&pool->lock);
+        tfs_waiting();                  /* the caller's hook, unlocked */
+        pthread_mutex_lock(&pool->lock);
+    }
     while (pool->free == NULL && pool->n_conns >= pool->max_conns &&
            wrc == 0)
         wrc = http_pool_wait(pool, deadline_ns);
@@ -1082,6 +1087,7 @@ static int http_perform(struct s3_priv *p, const struct s3_ep *e,
         goto out_free;
     http_set_request(p, c, &x, left_ms);
     curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, hdrs);
+    tfs_waiting();
     cc = curl_easy_perform(c->curl);
     curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, NULL);
     rc = http_outcome(p, e, c, &x, cc);

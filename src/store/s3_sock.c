@@ -45,6 +45,7 @@ static int sock_wait(const struct s3_io *io, int fd, short ev)
             ms = (int)TFS_MIN((until - now + 999999) / 1000000,
                               (uint64_t)INT_MAX);
         }
+        tfs_waiting();
         r = poll(&pf, 1, ms);
         if (r > 0)
             return 0;                   /* ready, or an error to read */

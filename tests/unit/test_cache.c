@@ -1205,6 +1205,73 @@ TEST(hedged_reads)
 }
 
 /*
+ * An open that waits for its small file's GET (tfs_file_sent_*, as the
+ * FUSE open does): it ends once a worker has the request out, long
+ * before the answer.  Every store call here takes 300 ms after it
+ * enters the fault layer (its latency, slept after the tfs_waiting
+ * hook).  Unless the worker was too slow to wake within the 2 ms the
+ * wait allows (counted late: a loaded machine), the GET has entered the
+ * store when the wait ends.  The worker also faulted a buffer for the
+ * next small block while it waited (tfs_blockbuf_stock).  An object
+ * already cached starts no load, and an open without _begin never
+ * waits.
+ */
+TEST(open_waits_for_request)
+{
+    const char *kv[] = {"block_size", "256K", NULL};
+    unsigned char *data = test_pattern(49152, 21);
+    unsigned char *buf = malloc(49152);
+    struct tfs_fault_stats fs0, fs1;
+    struct tfs_stat sb;
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    struct tfs_file *f = NULL;
+    uint64_t t0;
+    size_t n;
+
+    setup_dirs();
+    write_remote("s0", data, 49152);
+    write_remote("s1", data, 49152);
+    st = open_remote("latency_ms=300");
+    c = open_cache(st, kv);
+    CHECK_OK(tfs_cache_stat(c, "s0", &sb));     /* the HEAD, done now */
+    tfs_fault_get_stats(st, &fs0);
+
+    tfs_file_sent_begin();
+    CHECK_OK(tfs_file_open(c, "s0", &f));
+    t0 = tfs_now_ns();
+    tfs_file_sent_wait(c);
+    tfs_fault_get_stats(st, &fs1);
+    printf("# the open's wait: %.2f ms, late %llu\n",
+           test_secs_since(t0) * 1e3,
+           (unsigned long long)stat_of(c, "open_sent_late"));
+    CHECK(test_secs_since(t0) < 0.25);
+    CHECK_EQ(stat_of(c, "open_sent_waits"), 1);
+    CHECK(stat_of(c, "open_sent_late") == 1 || fs1.calls == fs0.calls + 1);
+    CHECK_OK(tfs_file_read(f, buf, 49152, 0, &n));
+    CHECK_EQ(n, 49152);
+    CHECK(memcmp(buf, data, n) == 0);
+    tfs_file_close(f);
+    pthread_mutex_lock(&c->pool.lock);
+    CHECK(c->pool.free[0] != NULL);     /* the 64 KiB class: stocked */
+    pthread_mutex_unlock(&c->pool.lock);
+
+    tfs_file_sent_begin();              /* cached: nothing to wait for */
+    CHECK_OK(tfs_file_open(c, "s0", &f));
+    tfs_file_sent_wait(c);
+    tfs_file_close(f);
+    CHECK_EQ(stat_of(c, "open_sent_waits"), 1);
+    read_all_check(c, "s1", data, 49152, 49152);    /* no _begin */
+    CHECK_EQ(stat_of(c, "open_sent_waits"), 1);
+
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(buf);
+    free(data);
+    remove_dirs();
+}
+
+/*
  * A reader waiting on a block whose read is still queued behind
  * prefetches gets it moved to the front, and no second read: time in
  * the queue is not the store's tail latency.  Store reads take 50 ms and
@@ -2011,6 +2078,7 @@ TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru), T(span_reads), T(landed_
       T(meta_ttl_and_negative_entries), T(options_table), T(prefetch_hint),
       T(memory_bound_counts_loading),
       T(sequential_readahead), T(hedged_reads), T(multi_process_sharing),
+      T(open_waits_for_request),
       T(queued_reads_promoted_not_hedged), T(cache_dir_settings_adopted),
       T(cache_dir_settings_checked), T(index_open_race),
       T(index_pending_other_pidns),
