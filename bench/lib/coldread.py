@@ -39,6 +39,11 @@ raw store's own clients, side by side in one run (issue 17 item 4).
    every core busy all the time, which the floor alone does not reach).
    tierfs does more than both (it also checksums the bytes and writes
    them to its disk tier), so it cannot pass this bound either.
+5. The bound of a client that also keeps what it reads on local disk,
+   measured the same way: the floor's dd, the 8 curls and a writer that
+   puts the same number of bytes into new files beside the cache dirs
+   (one file a 4 MiB block, O_DIRECT from one buffer, renamed into
+   place: the disk tier's writes without its checksums), all at once.
 
 The 1 GiB copies are put and removed round by round (the local server
 keeps objects in memory), and the small files are staged in /dev/shm:
@@ -233,15 +238,38 @@ def curl_ceiling(ep, bucket, key, size, streams=8):
     return wall, children_cpu() - c0
 
 
-def together(path, ep, bucket, key, size):
-    """The floor's dd of path and the 8 curls of key at once: seconds
-    until both are done."""
+# A disk tier's writes without its checksums: size bytes into new files
+# of 4 MiB in argv[1], each written with O_DIRECT from one buffer, then
+# renamed into place.
+KEEP = r"""
+import mmap, os, sys
+d, size, bs = sys.argv[1], int(sys.argv[2]), 4 << 20
+os.makedirs(d)
+buf = mmap.mmap(-1, bs)
+buf.write(os.urandom(bs))
+for i in range(0, size, bs):
+    tmp, name = os.path.join(d, f"t{i}"), os.path.join(d, f"b{i}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_DIRECT,
+                 0o600)
+    os.write(fd, memoryview(buf)[:min(bs, size - i)])
+    os.close(fd)
+    os.rename(tmp, name)
+"""
+
+
+def together(path, ep, bucket, key, size, keep_dir=None):
+    """The floor's dd of path and the 8 curls of key at once (and, with
+    keep_dir, the writer of KEEP into it): seconds until all are done."""
     t = time.monotonic()
-    dd = subprocess.Popen(["dd", f"if={path}", "of=/dev/null", "bs=1M",
-                           "status=none"])
+    procs = [subprocess.Popen(["dd", f"if={path}", "of=/dev/null", "bs=1M",
+                               "status=none"])]
+    if keep_dir is not None:
+        procs.append(subprocess.Popen(["/usr/bin/python3", "-c", KEEP,
+                                       keep_dir, str(size)]))
     curl_ceiling(ep, bucket, key, size)
-    if dd.wait() != 0:
-        raise RuntimeError("dd failed")
+    for p in procs:
+        if p.wait() != 0:
+            raise RuntimeError(f"{p.args[0]} failed")
     return time.monotonic() - t
 
 
@@ -335,6 +363,14 @@ def main():
                         wall = together(path, ep, bucket, f"{run}/big-{r}-both",
                                         size)
                         row["bound_mbps"] = size / wall / 1e6
+                        # a fourth copy, the third gone: the server's
+                        # memory holds about four
+                        sh(f"{TIERFS} rm s3://{bucket}/{run}/big-{r}-both")
+                        sh(f"{TIERFS} put {src} "
+                           f"s3://{bucket}/{run}/big-{r}-keep")
+                        wall = together(path, ep, bucket, f"{run}/big-{r}-keep",
+                                        size, f"{cache}-keep{r}")
+                        row["keep_bound_mbps"] = size / wall / 1e6
                 elif who == "curl":
                     s0 = srv.now()
                     wall, cpu = curl_ceiling(ep, bucket, key, size)
@@ -376,9 +412,11 @@ def main():
                 f"the curls), tierfs {t['mbps'] / row['fuse_ceiling_mbps']:.2f}x"
                 f" of it; measured bound (curls and floor at once) "
                 f"{row['bound_mbps']:.0f} MB/s, tierfs "
-                f"{t['mbps'] / row['bound_mbps']:.2f}x of it")
+                f"{t['mbps'] / row['bound_mbps']:.2f}x of it; keeping the "
+                f"bytes on disk too {row['keep_bound_mbps']:.0f} MB/s, "
+                f"tierfs {t['mbps'] / row['keep_bound_mbps']:.2f}x of it")
             res["rounds"].append(row)
-            for who in copies:
+            for who in ("tierfs", "curl", "keep"):
                 sh(f"{TIERFS} rm s3://{bucket}/{run}/big-{r}-{who}")
 
         md5_s = md5_secs(small_kib << 10)
@@ -492,12 +530,19 @@ def main():
                                for r in res["rounds"])
         bigb = statistics.median(r["tierfs"]["mbps"] / r["bound_mbps"]
                                  for r in res["rounds"])
+        kb = statistics.median(r["keep_bound_mbps"] / r["curl"]["mbps"]
+                               for r in res["rounds"])
+        bigk = statistics.median(r["tierfs"]["mbps"] / r["keep_bound_mbps"]
+                                 for r in res["rounds"])
+        res["big_of_keep_bound"] = bigk
         res["big_ratio"], res["small_ratio"] = big, sm
         res["big_of_ceiling"], res["small_of_ceiling"] = bigc, smc
         res["big_of_bound"] = bigb
         log(f"cold 1 GiB: tierfs/8-curl median {big:.2f}x (target 0.85; the "
             f"FUSE ceiling is {cb:.2f}x, tierfs {bigc:.2f}x of it; the "
-            f"measured bound is {bb:.2f}x, tierfs {bigb:.2f}x of it); small "
+            f"measured bound is {bb:.2f}x, tierfs {bigb:.2f}x of it; keeping "
+            f"the bytes on disk too it is {kb:.2f}x, tierfs {bigk:.2f}x of "
+            f"it); small "
             f"files: tierfs/curl loop median {sm:.2f}x (target 0.90; the "
             f"FUSE ceiling is {cs:.2f}x, tierfs {smc:.2f}x of it; with the "
             f"MD5 that verifying costs it is {vs:.2f}x, tierfs {smv:.2f}x of "
