@@ -602,7 +602,6 @@ static void fetch_sent_notify(struct fetch_job *j)
 struct fetch_wait {
     struct tfs_cache *c;
     struct fetch_job *j;
-    bool              fired;
 };
 
 static void fetch_waiting(void *arg)
@@ -610,7 +609,6 @@ static void fetch_waiting(void *arg)
     struct fetch_wait *w = arg;
     struct tfs_fetch *f = w->c->fetch;
 
-    w->fired = true;
     pthread_mutex_lock(&f->lock);
     fetch_sent_notify(w->j);            /* the open can be answered */
     pthread_mutex_unlock(&f->lock);
@@ -638,7 +636,6 @@ static void fetch_run(struct tfs_cache *c, struct fetch_job *j)
     } else {
         uint64_t prev = tfs_deadline_set(j->deadline);
         struct iovec iov = {j->dst, j->len};
-
         struct tfs_hook prev_hook =
             tfs_waiting_set((struct tfs_hook){fetch_waiting, &w});
 
