@@ -646,18 +646,12 @@ void tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
     pthread_mutex_unlock(&d->lock);
 }
 
+/* A writer checks the queue under d->lock before it waits, so a signal
+   after the job was queued cannot be lost; none needs the lock. */
 void tfs_disk_kick(struct tfs_cache *c)
 {
-    struct tfs_disk *d = c->disk;
-    bool work;
-
-    if (d == NULL)
-        return;
-    pthread_mutex_lock(&d->lock);
-    work = d->head != NULL;
-    pthread_mutex_unlock(&d->lock);
-    if (work)
-        pthread_cond_signal(&d->cond);
+    if (c->disk != NULL)
+        pthread_cond_signal(&c->disk->cond);
 }
 
 /* ---- open, recovery, close ---- */

@@ -111,6 +111,22 @@ void *tfs_blockbuf_get(struct tfs_cache *c, size_t len)
     return p;
 }
 
+/*
+ * May the pool keep one more idle buffer of cap bytes, with out bytes
+ * of buffers handed out (pl->lock held)?  Only within the RAM tier's
+ * bound (plus two blocks), so the buffers out and the idle ones together
+ * stay under mem_cache.
+ */
+static bool pool_has_room(const struct tfs_cache *c, uint64_t out,
+                          size_t cap)
+{
+    const struct tfs_bufpool *pl = &c->pool;
+
+    return pl->idle_bytes + cap <= pl->max_idle &&
+           out + pl->idle_bytes + cap <= c->cfg.mem_cache +
+                                         2 * c->cfg.block_size;
+}
+
 void tfs_blockbuf_put(struct tfs_cache *c, void *p, size_t len)
 {
     struct tfs_bufpool *pl = &c->pool;
@@ -124,11 +140,7 @@ void tfs_blockbuf_put(struct tfs_cache *c, void *p, size_t len)
     __atomic_fetch_sub(&pl->out_len, len, __ATOMIC_RELAXED);
     out = __atomic_sub_fetch(&pl->out_cap, cap, __ATOMIC_RELAXED);
     pthread_mutex_lock(&pl->lock);
-    /* kept only within the RAM tier's bound (plus two blocks), so the
-       buffers out and the idle ones together stay under mem_cache */
-    if (pl->idle_bytes + cap <= pl->max_idle &&
-        out + pl->idle_bytes + cap <= c->cfg.mem_cache +
-                                      2 * c->cfg.block_size) {
+    if (pool_has_room(c, out, cap)) {
         memcpy(p, &pl->free[k], sizeof(void *));
         pl->free[k] = p;
         pl->idle_bytes += cap;
@@ -159,9 +171,7 @@ void tfs_blockbuf_stock(struct tfs_cache *c, size_t len)
         return;
     out = __atomic_load_n(&pl->out_cap, __ATOMIC_RELAXED);
     pthread_mutex_lock(&pl->lock);
-    room = pl->free[k] == NULL && pl->idle_bytes + cap <= pl->max_idle &&
-           out + pl->idle_bytes + cap <= c->cfg.mem_cache +
-                                         2 * c->cfg.block_size;
+    room = pl->free[k] == NULL && pool_has_room(c, out, cap);
     if (room)
         pl->idle_bytes += cap;          /* held for it meanwhile */
     pthread_mutex_unlock(&pl->lock);
