@@ -20,7 +20,7 @@ raw store's own clients, side by side in one run (issue 17 item 4).
    a static buffer (no store, no cache) read the same way, its daemon's
    and reader's CPU counted.  Every client here is CPU-bound on a small
    machine that also runs the server (each line prints how busy all
-   cores were), so its speed is the cores over the CPU seconds a GiB (or
+   cores were during the timed read), so its speed is the cores over the CPU seconds a GiB (or
    a file) costs all processes together.  The *FUSE ceiling* is that
    speed for a FUSE client that costs no more than the raw clients plus
    the floor: curls' CPU + the server's for them + nullfs + its reader.
@@ -41,11 +41,24 @@ raw store's own clients, side by side in one run (issue 17 item 4).
    them to its disk tier), so it cannot pass this bound either.
 5. The bound of a client that also keeps what it reads on local disk,
    measured the same way: the floor's dd and the 8 curls, timed until
-   both are done, with a writer beside them that puts the same number of
-   bytes into new files beside the cache dirs (one file a 4 MiB block,
-   O_DIRECT from one buffer, renamed into place: the disk tier's writes
-   without its checksums).  The writer is not waited for, as tierfs's
-   read does not wait for its disk tier's writes (they are queued).
+   both are done, with build/keepw beside them writing the same number
+   of bytes into new files beside the cache dirs as the disk tier does:
+   one file a 4 MiB block, its 64 KiB chunk sums (XXH3, tierfs's code)
+   in a header page, the data with O_DIRECT, renamed into place.  The
+   writer is not waited for, as tierfs's read does not wait for its disk
+   tier's writes (they are queued).
+6. After its timed read, each round's tierfs mount reads a second cold
+   object (the curls' copy, never read through tierfs), a few seconds
+   later: a daemon that has read before, its block buffers touched once
+   already (a fresh mount pays for fresh memory), as a long-running mount
+   meets a new file.  Reported beside the first read, not instead of it.
+7. Before each small round, what a new file of SMALL_KIB costs on the
+   cache dirs' file system right then (300 made as the disk tier makes a
+   block's file: create, write, close, rename; CPU ms a file): tierfs's
+   disk tier makes one per small file it caches, on the cores the reader
+   and the server share.  On ext4 without a journal (these machines) it
+   ranges from 0.03 ms to ten times that, by how many files were deleted
+   in the minutes before.
 
 The 1 GiB copies are put and removed round by round (the local server
 keeps objects in memory), and the small files are staged in /dev/shm:
@@ -55,7 +68,7 @@ on these machines), a cost that would land on tierfs's cache files and
 not on the curls.
 
 Needs a running S3 server (scripts/s3-server start; its env file in
-S3_DIR), build/tierfs and build/nullfs.  Prints one line per measurement
+S3_DIR), build/tierfs, build/nullfs and build/keepw.  Prints one line per measurement
 with the load average, and a summary with the ratios; JSON on the last
 line.
 """
@@ -78,8 +91,10 @@ TIERFS = os.environ.get("TIERFS", os.path.join(TOP, "build", "tierfs"))
 MIB = 1 << 20
 TICK = os.sysconf("SC_CLK_TCK")
 NULLFS = os.path.join(os.path.dirname(TIERFS), "nullfs")
+KEEPW = os.path.join(os.path.dirname(TIERFS), "keepw")
 NCPU = os.cpu_count()
 GC_WAIT = 25    # s: scripts/s3-server's RGW frees deleted data within 20
+SETTLE = 3      # s: a mount's disk tier writes its queued 1 GiB within 2
 
 
 def log(msg):
@@ -174,6 +189,45 @@ class NullFS:
             time.sleep(0.05)
 
 
+def read_big(path, pid, size, srv=None):
+    """dd bs=1M of path through a mount served by pid: MB/s, the daemon's
+    and the dd's CPU seconds a GiB, the server's (with srv), and how busy
+    all cores were during the dd."""
+    gib = size / (1 << 30)
+    os.stat(path)
+    d0, c0 = proc_cpu(pid), children_cpu()
+    s0 = srv.now() if srv is not None else 0
+    busy = Busy()
+    t = time.monotonic()
+    sh(f"dd if={path} of=/dev/null bs=1M status=none")
+    wall = time.monotonic() - t
+    out = {"mbps": size / wall / 1e6, "busy": busy.share(),
+           "cpu_per_gib": (proc_cpu(pid) - d0) / gib,
+           "reader_cpu_per_gib": (children_cpu() - c0) / gib}
+    if srv is not None:
+        out["server_cpu_per_gib"] = (srv.now() - s0) / gib
+    return out
+
+
+def create_cost(d, size, n=300):
+    """CPU ms a new file of size bytes costs in a new dir d on the cache
+    dirs' file system, made as the disk tier makes a block's file
+    (create, write, close, rename), kept until the bench ends: what this
+    file system charges per cached small file right now.  On ext4
+    without a journal it depends on how much was deleted in the minutes
+    before (docs/performance-cold.md)."""
+    os.makedirs(d)
+    buf = os.urandom(size)
+    c0 = self_cpu()
+    for i in range(n):
+        tmp, name = os.path.join(d, f".t{i}"), os.path.join(d, f"f{i}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, buf)
+        os.close(fd)
+        os.rename(tmp, name)
+    return (self_cpu() - c0) / n * 1e3
+
+
 def read_files(names, size):
     """open + read + close of each, as the small-file reader does."""
     buf = bytearray(size | 4096)
@@ -240,33 +294,14 @@ def curl_ceiling(ep, bucket, key, size, streams=8):
     return wall, children_cpu() - c0
 
 
-# A disk tier's writes without its checksums: size bytes into new files
-# of 4 MiB in argv[1], each written with O_DIRECT from one buffer, then
-# renamed into place.
-KEEP = r"""
-import mmap, os, sys
-d, size, bs = sys.argv[1], int(sys.argv[2]), 4 << 20
-os.makedirs(d)
-buf = mmap.mmap(-1, bs)
-buf.write(os.urandom(bs))
-for i in range(0, size, bs):
-    tmp, name = os.path.join(d, f"t{i}"), os.path.join(d, f"b{i}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_DIRECT,
-                 0o600)
-    os.write(fd, memoryview(buf)[:min(bs, size - i)])
-    os.close(fd)
-    os.rename(tmp, name)
-"""
-
-
 def together(path, ep, bucket, key, size, keep_dir=None):
     """The floor's dd of path and the 8 curls of key at once: seconds
-    until both are done.  With keep_dir, the writer of KEEP runs beside
-    them (started first, not timed: waited for after)."""
+    until both are done.  With keep_dir, build/keepw writes the same
+    number of bytes into keep_dir beside them (started first, not timed:
+    waited for after)."""
     keep = None
     if keep_dir is not None:
-        keep = subprocess.Popen(["/usr/bin/python3", "-c", KEEP, keep_dir,
-                                 str(size)])
+        keep = subprocess.Popen([KEEPW, keep_dir, str(size)])
     t = time.monotonic()
     dd = subprocess.Popen(["dd", f"if={path}", "of=/dev/null", "bs=1M",
                            "status=none"])
@@ -353,19 +388,10 @@ def main():
             row = {}
             for who in order + ("floor",):
                 key = f"{run}/big-{r}-{who}"
-                busy = Busy()
                 if who == "floor":
                     with NullFS(mnt, size) as m:
                         path = os.path.join(mnt, "p000", "o0000000")
-                        os.stat(path)
-                        d0, c0 = proc_cpu(m.pid), children_cpu()
-                        t = time.monotonic()
-                        sh(f"dd if={path} of=/dev/null bs=1M status=none")
-                        wall = time.monotonic() - t
-                        row["floor"] = {
-                            "mbps": size / wall / 1e6,
-                            "cpu_per_gib": (proc_cpu(m.pid) - d0) / gib,
-                            "reader_cpu_per_gib": (children_cpu() - c0) / gib}
+                        row["floor"] = read_big(path, m.pid, size)
                         wall = together(path, ep, bucket, f"{run}/big-{r}-both",
                                         size)
                         row["bound_mbps"] = size / wall / 1e6
@@ -378,28 +404,27 @@ def main():
                                         size, f"{cache}-keep{r}")
                         row["keep_bound_mbps"] = size / wall / 1e6
                 elif who == "curl":
-                    s0 = srv.now()
+                    s0, busy = srv.now(), Busy()
                     wall, cpu = curl_ceiling(ep, bucket, key, size)
                     row["curl"] = {"mbps": size / wall / 1e6,
                                    "cpu_per_gib": cpu / gib,
                                    "server_cpu_per_gib":
-                                   (srv.now() - s0) / gib}
+                                   (srv.now() - s0) / gib,
+                                   "busy": busy.share()}
                 else:
                     with Mount(f"s3://{bucket}/{run}", mnt,
                                f"{cache}-big{r}", *mount_args) as m:
-                        path = os.path.join(mnt, f"big-{r}-{who}")
-                        os.stat(path)
-                        d0, c0, s0 = proc_cpu(m.pid), children_cpu(), srv.now()
-                        t = time.monotonic()
-                        sh(f"dd if={path} of=/dev/null bs=1M status=none")
-                        wall = time.monotonic() - t
-                        row["tierfs"] = {
-                            "mbps": size / wall / 1e6,
-                            "cpu_per_gib": (proc_cpu(m.pid) - d0) / gib,
-                            "reader_cpu_per_gib": (children_cpu() - c0) / gib,
-                            "server_cpu_per_gib": (srv.now() - s0) / gib}
-                row[who]["busy"] = busy.share()
+                        row["tierfs"] = read_big(
+                            os.path.join(mnt, f"big-{r}-tierfs"), m.pid, size,
+                            srv)
+                        # then a second object, cold too, on the same
+                        # mount: the pool's buffers touched once already
+                        time.sleep(SETTLE)
+                        row["tierfs2"] = read_big(
+                            os.path.join(mnt, f"big-{r}-curl"), m.pid, size,
+                            srv)
             t, c, fl = row["tierfs"], row["curl"], row["floor"]
+            t2 = row["tierfs2"]
             row["fuse_ceiling_mbps"] = ceiling(
                 c["cpu_per_gib"] + c["server_cpu_per_gib"] +
                 fl["cpu_per_gib"] + fl["reader_cpu_per_gib"], (1 << 30) / 1e6)
@@ -411,7 +436,7 @@ def main():
                 f"s/GiB, server {c['server_cpu_per_gib']:.2f}; cores "
                 f"{c['busy']:.0%}), FUSE floor {fl['mbps']:.0f} MB/s "
                 f"(daemon {fl['cpu_per_gib']:.2f} + dd "
-                f"{fl['reader_cpu_per_gib']:.2f}): "
+                f"{fl['reader_cpu_per_gib']:.2f}; cores {fl['busy']:.0%}): "
                 f"{t['mbps'] / c['mbps']:.2f}x the curls; FUSE ceiling "
                 f"{row['fuse_ceiling_mbps']:.0f} MB/s "
                 f"({row['fuse_ceiling_mbps'] / c['mbps']:.2f}x "
@@ -420,7 +445,13 @@ def main():
                 f"{row['bound_mbps']:.0f} MB/s, tierfs "
                 f"{t['mbps'] / row['bound_mbps']:.2f}x of it; keeping the "
                 f"bytes on disk too {row['keep_bound_mbps']:.0f} MB/s, "
-                f"tierfs {t['mbps'] / row['keep_bound_mbps']:.2f}x of it")
+                f"tierfs {t['mbps'] / row['keep_bound_mbps']:.2f}x of it; "
+                f"a second cold object on the same mount {t2['mbps']:.0f} "
+                f"MB/s (daemon {t2['cpu_per_gib']:.2f} CPU s/GiB; cores "
+                f"{t2['busy']:.0%}), {t2['mbps'] / row['bound_mbps']:.2f}x "
+                f"the measured bound, "
+                f"{t2['mbps'] / row['keep_bound_mbps']:.2f}x the keeping "
+                f"bound")
             res["rounds"].append(row)
             for who in ("tierfs", "curl", "keep"):
                 sh(f"{TIERFS} rm s3://{bucket}/{run}/big-{r}-{who}")
@@ -430,17 +461,19 @@ def main():
         for r in range(rounds):
             order = (("tierfs", "noverify", "curl") if r % 2 == 0 else
                      ("curl", "noverify", "tierfs"))
-            row = {}
+            row = {"create_ms": create_cost(f"{cache}-probe{r}",
+                                            small_kib << 10)}
             for who in order + ("floor",):
                 prefix = f"{run}/small-{r}-{who}"
-                busy = Busy()
                 if who == "floor":
                     with NullFS(mnt, small_kib << 10, n_small, 20) as m:
                         names = walk(mnt)
                         d0, r0 = proc_cpu(m.pid), self_cpu()
+                        busy = Busy()
                         t = time.monotonic()
                         read_files(names, small_kib << 10)
                         wall = time.monotonic() - t
+                        bshare = busy.share()
                         row["floor"] = {
                             "files_s": len(names) / wall,
                             "cpu_ms_per_file":
@@ -449,8 +482,9 @@ def main():
                             (self_cpu() - r0) / len(names) * 1e3}
                 elif who == "curl":
                     keys = [f"{prefix}/{rel}" for rel in rels]
-                    s0 = srv.now()
+                    s0, busy = srv.now(), Busy()
                     wall, cpu = curl_loop(ep, bucket, keys, work)
+                    bshare = busy.share()
                     row["curl"] = {"files_s": len(keys) / wall,
                                    "cpu_ms_per_file": cpu / len(keys) * 1e3,
                                    "server_cpu_ms_per_file":
@@ -461,9 +495,11 @@ def main():
                                f"{cache}-small{r}{who}", *mount_args) as m:
                         names = walk(mnt)
                         d0, s0, r0 = proc_cpu(m.pid), srv.now(), self_cpu()
+                        busy = Busy()
                         t = time.monotonic()
                         read_files(names, small_kib << 10)
                         wall = time.monotonic() - t
+                        bshare = busy.share()
                         row[who] = {
                             "files_s": len(names) / wall,
                             "cpu_ms_per_file":
@@ -472,7 +508,7 @@ def main():
                             (self_cpu() - r0) / len(names) * 1e3,
                             "server_cpu_ms_per_file":
                             (srv.now() - s0) / len(names) * 1e3}
-                row[who]["busy"] = busy.share()
+                row[who]["busy"] = bshare     # the timed part's
             t, c, fl = row["tierfs"], row["curl"], row["floor"]
             # one reader, one file after another: a client that cannot
             # know the next file spends the GET's time and the FUSE
@@ -508,7 +544,8 @@ def main():
                 f"{nv['cpu_ms_per_file']:.2f} ms CPU/file), "
                 f"{nv['files_s'] / c['files_s']:.2f}x the loop, "
                 f"{nv['files_s'] / row['fuse_ceiling_files_s']:.2f}x the "
-                f"FUSE ceiling")
+                f"FUSE ceiling; a new {small_kib} KiB file on the cache "
+                f"dirs' file system {row['create_ms']:.2f} ms CPU")
             res["small"].append(row)
 
         big = statistics.median(r["tierfs"]["mbps"] / r["curl"]["mbps"]
@@ -541,6 +578,11 @@ def main():
         bigk = statistics.median(r["tierfs"]["mbps"] / r["keep_bound_mbps"]
                                  for r in res["rounds"])
         res["big_of_keep_bound"] = bigk
+        big2b = statistics.median(r["tierfs2"]["mbps"] / r["bound_mbps"]
+                                  for r in res["rounds"])
+        big2k = statistics.median(r["tierfs2"]["mbps"] / r["keep_bound_mbps"]
+                                  for r in res["rounds"])
+        res["big2_of_bound"], res["big2_of_keep_bound"] = big2b, big2k
         res["big_ratio"], res["small_ratio"] = big, sm
         res["big_of_ceiling"], res["small_of_ceiling"] = bigc, smc
         res["big_of_bound"] = bigb
@@ -548,7 +590,8 @@ def main():
             f"FUSE ceiling is {cb:.2f}x, tierfs {bigc:.2f}x of it; the "
             f"measured bound is {bb:.2f}x, tierfs {bigb:.2f}x of it; keeping "
             f"the bytes on disk too it is {kb:.2f}x, tierfs {bigk:.2f}x of "
-            f"it); small "
+            f"it; a second cold object on the same mount {big2b:.2f}x and "
+            f"{big2k:.2f}x of the two); small "
             f"files: tierfs/curl loop median {sm:.2f}x (target 0.90; the "
             f"FUSE ceiling is {cs:.2f}x, tierfs {smc:.2f}x of it; with the "
             f"MD5 that verifying costs it is {vs:.2f}x, tierfs {smv:.2f}x of "
