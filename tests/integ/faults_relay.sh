@@ -82,11 +82,11 @@ $py "$work/echo.py" "$work/echo.port" &
 pids+=($!)
 for _ in $(seq 50); do [ -s "$work/echo.port" ] && break; sleep 0.1; done
 eport=$(cat "$work/echo.port")
-rport=$((20000 + RANDOM % 20000))
 
-# start_relay ARGS...: a relay on $rport in front of the echo server
+# start_relay ARGS...: a relay on a free port ($rport) in front of the
+# echo server
 start_relay() {
-    rport=$((rport + 1))
+    rport=$(free_port) || return 1
     "$relay" -p "$work/relay.pid" "$@" "127.0.0.1:$rport" "127.0.0.1:$eport" \
         2>>"$work/relay.log" &
     pids+=($!)
@@ -136,7 +136,7 @@ ms=$(((t1 - t0) / 1000000))
 check "-t 1: exited after ${ms} ms (< 2000)" '[ "$ms" -lt 2000 ]'
 
 # parent death: the relay's parent is a shell that exits after 0.3 s
-rport=$((rport + 1))
+rport=$(free_port)
 sh -c "\"$relay\" -p \"$work/orphan.pid\" 127.0.0.1:$rport 127.0.0.1:$eport 2>/dev/null & sleep 0.3"
 sleep 0.5
 opid=$(cat "$work/orphan.pid" 2>/dev/null || echo 0)

@@ -208,7 +208,7 @@ posix_cases() {
 
     # ---- metrics (R12's endpoint) ----
     # metrics-loopback: --metrics PORT listens on 127.0.0.1 only.
-    port=$((20000 + RANDOM % 20000))
+    port=$(free_port)
     mnt --read-only --metrics $port "$W/store" "$W/mnt"
     rc=$?
     ss -ltnpH "sport = :$port" >"$W/ss" 2>&1
@@ -234,7 +234,7 @@ posix_cases() {
 s3_cases() {
     mkdir -p "$W/mnt"
     secret=$AWS_SECRET_ACCESS_KEY
-    port=$((20000 + RANDOM % 20000))
+    port=$(free_port)
     mnt --read-only --log "$W/log" --metrics $port "$s3" "$W/mnt"
     rc=$?
     ls "$W/mnt" >/dev/null 2>&1

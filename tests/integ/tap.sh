@@ -12,6 +12,7 @@
 #                              command)
 #   check_cmd NAME CMD...      CMD run; its exit status decides
 #   tap_end [WHAT]             the summary line; non-zero if any failed
+#   free_port                  a TCP port for a test's listener (stdout)
 pass=0
 fail=0
 skipped=0
@@ -31,4 +32,25 @@ tap_end() {
     [ "$skipped" = 0 ] || s=", $skipped skipped"
     echo "${1:+$1: }$pass passed, $fail failed$s"
     [ "$fail" = 0 ]
+}
+
+# A TCP port no socket on this host uses, below the kernel's ephemeral
+# range: a random one in the range could be any client connection's local
+# port a moment later (a listener then fails "Address already in use").
+free_port() {
+    local lo hi p
+    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range
+    [ "$lo" -gt 12000 ] || lo=65000          # no room below: above it
+    for _ in $(seq 100); do
+        if [ "$lo" = 65000 ]; then
+            p=$((hi + 1 + RANDOM % (65535 - hi)))
+        else
+            p=$((10000 + RANDOM % (lo - 10000)))
+        fi
+        if [ -z "$(ss -tanH "sport = :$p" 2>/dev/null)" ]; then
+            echo "$p"
+            return 0
+        fi
+    done
+    return 1
 }
