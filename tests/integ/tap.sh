@@ -38,15 +38,17 @@ tap_end() {
 # range: a random one in the range could be any client connection's local
 # port a moment later (a listener then fails "Address already in use").
 free_port() {
-    local lo hi p
+    local lo hi base span p
     read -r lo hi </proc/sys/net/ipv4/ip_local_port_range
-    [ "$lo" -gt 12000 ] || lo=65000          # no room below: above it
+    if [ "$lo" -gt 12000 ]; then            # below the range
+        base=10000 span=$((lo - 10000))
+    elif [ "$hi" -lt 63000 ]; then          # above it
+        base=$((hi + 1)) span=$((65535 - hi))
+    else                                    # it is all: unused, at least
+        base=10000 span=55535
+    fi
     for _ in $(seq 100); do
-        if [ "$lo" = 65000 ]; then
-            p=$((hi + 1 + RANDOM % (65535 - hi)))
-        else
-            p=$((10000 + RANDOM % (lo - 10000)))
-        fi
+        p=$((base + RANDOM % span))
         if [ -z "$(ss -tanH "sport = :$p" 2>/dev/null)" ]; then
             echo "$p"
             return 0
