@@ -20,10 +20,11 @@ raw store's own clients, side by side in one run (issue 17 item 4).
    a static buffer (no store, no cache) read the same way, its daemon's
    and reader's CPU counted.  Every client here is CPU-bound on a small
    machine that also runs the server (each line prints how busy all
-   cores were during the timed read), so its speed is the cores over the CPU seconds a GiB (or
-   a file) costs all processes together.  The *FUSE ceiling* is that
-   speed for a FUSE client that costs no more than the raw clients plus
-   the floor: curls' CPU + the server's for them + nullfs + its reader.
+   cores were during the timed read), so its speed is the cores over the
+   CPU seconds a GiB (or a file) costs all processes together.  The
+   *FUSE ceiling* is that speed for a FUSE client that costs no more
+   than the raw clients plus the floor: curls' CPU + the server's for
+   them + nullfs + its reader.
    For the small files, read one after another by one reader, it is also
    at most the loop's time a file plus the floor's (the reader opens the
    next file only when it has the last).  No FUSE client can pass it on
@@ -68,9 +69,9 @@ on these machines), a cost that would land on tierfs's cache files and
 not on the curls.
 
 Needs a running S3 server (scripts/s3-server start; its env file in
-S3_DIR), build/tierfs, build/nullfs and build/keepw.  Prints one line per measurement
-with the load average, and a summary with the ratios; JSON on the last
-line.
+S3_DIR), build/tierfs, build/nullfs and build/keepw.  Prints one line
+per measurement with the load average, and a summary with the ratios;
+JSON on the last line.
 """
 import hashlib
 import json
