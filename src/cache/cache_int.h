@@ -365,6 +365,11 @@ void tfs_disk_close(struct tfs_cache *c);
  */
 int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
                   const uint8_t *id, struct tfs_block *b);
+/* Tests only (NULL otherwise): called by tfs_disk_load with the path of
+ * the block file it has just opened, before it reads it: the window in
+ * which another thread or process may evict the block and reuse its
+ * file. */
+extern void (*tfs_disk_load_hook)(const char *path);
 /* True when the disk tier holds the block (no data read). */
 bool tfs_disk_has(struct tfs_cache *c, const uint8_t *id);
 /*

@@ -282,11 +282,14 @@ static int disk_pread(int fd, void *buf, size_t len, uint64_t off)
 /*
  * Read header and data of a block file; 0 or -errno/TFS_ECORRUPT.  With
  * direct, the data (page-aligned at a page-aligned hlen) is read with
- * O_DIRECT, the header through the page cache.
+ * O_DIRECT, the header through the page cache.  *st: the file read (its
+ * st_ino 0 when unknown).
  */
+void (*tfs_disk_load_hook)(const char *path);
+
 static int disk_read_file(struct tfs_disk *d, const char *path,
                           uint8_t *h, size_t hlen, uint8_t *data, size_t len,
-                          bool direct)
+                          bool direct, struct stat *st)
 {
     struct iovec iov[2] = {{h, hlen}, {data, len}};
     ssize_t n;
@@ -295,6 +298,10 @@ static int disk_read_file(struct tfs_disk *d, const char *path,
 
     if (fd < 0)
         return -errno;
+    if (fstat(fd, st) < 0)
+        st->st_ino = 0;
+    if (tfs_disk_load_hook != NULL)
+        tfs_disk_load_hook(path);
     if (direct) {
         rc = disk_pread(fd, h, hlen, 0);
         if (rc == 0 && disk_set_direct(d, fd, true) == 0) {
@@ -315,10 +322,27 @@ static int disk_read_file(struct tfs_disk *d, const char *path,
     return rc;
 }
 
+/*
+ * Is the file read (st) no longer the one at path?  The block was evicted
+ * while it was read, and its file removed or reused for another block
+ * (renamed away, truncated, rewritten: disk_open_tmp), so what was read
+ * is short or another block's, not damaged: a miss, not a corrupt block
+ * (whose drop would remove whatever now has the path).
+ */
+static bool disk_moved(const char *path, const struct stat *st)
+{
+    struct stat now;
+
+    return st->st_ino != 0 &&
+           (stat(path, &now) != 0 || now.st_ino != st->st_ino ||
+            now.st_dev != st->st_dev);
+}
+
 int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
                   const uint8_t *id, struct tfs_block *b)
 {
     struct tfs_disk *d = c->disk;
+    struct stat st = {0};
     char path[4200];
     uint8_t *h = NULL;
     uint8_t *data = NULL;
@@ -335,11 +359,14 @@ int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
         h = tfs_malloc(hlen);
         data = tfs_blockbuf_get(c, r->len);
         rc = h && data ? disk_read_file(d, path, h, hlen, data, r->len,
-                                        disk_direct_ok(d, data, r->len, hlen))
+                                        disk_direct_ok(d, data, r->len, hlen),
+                                        &st)
                        : -ENOMEM;
     }
     if (rc == 0)
         rc = disk_verify(h, hlen, id, r, data, &b->digest);
+    if (rc == TFS_ECORRUPT && disk_moved(path, &st))
+        rc = -ESTALE;
     tfs_free(h);
     if (rc == 0) {
         b->data = data;

@@ -442,6 +442,54 @@ TEST(corrupt_blocks_are_refetched)
 }
 
 /*
+ * A block evicted while it is being loaded: its file reused for another
+ * block (renamed away and truncated, as disk_open_tmp does) between the
+ * loader's open and its read.  What the loader read is short, not
+ * damaged: a miss (the bytes come from the store), not a corrupt block,
+ * and the file that is now another block's is left alone.
+ */
+static char reused_to[4300];
+static int reused;
+
+static void reuse_under_load(const char *path)
+{
+    snprintf(reused_to, sizeof(reused_to), "%s.reused", path);
+    if (rename(path, reused_to) == 0 && truncate(reused_to, 0) == 0)
+        reused++;
+}
+
+TEST(block_reused_while_loading_is_a_miss)
+{
+    size_t len = 2u << 20;
+    unsigned char *data = test_pattern(len, 5);
+    const char *kv[] = {"block_size", "1M", "mem_cache", "0", "cache_dir",
+                        NULL, NULL};
+    struct tfs_store *st;
+    struct tfs_cache *c;
+
+    setup_dirs();
+    kv[5] = cdir;
+    write_remote("obj", data, len);
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    read_all_check(c, "obj", data, len, 1u << 20);
+    tfs_cache_close(c);
+    c = open_cache(st, kv);
+    reused = 0;
+    tfs_disk_load_hook = reuse_under_load;
+    read_all_check(c, "obj", data, len, 1u << 20);
+    tfs_disk_load_hook = NULL;
+    CHECK_EQ(reused, 2);
+    CHECK_EQ(stat_of(c, "corrupt_blocks"), 0);
+    CHECK_EQ(stat_of(c, "hit_bytes_disk"), 0);
+    CHECK_EQ(access(reused_to, F_OK), 0);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
+/*
  * Sequential reads with readahead over the disk tier (a RAM tier keeps
  * what readahead loads): with the store refused, the whole object comes
  * from disk; with every block file damaged, readahead and reads alike
@@ -2072,6 +2120,7 @@ TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru), T(span_reads), T(landed_
       T(stream_read_once_is_not_kept),
       T(disk_tier_survives_reopen), T(flush_covers_blocks_just_read),
       T(corrupt_blocks_are_refetched),
+      T(block_reused_while_loading_is_a_miss),
       T(disk_readahead),
       T(changed_object_never_mixes), T(single_flight), T(capacity_bound),
       T(scan_resistance), T(immutable_snapshot), T(snapshot_alloc_failures),
