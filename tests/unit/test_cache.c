@@ -408,30 +408,43 @@ static int flip_blocks(const char *dir)
     return n;
 }
 
-TEST(corrupt_blocks_are_refetched)
+/* The options of a RAM-less cache over a disk tier of 1 MiB blocks, and
+ * a 2 MiB object "obj" of data read once through it and closed: both
+ * its blocks on disk.  Returns the store. */
+static const char *disk_kv[] = {"block_size", "1M", "mem_cache", "0",
+                                "cache_dir", NULL, NULL};
+
+static struct tfs_store *disk_obj_cached(const unsigned char *data,
+                                         size_t len)
 {
-    size_t len = 2u << 20;
-    unsigned char *data = test_pattern(len, 3);
-    const char *kv[] = {"block_size", "1M", "mem_cache", "0", "cache_dir",
-                        NULL, NULL};
     struct tfs_store *st;
     struct tfs_cache *c;
 
     setup_dirs();
-    kv[5] = cdir;
+    disk_kv[5] = cdir;
     write_remote("obj", data, len);
     st = open_remote(NULL);
-    c = open_cache(st, kv);
+    c = open_cache(st, disk_kv);
     read_all_check(c, "obj", data, len, 1u << 20);
     tfs_cache_close(c);
+    return st;
+}
+
+TEST(corrupt_blocks_are_refetched)
+{
+    size_t len = 2u << 20;
+    unsigned char *data = test_pattern(len, 3);
+    struct tfs_store *st = disk_obj_cached(data, len);
+    struct tfs_cache *c;
+
     CHECK_EQ(flip_blocks(cdir), 2);
-    c = open_cache(st, kv);
+    c = open_cache(st, disk_kv);
     read_all_check(c, "obj", data, len, 1u << 20);
     CHECK_EQ(stat_of(c, "corrupt_blocks"), 2);
     CHECK_EQ(stat_of(c, "hit_bytes_disk"), 0);
     tfs_cache_close(c);
     /* Refetched blocks were written back whole: now they verify. */
-    c = open_cache(st, kv);
+    c = open_cache(st, disk_kv);
     read_all_check(c, "obj", data, len, 1u << 20);
     CHECK_EQ(stat_of(c, "corrupt_blocks"), 0);
     CHECK_EQ(stat_of(c, "hit_bytes_disk"), len);
@@ -462,19 +475,9 @@ TEST(block_reused_while_loading_is_a_miss)
 {
     size_t len = 2u << 20;
     unsigned char *data = test_pattern(len, 5);
-    const char *kv[] = {"block_size", "1M", "mem_cache", "0", "cache_dir",
-                        NULL, NULL};
-    struct tfs_store *st;
-    struct tfs_cache *c;
+    struct tfs_store *st = disk_obj_cached(data, len);
+    struct tfs_cache *c = open_cache(st, disk_kv);
 
-    setup_dirs();
-    kv[5] = cdir;
-    write_remote("obj", data, len);
-    st = open_remote(NULL);
-    c = open_cache(st, kv);
-    read_all_check(c, "obj", data, len, 1u << 20);
-    tfs_cache_close(c);
-    c = open_cache(st, kv);
     reused = 0;
     tfs_disk_load_hook = reuse_under_load;
     read_all_check(c, "obj", data, len, 1u << 20);
