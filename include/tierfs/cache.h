@@ -72,6 +72,10 @@ TFS_API int tfs_cache_create(struct tfs_cache **out);
  *                  p95 latency (default 1)
  *   hedge_min_ms   never hedge earlier than this (default 20; at most
  *                  600000)
+ *   disk_packs     1: the disk tier appends blocks of at most 128K
+ *                  (header included) to pack files of 1M instead of a
+ *                  file each, in caches from 64M (default 1; 0: a file
+ *                  per block, as before; docs/cache.md)
  *   trace          write an access trace to this file (trace.h)
  *   manifest       the listing comes from this file (written by
  *                  `tierfs manifest`; docs/fuse.md "Manifests"), read at

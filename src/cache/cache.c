@@ -42,6 +42,7 @@ int tfs_cache_create(struct tfs_cache **out)
     c->cfg.fetch_span = 16u << 20;
     c->cfg.meta_ttl_ns = 5000000000u;
     c->cfg.hedge = true;
+    c->cfg.disk_packs = true;
     c->cfg.hedge_min_ns = 20000000u;
     {
         pthread_rwlockattr_t a;
@@ -156,6 +157,7 @@ static const struct tfs_opt_spec cache_opts[] = {
     CACHE_OPT("meta_ttl", TFS_OPT_SEC_NS, meta_ttl_ns, 0, 1e7),
     CACHE_OPT("immutable", TFS_OPT_BOOL, immutable, 0, 1),
     CACHE_OPT("hedge", TFS_OPT_BOOL, hedge, 0, 1),
+    CACHE_OPT("disk_packs", TFS_OPT_BOOL, disk_packs, 0, 1),
     CACHE_OPT("hedge_min_ms", TFS_OPT_MS_NS, hedge_min_ns, 0, 600000),
     CACHE_OPT("trace", TFS_OPT_STR, trace_path, 0, TFS_OPT_NOMAX),
     CACHE_OPT("manifest", TFS_OPT_STR, manifest, 0, TFS_OPT_NOMAX),

@@ -43,28 +43,57 @@ enum tfs_evict_policy {
 
 struct tfs_index;
 
+#define TFS_INDEX_PAGE 4096u            /* pack records start on pages */
+
+/*
+ * Where a disk-tier block is: a file of its own (pack 0), or a record of
+ * size bytes at page * TFS_INDEX_PAGE in pack file tfs_index_pack_path
+ * (pack, gen), whose header sum is xor'ed with salt (disk.c).
+ */
+struct tfs_disk_loc {
+    uint32_t size;                      /* header + data bytes */
+    uint32_t pack;                      /* 0, or the pack's index + 1 */
+    uint32_t gen;                       /* the pack's generation */
+    uint32_t page;
+    uint64_t salt;
+};
+
 /*
  * Map the index file at path, creating it with room for about max_blocks
  * entries.  *exclusive is true when no other process has it open: the
- * caller must then rebuild it (tfs_index_reset + tfs_index_add for each
- * block file) and call tfs_index_ready.  Other openers wait until then.
+ * caller must then rebuild it (tfs_index_reset, tfs_index_add for each
+ * block file, tfs_index_add_pack + tfs_index_add_record for each pack)
+ * and call tfs_index_ready.  Other openers wait until then.
  */
 int tfs_index_open(const char *path, uint64_t max_blocks,
                    struct tfs_index **out, bool *exclusive);
+/* Where pack files live (for unlinking freed ones); before any use. */
+int tfs_index_set_pack_dir(struct tfs_index *ix, const char *dir);
+void tfs_index_pack_path(const char *dir, uint32_t pack, uint32_t gen,
+                         char *buf, size_t len);
 void tfs_index_reset(struct tfs_index *ix);
 void tfs_index_add(struct tfs_index *ix, const uint8_t *id, uint32_t size);
+/* Rebuild: a sealed pack of end bytes (all counted against capacity);
+ * -EEXIST if its number is taken. */
+int tfs_index_add_pack(struct tfs_index *ix, uint32_t pack, uint32_t gen,
+                       uint64_t end, uint64_t salt);
+void tfs_index_add_record(struct tfs_index *ix, const uint8_t *id,
+                          uint32_t size, uint32_t pack, uint32_t page);
+/* Rebuild: done with a pack; false (and freed) when it holds nothing. */
+bool tfs_index_pack_loaded(struct tfs_index *ix, uint32_t pack);
 int tfs_index_ready(struct tfs_index *ix);
 void tfs_index_close(struct tfs_index *ix);
 
 /*
- * Find a live block: true and its file size, after counting the access
+ * Find a live block: true and where it is, after counting the access
  * (recency and the admission sketch).  Misses are counted in the sketch
  * too, so a block that keeps being asked for earns admission.
  */
 bool tfs_index_lookup(struct tfs_index *ix, const uint8_t *id,
-                      uint32_t *size);
+                      struct tfs_disk_loc *loc);
 
-/* Ids of blocks the caller must unlink after an admission. */
+/* Ids of blocks the caller must unlink after an admission (files only:
+ * evicted packs are unlinked by the index). */
 struct tfs_victims {
     uint8_t  (*ids)[TFS_BLOCK_ID_LEN];  /* owned */
     size_t   n;
@@ -82,12 +111,25 @@ void tfs_victims_cleanup(struct tfs_victims *v);
 int tfs_index_admit(struct tfs_index *ix, const uint8_t *id, uint32_t size,
                     uint64_t capacity, enum tfs_evict_policy policy,
                     struct tfs_victims *v);
-/* Make a pending entry live (ok) or drop it (!ok). */
-void tfs_index_commit(struct tfs_index *ix, const uint8_t *id, bool ok);
+/*
+ * The same for a record of size bytes taking extent (a multiple of
+ * TFS_INDEX_PAGE, the bytes it counts against capacity) in this
+ * process's open pack, a new one when it has no room below pack_max:
+ * *loc says where to write it.
+ */
+int tfs_index_admit_packed(struct tfs_index *ix, const uint8_t *id,
+                           uint32_t size, uint32_t extent, uint64_t pack_max,
+                           uint64_t capacity, enum tfs_evict_policy policy,
+                           struct tfs_victims *v, struct tfs_disk_loc *loc);
+/* Make a pending entry live (ok) or drop it (!ok); true if it is live
+ * (false also when its pack was evicted meanwhile). */
+bool tfs_index_commit(struct tfs_index *ix, const uint8_t *id, bool ok);
 /* Whether a live block is there, without counting an access. */
 bool tfs_index_contains(struct tfs_index *ix, const uint8_t *id);
-/* Drop a live block (corrupt, or its file vanished). */
-void tfs_index_remove(struct tfs_index *ix, const uint8_t *id);
+/* Drop a live block (corrupt, or its file vanished); with at, only if it
+ * is still there (not evicted and admitted again elsewhere). */
+void tfs_index_remove(struct tfs_index *ix, const uint8_t *id,
+                      const struct tfs_disk_loc *at);
 /* Bytes and blocks accounted in the index (all processes). */
 void tfs_index_usage(struct tfs_index *ix, uint64_t *bytes,
                      uint64_t *blocks);
@@ -222,6 +264,7 @@ struct tfs_cache_cfg {
                                            carry (fetch.c); 0: a block */
     uint64_t meta_ttl_ns;
     bool     immutable;
+    bool     disk_packs;                /* small blocks into packs (disk.c) */
     bool     hedge;
     uint64_t hedge_min_ns;
     char    *trace_path;                /* owned, or NULL */

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The disk tier: one file per block under CACHE_DIR/blocks/XX/ID, the
- * shared index (index.c) that bounds them, writer threads, and the scan
- * that rebuilds the index when the first process opens the cache dir.
+ * The disk tier: one file per block under CACHE_DIR/blocks/XX/ID, small
+ * blocks packed as records into CACHE_DIR/blocks/packs/PPPPPPPP-GGGGGGGG
+ * (below), the shared index (index.c) that bounds them, writer threads,
+ * and the scan that rebuilds the index when the first process opens the
+ * cache dir.
  *
  * Block file format (little-endian, field by field):
  *
@@ -34,6 +36,31 @@
  * new page-cache pages with a second copy of what the RAM tier holds;
  * on the test VM that filling was a fifth of a cold read's CPU.  Other
  * blocks, and every block where O_DIRECT is refused, use the page cache.
+ *
+ * Packs.  A new file costs the file system an inode, and on a journal-
+ * less ext4 that has freed many recently a new inode cost 0.3 ms of CPU
+ * (a third of a cold 48 KiB file's; docs/performance-cold.md).  So a
+ * block whose record (header + data) takes at most DISK_PACK_RECORD is
+ * appended to this process's open pack instead: a file of at most
+ * DISK_PACK_MAX bytes, written by its owner only, never rewritten.
+ *
+ *   page 0:  magic "TFSPACK1", page size (le32, 4096), pack index (le32),
+ *            generation (le32), zero (le32), salt (le64), zeros, and at
+ *            4088 the XXH3-64 of the page's bytes before it
+ *   page n:  a record: the block format above with its exact header,
+ *            whose last 8 bytes are the header's XXH3-64 xor the salt,
+ *            then zeros to the next page
+ *
+ * The index gives a record's place (pack, generation, page) when it is
+ * admitted; the owner writes it there and commits it.  A load reads and
+ * checks it as it does a file (id, key, version, chunk sums, the salted
+ * header sum), so a torn append is a miss, never served.  The rebuild
+ * reads each pack record by record: a page that is not a valid header
+ * is skipped one page at a time, and the salt (random per pack, kept in
+ * the index and the pack's first page) keeps the data of a record that
+ * lost its header from passing for a header.  A pack leaves whole: the
+ * index evicts it as one region or frees it when no entry names it, and
+ * unlinks its file.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -70,6 +97,12 @@ _Static_assert(DISK_CHUNK == TFS_CSUM_CHUNK,
  */
 #define DISK_WRITERS 2
 #define DISK_PAGE 4096u                 /* O_DIRECT alignment */
+_Static_assert(DISK_PAGE == TFS_INDEX_PAGE, "records start on pages");
+#define DISK_PACK_MAGIC "TFSPACK1"
+#define DISK_PACK_MAX (1u << 20)        /* a pack's bytes, at most */
+#define DISK_PACK_RECORD (128u << 10)   /* a packed record's extent, at most */
+#define DISK_PACK_CACHE (64ull << 20)   /* no packs in smaller caches */
+#define DISK_PACK_SCAN (16u << 20)      /* records the rebuild believes */
 
 struct disk_job {
     struct disk_job  *next;
@@ -97,6 +130,12 @@ struct tfs_disk {
     uint64_t          capacity;         /* protected by lock */
     bool              no_direct;        /* O_DIRECT refused here */
     unsigned          mode;             /* cfg.cache_mode of the dirs */
+    char             *packs;            /* CACHE_DIR/blocks/packs, owned */
+    uint64_t          pack_max;         /* 0: no packs */
+    pthread_mutex_t   pack_lock;        /* the open pack's descriptor */
+    int               pack_fd;          /* protected by pack_lock */
+    uint32_t          pack_no;          /* its index + 1; pack_lock */
+    uint32_t          pack_gen;         /* protected by pack_lock */
 };
 
 static size_t disk_header_len(size_t key_len, size_t ver_len,
@@ -136,7 +175,7 @@ static void disk_path(const struct tfs_disk *d, const uint8_t *id,
  * that padded to a page). */
 static void disk_encode(uint8_t *h, size_t hlen, const uint8_t *id,
                         const struct tfs_block_ref *r, const uint8_t *data,
-                        const uint8_t *sums)
+                        const uint8_t *sums, uint64_t salt)
 {
     size_t klen = strlen(r->key);
     size_t vlen = strlen(r->version);
@@ -165,17 +204,18 @@ static void disk_encode(uint8_t *h, size_t hlen, const uint8_t *id,
         tfs_put_le64(p, tfs_xxh3(data + off,
                                     TFS_MIN(DISK_CHUNK, r->len - off)));
     memset(p, 0, (size_t)(h + hlen - 8 - p));       /* padding, if any */
-    tfs_put_le64(h + hlen - 8, tfs_xxh3(h, hlen - 8));
+    tfs_put_le64(h + hlen - 8, tfs_xxh3(h, hlen - 8) ^ salt);
 }
 
 /*
- * Check a header and the data against block r: 0, TFS_ECORRUPT, or
+ * Check a header (its sum xor'ed with salt: a pack's, or 0 in a file of
+ * its own) and the data against block r: 0, TFS_ECORRUPT, or
  * -ESTALE for the intact header of another block (the file was evicted
  * and reused for another block while we were opening it).
  */
 static int disk_verify(const uint8_t *h, size_t hlen, const uint8_t *id,
                        const struct tfs_block_ref *r, const uint8_t *data,
-                       uint64_t *digest)
+                       uint64_t salt, uint64_t *digest)
 {
     size_t klen = strlen(r->key);
     size_t vlen = strlen(r->version);
@@ -195,7 +235,7 @@ static int disk_verify(const uint8_t *h, size_t hlen, const uint8_t *id,
         h[54] != vlen || memcmp(h + DISK_FIXED, r->key, klen) != 0 ||
         memcmp(h + DISK_FIXED + klen, r->version, vlen) != 0)
         return TFS_ECORRUPT;
-    if (tfs_get_le64(h + hlen - 8) != tfs_xxh3(h, hlen - 8))
+    if (tfs_get_le64(h + hlen - 8) != (tfs_xxh3(h, hlen - 8) ^ salt))
         return TFS_ECORRUPT;
     for (size_t off = 0; off < r->len; off += DISK_CHUNK, p += 8) {
         size_t n = TFS_MIN(DISK_CHUNK, r->len - off);
@@ -245,12 +285,14 @@ static uint64_t disk_capacity(struct tfs_cache *c)
 
 /* ---- load ---- */
 
-/* Drop a block whose file is bad or gone. */
+/* Drop a block whose file or record is bad or gone: a record only from
+ * the index (its pack holds others), and only if still at loc. */
 static void disk_drop(struct tfs_cache *c, const uint8_t *id,
-                      const char *path)
+                      const char *path, const struct tfs_disk_loc *loc)
 {
-    tfs_index_remove(c->disk->ix, id);
-    unlink(path);
+    tfs_index_remove(c->disk->ix, id, loc->pack != 0 ? loc : NULL);
+    if (loc->pack == 0)
+        unlink(path);
 }
 
 /*
@@ -283,7 +325,7 @@ static int disk_pread(int fd, void *buf, size_t len, uint64_t off)
  * Read header and data of a block file; 0 or -errno/TFS_ECORRUPT.  With
  * direct, the data (page-aligned at a page-aligned hlen) is read with
  * O_DIRECT, the header through the page cache.  *st: the file read (its
- * st_ino 0 when unknown).
+ * st_ino 0 when unknown).  tfs_disk_load_hook: tests only, NULL else.
  */
 void (*tfs_disk_load_hook)(const char *path);
 
@@ -322,6 +364,25 @@ static int disk_read_file(struct tfs_disk *d, const char *path,
     return rc;
 }
 
+/* Read a packed record (header and data) at page of pack file path. */
+static int disk_read_record(const char *path, uint8_t *h, size_t hlen,
+                            uint8_t *data, size_t len, uint32_t page)
+{
+    struct iovec iov[2] = {{h, hlen}, {data, len}};
+    ssize_t n;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int rc;
+
+    if (fd < 0)
+        return -errno;
+    do {
+        n = preadv(fd, iov, 2, (off_t)page * DISK_PAGE);
+    } while (n < 0 && errno == EINTR);
+    rc = n < 0 ? -errno : n == (ssize_t)(hlen + len) ? 0 : TFS_ECORRUPT;
+    close(fd);
+    return rc;
+}
+
 /*
  * Is the file read (st) no longer the one at path?  The block was evicted
  * while it was read, and its file removed or reused for another block
@@ -342,30 +403,36 @@ int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
                   const uint8_t *id, struct tfs_block *b)
 {
     struct tfs_disk *d = c->disk;
+    struct tfs_disk_loc loc;
     struct stat st = {0};
     char path[4200];
     uint8_t *h = NULL;
     uint8_t *data = NULL;
-    uint32_t size;
     size_t hlen;
     int rc;
 
-    if (!tfs_index_lookup(d->ix, id, &size))
+    if (!tfs_index_lookup(d->ix, id, &loc))
         return -ENOENT;
-    disk_path(d, id, path, sizeof(path));
-    hlen = size > r->len ? size - r->len : 0;
+    if (loc.pack != 0)
+        tfs_index_pack_path(d->packs, loc.pack, loc.gen, path, sizeof(path));
+    else
+        disk_path(d, id, path, sizeof(path));
+    hlen = loc.size > r->len ? loc.size - r->len : 0;
     rc = hlen < DISK_FIXED || hlen > (1u << 20) ? TFS_ECORRUPT : 0;
     if (rc == 0) {
         h = tfs_malloc(hlen);
         data = tfs_blockbuf_get(c, r->len);
-        rc = h && data ? disk_read_file(d, path, h, hlen, data, r->len,
-                                        disk_direct_ok(d, data, r->len, hlen),
-                                        &st)
-                       : -ENOMEM;
+        rc = h == NULL || data == NULL ? -ENOMEM
+             : loc.pack != 0
+                 ? disk_read_record(path, h, hlen, data, r->len, loc.page)
+                 : disk_read_file(d, path, h, hlen, data, r->len,
+                                  disk_direct_ok(d, data, r->len, hlen), &st);
     }
     if (rc == 0)
-        rc = disk_verify(h, hlen, id, r, data, &b->digest);
-    if (rc == TFS_ECORRUPT && disk_moved(path, &st))
+        rc = disk_verify(h, hlen, id, r, data, loc.salt, &b->digest);
+    if (rc == -ESTALE && loc.pack != 0)
+        rc = TFS_ECORRUPT;              /* records are never reused */
+    if (rc == TFS_ECORRUPT && loc.pack == 0 && disk_moved(path, &st))
         rc = -ESTALE;
     tfs_free(h);
     if (rc == 0) {
@@ -377,14 +444,14 @@ int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
     if (rc == -ESTALE)
         return -ENOENT;                 /* reused under us: just a miss */
     if (rc == -ENOENT)
-        disk_drop(c, id, path);
+        disk_drop(c, id, path, &loc);
     if (rc != TFS_ECORRUPT)
         return rc;
     TFS_COUNT(&c->ctr, corrupt_blocks, 1);
     tfs_log(TFS_LOG_WARNING, "cache: block %llu of '%s' failed its "
             "checksum in %s; dropped", (unsigned long long)r->index, r->key,
-            d->dir);
-    disk_drop(c, id, path);
+            loc.pack != 0 ? path : d->dir);
+    disk_drop(c, id, path, &loc);
     return TFS_ECORRUPT;
 }
 
@@ -521,11 +588,142 @@ static int disk_put_file(struct tfs_cache *c, const struct tfs_block_ref *r,
 
     if (h == NULL)
         return -ENOMEM;
-    disk_encode(h, hlen, b->id, r, b->data, b->sums);
+    disk_encode(h, hlen, b->id, r, b->data, b->sums, 0);
     disk_path(c->disk, b->id, path, sizeof(path));
     rc = disk_write_file(c->disk, path, reuse, h, hlen, b->data, r->len);
     tfs_free(h);
     return rc;
+}
+
+/* Write a pack's first page (the file is new: empty). */
+static int disk_pack_head(int fd, const struct tfs_disk_loc *loc)
+{
+    uint8_t page[DISK_PAGE] = {0};
+
+    memcpy(page, DISK_PACK_MAGIC, 8);
+    tfs_put_le32(page + 8, DISK_PAGE);
+    tfs_put_le32(page + 12, loc->pack - 1);
+    tfs_put_le32(page + 16, loc->gen);
+    tfs_put_le64(page + 24, loc->salt);
+    tfs_put_le64(page + DISK_PAGE - 8, tfs_xxh3(page, DISK_PAGE - 8));
+    return tfs_pwrite_all(fd, page, DISK_PAGE, 0);
+}
+
+/*
+ * A descriptor of the pack loc names, to write a record into (the
+ * caller closes it).  This process's writers share one open pack's
+ * descriptor; whichever comes first creates the file and its first page.
+ */
+static int disk_pack_fd(struct tfs_disk *d, const struct tfs_disk_loc *loc)
+{
+    unsigned fmode = TFS_CACHE_FILE_MODE(d->mode);
+    int fd;
+    int rc = 0;
+
+    pthread_mutex_lock(&d->pack_lock);
+    if (d->pack_fd < 0 || d->pack_no != loc->pack ||
+        d->pack_gen != loc->gen) {
+        char path[4200];
+        struct stat st;
+
+        tfs_index_pack_path(d->packs, loc->pack, loc->gen, path,
+                            sizeof(path));
+        fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, fmode);
+        if (fd < 0)
+            rc = -errno;
+        else if (fstat(fd, &st) < 0)
+            rc = -errno;
+        else if (st.st_size == 0 && (fmode & 060) && fchmod(fd, fmode) < 0)
+            rc = -errno;                /* past the umask */
+        else if (st.st_size == 0)
+            rc = disk_pack_head(fd, loc);
+        if (rc < 0 && fd >= 0)
+            close(fd);
+        if (rc == 0) {
+            if (d->pack_fd >= 0)
+                close(d->pack_fd);
+            d->pack_fd = fd;
+            d->pack_no = loc->pack;
+            d->pack_gen = loc->gen;
+        }
+    }
+    fd = rc < 0 ? rc : fcntl(d->pack_fd, F_DUPFD_CLOEXEC, 0);
+    if (fd == -1)
+        fd = -errno;
+    pthread_mutex_unlock(&d->pack_lock);
+    return fd;
+}
+
+/* Encode block b and write it as a record where loc says. */
+static int disk_put_record(struct tfs_cache *c, const struct tfs_block_ref *r,
+                           const struct tfs_block *b, size_t hlen,
+                           const struct tfs_disk_loc *loc)
+{
+    struct tfs_disk *d = c->disk;
+    uint8_t *h = tfs_malloc(hlen);
+    off_t off = (off_t)loc->page * DISK_PAGE;
+    struct iovec iov[2] = {{h, hlen}, {(void *)b->data, r->len}};
+    ssize_t n;
+    int fd;
+    int rc;
+
+    if (h == NULL)
+        return -ENOMEM;
+    disk_encode(h, hlen, b->id, r, b->data, b->sums, loc->salt);
+    fd = disk_pack_fd(d, loc);
+    rc = fd < 0 ? fd : 0;
+    if (rc == 0) {
+        do {
+            n = pwritev(fd, iov, 2, off);
+        } while (n < 0 && errno == EINTR);
+        if (n != (ssize_t)(hlen + r->len))
+            rc = n < 0 ? -errno : -ENOSPC;
+    }
+    /* Out of the page cache once written, as a block file is. */
+    if (rc == 0 && sync_file_range(fd, off, (off_t)(hlen + r->len),
+                                   SYNC_FILE_RANGE_WRITE |
+                                   SYNC_FILE_RANGE_WAIT_AFTER) == 0)
+        (void)posix_fadvise(fd, off, (off_t)disk_page_up(hlen + r->len),
+                            POSIX_FADV_DONTNEED);
+    if (fd >= 0 && close(fd) < 0 && rc == 0)
+        rc = -errno;
+    tfs_free(h);
+    return rc;
+}
+
+/* Admit and write a small block as a record of this process's pack. */
+static bool disk_write_packed(struct tfs_cache *c,
+                              const struct tfs_block_ref *r,
+                              const struct tfs_block *b, size_t hlen)
+{
+    struct tfs_disk *d = c->disk;
+    struct tfs_victims v = {0};
+    struct tfs_disk_loc loc;
+    uint32_t size = (uint32_t)(hlen + r->len);
+    int admit;
+    int rc;
+
+    admit = tfs_index_admit_packed(d->ix, b->id, size,
+                                   (uint32_t)disk_page_up(size), d->pack_max,
+                                   disk_capacity(c), c->cfg.eviction, &v,
+                                   &loc);
+    disk_unlink_victims(c, &v, false);
+    tfs_victims_cleanup(&v);
+    if (admit == 0)
+        TFS_COUNT(&c->ctr, admission_rejects, 1);
+    if (admit != 1)                     /* declined, present, or -ENOMEM */
+        return admit == -EEXIST;
+    rc = disk_put_record(c, r, b, hlen, &loc);
+    if (tfs_index_commit(d->ix, b->id, rc == 0)) {
+        TFS_COUNT(&c->ctr, disk_write_bytes, size);
+        return true;
+    }
+    if (rc == 0)
+        return false;                   /* its pack was evicted meanwhile */
+    TFS_COUNT(&c->ctr, disk_write_dropped, 1);
+    tfs_log(TFS_LOG_WARNING, "cache: cannot write a block of '%s' to %s: "
+            "%s", r->key, d->packs, tfs_strerror(rc));
+    return false;
 }
 
 /*
@@ -543,6 +741,8 @@ static bool disk_write_block(struct tfs_cache *c,
     int admit;
     int rc;
 
+    if (d->pack_max != 0 && disk_page_up(hlen + r->len) <= DISK_PACK_RECORD)
+        return disk_write_packed(c, r, b, hlen);
     if (disk_direct_ok(d, b->data, r->len, 0))
         hlen = disk_page_up(hlen);      /* data on a page: O_DIRECT */
     admit = tfs_index_admit(d->ix, b->id, (uint32_t)(hlen + r->len),
@@ -724,6 +924,127 @@ static void disk_scan_sub(struct tfs_index *ix, int sub_fd)
     closedir(dir);
 }
 
+/* "PPPPPPPP-GGGGGGGG": a pack's index and generation. */
+static bool disk_parse_pack(const char *name, uint32_t *pack, uint32_t *gen)
+{
+    uint64_t v[2] = {0, 0};
+
+    if (strlen(name) != 17 || name[8] != '-')
+        return false;
+    for (int i = 0; i < 17; i++) {
+        int x = i == 8 ? 0 : tfs_hexval_lower(name[i]);
+        if (x < 0)
+            return false;
+        if (i != 8)
+            v[i > 8] = v[i > 8] * 16 + (uint64_t)x;
+    }
+    *pack = (uint32_t)v[0] + 1;
+    *gen = (uint32_t)v[1];
+    return *pack != 0;
+}
+
+/*
+ * The record whose header starts page (buf: that page) in a pack of
+ * file_len bytes: its size (header + data) and id, or 0 when the page
+ * holds no valid header.
+ */
+static uint32_t disk_scan_record(int fd, const uint8_t *buf, uint64_t page,
+                                 uint64_t file_len, uint64_t salt,
+                                 uint8_t *id)
+{
+    uint64_t off = page * DISK_PAGE;
+    uint32_t hlen = tfs_get_le32(buf + 8);
+    uint32_t len = tfs_get_le32(buf + 12);
+    uint8_t *h;
+    bool ok;
+
+    if (memcmp(buf, DISK_MAGIC, 8) != 0 || len > DISK_PACK_SCAN ||
+        hlen != disk_header_len(tfs_get_le16(buf + 52), buf[54], len) ||
+        off + hlen + len > file_len)
+        return 0;
+    h = hlen <= DISK_PAGE ? (uint8_t *)buf : tfs_malloc(hlen);
+    if (h == NULL)
+        return 0;
+    ok = h == buf || disk_pread(fd, h, hlen, off) == 0;
+    ok = ok && tfs_get_le64(h + hlen - 8) == (tfs_xxh3(h, hlen - 8) ^ salt);
+    memcpy(id, buf + 16, TFS_BLOCK_ID_LEN);
+    if (h != buf)
+        tfs_free(h);
+    return ok ? hlen + len : 0;
+}
+
+/*
+ * Index the records of pack file name in packs dir pfd, record by record;
+ * remove it when it is not a pack of ours, its number is taken, or it
+ * holds no valid record.
+ */
+static void disk_scan_pack(struct tfs_index *ix, int pfd, const char *name)
+{
+    uint8_t buf[DISK_PAGE];
+    uint32_t pack;
+    uint32_t gen;
+    struct stat sb;
+    uint64_t salt = 0;
+    bool keep = false;
+    int fd;
+
+    if (!disk_parse_pack(name, &pack, &gen))
+        return;                         /* not ours: left alone */
+    fd = openat(pfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+        disk_pread(fd, buf, DISK_PAGE, 0) == 0 &&
+        memcmp(buf, DISK_PACK_MAGIC, 8) == 0 &&
+        tfs_get_le32(buf + 8) == DISK_PAGE &&
+        tfs_get_le32(buf + 12) == pack - 1 && tfs_get_le32(buf + 16) == gen &&
+        tfs_get_le64(buf + DISK_PAGE - 8) == tfs_xxh3(buf, DISK_PAGE - 8)) {
+        salt = tfs_get_le64(buf + 24);
+        keep = tfs_index_add_pack(ix, pack, gen,
+                                  disk_page_up((uint64_t)sb.st_size),
+                                  salt) == 0;
+    }
+    /* Headers only: no readahead of the data between them. */
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    for (uint64_t page = 1; keep && (page + 1) * DISK_PAGE <= disk_page_up(
+                                        (uint64_t)sb.st_size);) {
+        uint8_t id[TFS_BLOCK_ID_LEN];
+        uint64_t off = page * DISK_PAGE;
+        size_t n = 0;
+        uint32_t size = 0;
+
+        memset(buf, 0, sizeof(buf));
+        if (tfs_pread_full(fd, buf, DISK_PAGE, off, &n) == 0 && n >= 64)
+            size = disk_scan_record(fd, buf, page, (uint64_t)sb.st_size,
+                                    salt, id);
+        if (size == 0) {
+            page++;
+            continue;
+        }
+        tfs_index_add_record(ix, id, size, pack, (uint32_t)page);
+        page += disk_page_up(size) / DISK_PAGE;
+    }
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+    if (!keep || !tfs_index_pack_loaded(ix, pack))
+        unlinkat(pfd, name, 0);
+}
+
+/* Index every pack in CACHE_DIR/blocks/packs. */
+static void disk_scan_packs(struct tfs_index *ix, int pfd)
+{
+    DIR *dir = fdopendir(pfd);
+    struct dirent *de;
+
+    if (dir == NULL) {
+        close(pfd);
+        return;
+    }
+    while ((de = readdir(dir)) != NULL)
+        disk_scan_pack(ix, dirfd(dir), de->d_name);
+    closedir(dir);
+}
+
 /*
  * Give subdirectory name of dfd exactly mode if it is ours: a new one
  * past the umask (group mode), an old one made 0755 by an older version.
@@ -761,6 +1082,18 @@ static int disk_scan(struct tfs_disk *d, bool rebuild)
         sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (sub >= 0)
             disk_scan_sub(d->ix, sub);
+    }
+    if (mkdirat(dfd, "packs", d->mode) < 0 && errno != EEXIST) {
+        int rc = tfs_err(-errno, "cannot create %s/packs", d->dir);
+        close(dfd);
+        return rc;
+    }
+    disk_fix_mode(dfd, "packs", d->mode);
+    if (rebuild) {
+        int pfd = openat(dfd, "packs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                         O_CLOEXEC);
+        if (pfd >= 0)
+            disk_scan_packs(d->ix, pfd);
     }
     close(dfd);
     return 0;
@@ -801,6 +1134,8 @@ static int disk_open_index(struct tfs_cache *c, struct tfs_disk *d)
 
     snprintf(path, sizeof(path), "%s/index", c->cfg.cache_dir);
     rc = tfs_index_open(path, max_blocks, &d->ix, &exclusive);
+    if (rc == 0)
+        rc = tfs_index_set_pack_dir(d->ix, d->packs);
     if (rc < 0)
         return rc;
     if (exclusive)
@@ -936,6 +1271,7 @@ int tfs_disk_open(struct tfs_cache *c)
 {
     struct tfs_disk *d;
     char path[4200];
+    char packs[4300];
     int rc;
 
     c->disk_off[0] = '\0';
@@ -945,14 +1281,22 @@ int tfs_disk_open(struct tfs_cache *c)
     if (rc == 0)
         rc = disk_settings(c);
     snprintf(path, sizeof(path), "%s/blocks", c->cfg.cache_dir);
+    snprintf(packs, sizeof(packs), "%s/packs", path);
     if (rc < 0)
         return disk_off(c, rc);
     d = tfs_calloc(1, sizeof(*d));
-    if (d == NULL || (d->dir = tfs_strdup(path)) == NULL) {
+    if (d == NULL || (d->dir = tfs_strdup(path)) == NULL ||
+        (d->packs = tfs_strdup(packs)) == NULL) {
+        if (d != NULL)
+            tfs_free(d->dir);
         tfs_free(d);
         return -ENOMEM;
     }
     d->mode = c->cfg.cache_mode;
+    d->pack_fd = -1;
+    d->pack_max = c->cfg.disk_packs && c->cfg.cache_size >= DISK_PACK_CACHE
+                      ? DISK_PACK_MAX : 0;
+    pthread_mutex_init(&d->pack_lock, NULL);
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->cond, NULL);
     pthread_cond_init(&d->idle, NULL);
@@ -966,6 +1310,8 @@ int tfs_disk_open(struct tfs_cache *c)
     if (rc < 0) {
         tfs_index_close(d->ix);
         d->ix = NULL;
+        pthread_mutex_destroy(&d->pack_lock);
+        tfs_free(d->packs);
         tfs_free(d->dir);
         tfs_free(d);
         c->disk = NULL;
@@ -988,6 +1334,10 @@ void tfs_disk_close(struct tfs_cache *c)
     for (unsigned i = 0; i < d->n_writers; i++)
         pthread_join(d->writer[i], NULL);   /* they drain the queue first */
     tfs_index_close(d->ix);
+    if (d->pack_fd >= 0)
+        close(d->pack_fd);
+    pthread_mutex_destroy(&d->pack_lock);
+    tfs_free(d->packs);
     pthread_cond_destroy(&d->idle);
     pthread_cond_destroy(&d->cond);
     pthread_mutex_destroy(&d->lock);

@@ -26,8 +26,21 @@
  * when the byte is unlocked (kill(pid, 0) answered wrongly across pid
  * namespaces and never for a reused pid).
  *
+ * Blocks live in files of their own or, small ones, as records in packs
+ * (disk.c): append-only files, one open per process at a time.  A table
+ * of packs in the mapping holds each pack's generation (in its file name),
+ * the bytes it holds and how many entries name it.  A pack leaves whole:
+ * evicted as one region (CacheLib's block cache does the same), or freed
+ * when its last entry goes; its generation moves on, which makes every
+ * entry still naming it stale at once, and stale entries are dropped as
+ * lookups and eviction samples meet them.  Its file is unlinked after the
+ * lock is let go.  A reader that opened it before still reads the bytes
+ * its entry named (records are never rewritten); one that comes later
+ * finds no file: a miss.
+ *
  * Eviction samples random live entries (Redis's approximated LRU) and
- * evicts the least recently used of the sample.  The tinylfu policy adds
+ * evicts the least recently used of the sample (for a packed entry: its
+ * pack, by the pack's latest access).  The tinylfu policy adds
  * an admission test when the cache is full: a new block must have been
  * asked for at least two more times than the first victim (count-min
  * sketch, halved periodically; the sketch and the rule are tinylfu.c's,
@@ -50,21 +63,42 @@
 #include "tierfs/log.h"
 
 #define IX_MAGIC "TFSIDX1"
-#define IX_VERSION 2
+#define IX_VERSION 3
 #define IX_EMPTY 0
 #define IX_LIVE 1
 #define IX_PENDING 2
 #define IX_SAMPLE 16
+#define IX_PACK_FREE 0
+#define IX_PACK_OPEN 1                  /* its owner appends to it */
+#define IX_PACK_SEALED 2
+#define IX_REAP_MAX 32                  /* freed packs to unlink per op */
 
 struct ix_slot {
     uint64_t id_hi;
     uint64_t id_lo;
     uint64_t atime;                     /* logical clock of last access */
-    uint32_t size;                      /* bytes of the block file */
+    uint32_t size;                      /* bytes of the file or record */
     uint16_t state;                     /* IX_* */
     uint16_t reserved;
     uint32_t owner;                     /* owner of a pending entry */
-    uint32_t reserved2;
+    uint32_t pack;                      /* 0: a file; else pack index + 1 */
+    uint32_t gen;                       /* the pack's generation */
+    uint32_t page;                      /* the record's first page */
+};
+
+struct ix_pack {
+    uint32_t gen;                       /* moves on when freed */
+    uint32_t state;                     /* IX_PACK_* */
+    uint32_t owner;                     /* the appender of an open pack */
+    uint32_t live;                      /* entries naming it (+ pending) */
+    uint32_t pending;                   /* of which pending */
+    uint32_t reserved;
+    uint64_t end;                       /* bytes given out: next record */
+    uint64_t acct;                      /* its bytes in used_bytes: the
+                                           records' extents, dead ones
+                                           too, and the first page */
+    uint64_t atime;                     /* latest access of a record */
+    uint64_t salt;                      /* in its records' header sums */
 };
 
 struct ix_header {
@@ -74,10 +108,13 @@ struct ix_header {
     uint32_t        mutex_size;         /* sizeof(pthread_mutex_t) */
     uint32_t        last_owner;         /* the last owner number given */
     uint64_t        n_slots;            /* power of two */
-    uint64_t        used_bytes;         /* live + pending */
-    uint64_t        n_used;             /* live + pending entries */
+    uint64_t        used_bytes;         /* live + pending, packs whole */
+    uint64_t        n_used;             /* live + pending + stale slots */
+    uint64_t        n_stale;            /* slots naming a freed pack */
     uint64_t        clock;              /* logical access clock */
     uint64_t        sketch_ops;         /* increments since last halving */
+    uint64_t        n_packs;            /* entries of the pack table */
+    uint64_t        pack_next;          /* where to look for a free one */
     pthread_mutex_t lock;
 };
 
@@ -91,6 +128,12 @@ struct tfs_index {
     struct ix_slot   *slots;            /* mapped, h->n_slots */
     struct tfs_tinylfu freq;            /* over the mapped sketch: 4 rows
                                            of n_slots, h->sketch_ops */
+    struct ix_pack   *packs;            /* mapped, h->n_packs */
+    char             *pack_dir;         /* where pack files are; owned */
+    uint32_t          open_pack;        /* ours: index + 1, or 0 */
+    uint32_t          open_gen;
+    unsigned          n_reap;           /* freed packs to unlink */
+    uint32_t          reap[IX_REAP_MAX][2];     /* index, generation */
 };
 
 /* ---- layout ---- */
@@ -100,10 +143,17 @@ static size_t ix_header_size(void)
     return (sizeof(struct ix_header) + 4095) & ~(size_t)4095;
 }
 
+/* A pack per 4 slots: at most cache/512K packs of about 1 MiB fill it. */
+static uint64_t ix_n_packs(uint64_t n_slots)
+{
+    return n_slots / 4;
+}
+
 static size_t ix_map_len(uint64_t n_slots)
 {
     return ix_header_size() + n_slots * sizeof(struct ix_slot) +
-           n_slots * TFS_TINYLFU_ROWS;
+           n_slots * TFS_TINYLFU_ROWS +
+           ix_n_packs(n_slots) * sizeof(struct ix_pack);
 }
 
 static void ix_bind(struct tfs_index *ix)
@@ -112,6 +162,8 @@ static void ix_bind(struct tfs_index *ix)
     ix->freq = (struct tfs_tinylfu){
         .cells = (uint8_t *)(ix->slots + ix->h->n_slots),
         .width = ix->h->n_slots, .ops = &ix->h->sketch_ops};
+    ix->packs = (struct ix_pack *)(void *)(ix->freq.cells +
+                                           ix->h->n_slots * TFS_TINYLFU_ROWS);
 }
 
 static void ix_split(const uint8_t *id, uint64_t *hi, uint64_t *lo)
@@ -131,7 +183,8 @@ static void ix_join(const struct ix_slot *s, uint8_t *id)
 /*
  * Take the index lock.  A holder that died mid-update may have left the
  * table inconsistent; the table is then cleared (blocks become misses and
- * their files orphans, removed by the next rebuild).
+ * their files orphans, removed or indexed again by the next rebuild).
+ * Every pack's generation moves on, so no new pack takes an orphan's name.
  */
 static void ix_lock(struct tfs_index *ix)
 {
@@ -139,17 +192,82 @@ static void ix_lock(struct tfs_index *ix)
 
     if (rc == EOWNERDEAD) {
         memset(ix->slots, 0, ix->h->n_slots * sizeof(struct ix_slot));
+        for (uint64_t i = 0; i < ix->h->n_packs; i++)
+            ix->packs[i] = (struct ix_pack){.gen = ix->packs[i].gen + 1};
         ix->h->used_bytes = 0;
         ix->h->n_used = 0;
+        ix->h->n_stale = 0;
         pthread_mutex_consistent(&ix->h->lock);
         tfs_log(TFS_LOG_WARNING, "cache index: a process died holding "
                 "the lock; index cleared");
     }
 }
 
+void tfs_index_pack_path(const char *dir, uint32_t pack, uint32_t gen,
+                         char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%08x-%08x", dir, (unsigned)(pack - 1),
+             (unsigned)gen);
+}
+
+/* Unlink pack files freed under the lock, after letting it go. */
 static void ix_unlock(struct tfs_index *ix)
 {
+    uint32_t reap[IX_REAP_MAX][2];
+    unsigned n = ix->n_reap;
+
+    memcpy(reap, ix->reap, n * sizeof(reap[0]));
+    ix->n_reap = 0;
     pthread_mutex_unlock(&ix->h->lock);
+    for (unsigned i = 0; i < n; i++) {
+        char path[4200];
+
+        tfs_index_pack_path(ix->pack_dir, reap[i][0] + 1, reap[i][1], path,
+                            sizeof(path));
+        unlink(path);
+    }
+}
+
+/* ---- packs ---- */
+
+/* The pack a slot names, or NULL: a file, or a freed pack (stale). */
+static struct ix_pack *ix_pack_of(struct tfs_index *ix,
+                                  const struct ix_slot *s)
+{
+    struct ix_pack *p;
+
+    if (s->pack == 0 || s->pack > ix->h->n_packs)
+        return NULL;
+    p = &ix->packs[s->pack - 1];
+    return p->gen == s->gen && p->state != IX_PACK_FREE ? p : NULL;
+}
+
+static bool ix_stale(struct tfs_index *ix, const struct ix_slot *s)
+{
+    return s->pack != 0 && ix_pack_of(ix, s) == NULL;
+}
+
+/*
+ * Free pack p: its bytes leave the bound, every entry naming it is stale
+ * from now on, and its file is unlinked once the lock is let go (at once
+ * when the list is full: slower, never wrong).
+ */
+static void ix_pack_free(struct tfs_index *ix, struct ix_pack *p)
+{
+    uint32_t i = (uint32_t)(p - ix->packs);
+
+    if (ix->pack_dir != NULL && ix->n_reap < IX_REAP_MAX) {
+        ix->reap[ix->n_reap][0] = i;
+        ix->reap[ix->n_reap++][1] = p->gen;
+    } else if (ix->pack_dir != NULL) {
+        char path[4200];
+
+        tfs_index_pack_path(ix->pack_dir, i + 1, p->gen, path, sizeof(path));
+        unlink(path);
+    }
+    ix->h->used_bytes -= p->acct;
+    ix->h->n_stale += p->live;
+    *p = (struct ix_pack){.gen = p->gen + 1};
 }
 
 /* ---- the hash table (linear probing, backward-shift deletion) ---- */
@@ -174,12 +292,27 @@ static uint64_t ix_find(struct tfs_index *ix, uint64_t hi, uint64_t lo,
     }
 }
 
+/*
+ * Remove slot i.  A file's bytes leave the bound; a record's stay in its
+ * pack's until the pack goes, which happens when no entry names it.
+ */
 static void ix_delete_at(struct tfs_index *ix, uint64_t i)
 {
     uint64_t mask = ix->h->n_slots - 1;
     uint64_t j = i;
+    struct ix_slot *s = &ix->slots[i];
+    struct ix_pack *p = ix_pack_of(ix, s);
 
-    ix->h->used_bytes -= ix->slots[i].size;
+    if (s->pack == 0)
+        ix->h->used_bytes -= s->size;
+    else if (p == NULL)
+        ix->h->n_stale--;
+    else {
+        if (s->state == IX_PENDING)
+            p->pending--;
+        if (--p->live == 0)
+            ix_pack_free(ix, p);
+    }
     ix->h->n_used--;
     for (;;) {
         uint64_t home;
@@ -206,6 +339,7 @@ static bool ix_header_ok(const struct ix_header *h, size_t file_len)
            h->slot_size == sizeof(struct ix_slot) &&
            h->mutex_size == sizeof(pthread_mutex_t) && h->n_slots >= 1024 &&
            (h->n_slots & (h->n_slots - 1)) == 0 &&
+           h->n_packs == ix_n_packs(h->n_slots) &&
            ix_map_len(h->n_slots) == file_len;
 }
 
@@ -243,6 +377,7 @@ static int ix_init_header(struct tfs_index *ix, uint64_t n_slots)
     h->slot_size = sizeof(struct ix_slot);
     h->mutex_size = sizeof(pthread_mutex_t);
     h->n_slots = n_slots;
+    h->n_packs = ix_n_packs(n_slots);
     pthread_mutexattr_init(&a);
     pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
     pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
@@ -354,8 +489,11 @@ void tfs_index_reset(struct tfs_index *ix)
 {
     memset(ix->slots, 0, ix->h->n_slots * sizeof(struct ix_slot));
     memset(ix->freq.cells, 0, ix->h->n_slots * TFS_TINYLFU_ROWS);
+    memset(ix->packs, 0, ix->h->n_packs * sizeof(struct ix_pack));
     ix->h->used_bytes = 0;
     ix->h->n_used = 0;
+    ix->h->n_stale = 0;
+    ix->h->pack_next = 0;
     ix->h->clock = 1;
     ix->h->sketch_ops = 0;
 }
@@ -377,6 +515,54 @@ void tfs_index_add(struct tfs_index *ix, const uint8_t *id, uint32_t size)
                                     .size = size, .state = IX_LIVE};
     ix->h->used_bytes += size;
     ix->h->n_used++;
+}
+
+int tfs_index_add_pack(struct tfs_index *ix, uint32_t pack, uint32_t gen,
+                       uint64_t end, uint64_t salt)
+{
+    struct ix_pack *p;
+
+    if (pack == 0 || pack > ix->h->n_packs ||
+        ix->packs[pack - 1].state != IX_PACK_FREE)
+        return -EEXIST;
+    p = &ix->packs[pack - 1];
+    *p = (struct ix_pack){.gen = gen, .state = IX_PACK_SEALED, .end = end,
+                          .acct = end, .salt = salt};
+    ix->h->used_bytes += end;           /* all of it, whatever it holds */
+    return 0;
+}
+
+void tfs_index_add_record(struct tfs_index *ix, const uint8_t *id,
+                          uint32_t size, uint32_t pack, uint32_t page)
+{
+    struct ix_pack *p = &ix->packs[pack - 1];
+    uint64_t hi;
+    uint64_t lo;
+    uint64_t i;
+    bool found;
+
+    ix_split(id, &hi, &lo);
+    if (ix->h->n_used >= tfs_tinylfu_max_entries(ix->h->n_slots))
+        return;                         /* full: an orphan record */
+    i = ix_find(ix, hi, lo, &found);
+    if (found)
+        return;                         /* a copy elsewhere came first */
+    ix->slots[i] = (struct ix_slot){.id_hi = hi, .id_lo = lo, .size = size,
+                                    .state = IX_LIVE, .pack = pack,
+                                    .gen = p->gen, .page = page};
+    p->live++;
+    ix->h->n_used++;
+}
+
+bool tfs_index_pack_loaded(struct tfs_index *ix, uint32_t pack)
+{
+    struct ix_pack *p = &ix->packs[pack - 1];
+
+    if (p->live > 0)
+        return true;
+    ix->h->used_bytes -= p->acct;
+    *p = (struct ix_pack){.gen = p->gen + 1};
+    return false;
 }
 
 int tfs_index_ready(struct tfs_index *ix)
@@ -402,13 +588,43 @@ void tfs_index_close(struct tfs_index *ix)
         close(ix->fd);
     if (ix->lock_fd >= 0)
         close(ix->lock_fd);             /* drops the flock */
+    tfs_free(ix->pack_dir);
     tfs_free(ix);
+}
+
+int tfs_index_set_pack_dir(struct tfs_index *ix, const char *dir)
+{
+    ix->pack_dir = tfs_strdup(dir);
+    return ix->pack_dir != NULL ? 0 : -ENOMEM;
 }
 
 /* ---- operations ---- */
 
+/* Find id's slot; a stale one (its pack freed) is dropped on the way. */
+static uint64_t ix_find_live(struct tfs_index *ix, uint64_t hi, uint64_t lo,
+                             bool *found)
+{
+    uint64_t i = ix_find(ix, hi, lo, found);
+
+    if (*found && ix_stale(ix, &ix->slots[i])) {
+        ix_delete_at(ix, i);
+        i = ix_find(ix, hi, lo, found);
+    }
+    return i;
+}
+
+static void ix_loc(struct tfs_index *ix, const struct ix_slot *s,
+                   struct tfs_disk_loc *loc)
+{
+    struct ix_pack *p = ix_pack_of(ix, s);
+
+    *loc = (struct tfs_disk_loc){.size = s->size, .pack = s->pack,
+                                 .gen = s->gen, .page = s->page,
+                                 .salt = p != NULL ? p->salt : 0};
+}
+
 bool tfs_index_lookup(struct tfs_index *ix, const uint8_t *id,
-                      uint32_t *size)
+                      struct tfs_disk_loc *loc)
 {
     uint64_t hi;
     uint64_t lo;
@@ -418,11 +634,15 @@ bool tfs_index_lookup(struct tfs_index *ix, const uint8_t *id,
     ix_split(id, &hi, &lo);
     ix_lock(ix);
     tfs_tinylfu_add(&ix->freq, lo);
-    i = ix_find(ix, hi, lo, &found);
+    i = ix_find_live(ix, hi, lo, &found);
     found = found && ix->slots[i].state == IX_LIVE;
     if (found) {
+        struct ix_pack *p = ix_pack_of(ix, &ix->slots[i]);
+
         ix->slots[i].atime = ++ix->h->clock;
-        *size = ix->slots[i].size;
+        if (p != NULL)
+            p->atime = ix->h->clock;
+        ix_loc(ix, &ix->slots[i], loc);
     }
     ix_unlock(ix);
     return found;
@@ -449,20 +669,39 @@ static int ix_victim_add(struct tfs_victims *v, const struct ix_slot *s)
     return 0;
 }
 
-/* A pending entry whose owner died (its byte is unlocked) is reclaimed. */
-static bool ix_is_stale(struct tfs_index *ix, const struct ix_slot *s)
+/* Is owner number o dead (its byte of the lock file unlocked)? */
+static bool ix_owner_dead(struct tfs_index *ix, uint32_t o)
 {
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET,
-                       .l_start = (off_t)s->owner, .l_len = 1};
+                       .l_start = (off_t)o, .l_len = 1};
 
-    if (s->state != IX_PENDING || s->owner == ix->owner)
+    if (o == ix->owner)
         return false;                   /* ours: our own lock hides it */
     if (fcntl(ix->lock_fd, F_OFD_GETLK, &fl) < 0)
         return false;
     return fl.l_type == F_UNLCK;
 }
 
-/* The least recently used of a random sample of evictable entries. */
+/* A pending entry whose owner died (its byte is unlocked) is reclaimed. */
+static bool ix_is_stale(struct tfs_index *ix, const struct ix_slot *s)
+{
+    return s->state == IX_PENDING && ix_owner_dead(ix, s->owner);
+}
+
+/*
+ * May pack p be evicted?  Not while a record is being written into it,
+ * nor while a live process appends to it (its owner's open pack).
+ */
+static bool ix_pack_evictable(struct tfs_index *ix, const struct ix_pack *p)
+{
+    return p->pending == 0 &&
+           (p->state == IX_PACK_SEALED || ix_owner_dead(ix, p->owner));
+}
+
+/*
+ * The least recently used of a random sample of evictable entries (a
+ * packed one by its pack's latest access); stale ones come first.
+ */
 static bool ix_sample_victim(struct tfs_index *ix, uint64_t *at)
 {
     uint64_t mask = ix->h->n_slots - 1;
@@ -474,11 +713,22 @@ static bool ix_sample_victim(struct tfs_index *ix, uint64_t *at)
          probes++) {
         uint64_t i = tfs_rand_u64() & mask;
         struct ix_slot *s = &ix->slots[i];
-        if (s->state != IX_LIVE && !ix_is_stale(ix, s))
+        struct ix_pack *p = ix_pack_of(ix, s);
+        bool stale = ix_stale(ix, s);
+        uint64_t atime;
+
+        if (s->state == IX_EMPTY)
+            continue;
+        if (!stale && s->state != IX_LIVE && !ix_is_stale(ix, s))
+            continue;
+        if (!stale && s->state == IX_LIVE && p != NULL &&
+            !ix_pack_evictable(ix, p))
             continue;
         seen++;
-        if (s->state == IX_PENDING || s->atime < best_atime) {
-            best_atime = s->state == IX_PENDING ? 0 : s->atime;
+        atime = stale || s->state == IX_PENDING ? 0
+                : p != NULL ? p->atime : s->atime;
+        if (atime < best_atime) {
+            best_atime = atime;
             *at = i;
             any = true;
         }
@@ -493,7 +743,10 @@ static bool ix_over(struct tfs_index *ix, uint32_t size, uint64_t capacity)
            ix->h->n_used + 1 > tfs_tinylfu_max_entries(ix->h->n_slots);
 }
 
-/* Evict until size fits; 0 when it does, 1 when declined, or -ENOMEM. */
+/*
+ * Evict until size fits; 0 when it does, 1 when declined, or -ENOMEM.
+ * A packed victim takes its whole pack with it; stale slots just go.
+ */
 static int ix_make_room(struct tfs_index *ix, uint64_t lo, uint32_t size,
                         uint64_t capacity, enum tfs_evict_policy policy,
                         struct tfs_victims *v)
@@ -501,74 +754,191 @@ static int ix_make_room(struct tfs_index *ix, uint64_t lo, uint32_t size,
     bool checked = policy != TFS_EVICT_TINYLFU;
 
     while (ix_over(ix, size, capacity)) {
+        struct ix_slot *s;
+        struct ix_pack *p;
         uint64_t at;
         int rc;
 
         if (!ix_sample_victim(ix, &at))
             return 1;
+        s = &ix->slots[at];
+        p = ix_pack_of(ix, s);
+        if (ix_stale(ix, s)) {
+            ix_delete_at(ix, at);
+            continue;
+        }
         /* Admission: only a block clearly hotter than the first victim. */
-        if (!checked && ix->slots[at].state == IX_LIVE &&
+        if (!checked && s->state == IX_LIVE &&
             !tfs_tinylfu_admits(tfs_tinylfu_count(&ix->freq, lo),
-                                tfs_tinylfu_count(&ix->freq,
-                                                  ix->slots[at].id_lo)))
+                                tfs_tinylfu_count(&ix->freq, s->id_lo)))
             return 1;
         checked = true;
-        rc = ix_victim_add(v, &ix->slots[at]);
-        if (rc < 0)
-            return rc;
+        if (p != NULL && s->state == IX_LIVE) {
+            v->bytes += p->acct;
+            ix_pack_free(ix, p);        /* the slot is stale now */
+        } else if (s->pack == 0) {
+            rc = ix_victim_add(v, s);
+            if (rc < 0)
+                return rc;
+        }
         ix_delete_at(ix, at);
     }
     return 0;
+}
+
+/* Our open pack, if it is still ours and open. */
+static struct ix_pack *ix_our_pack(struct tfs_index *ix)
+{
+    struct ix_pack *p;
+
+    if (ix->open_pack == 0 || ix->open_pack > ix->h->n_packs)
+        return NULL;
+    p = &ix->packs[ix->open_pack - 1];
+    return p->gen == ix->open_gen && p->state == IX_PACK_OPEN &&
+                   p->owner == ix->owner ? p : NULL;
+}
+
+/* A new open pack of ours (its header page accounted), or NULL. */
+static struct ix_pack *ix_pack_alloc(struct tfs_index *ix)
+{
+    for (uint64_t n = 0; n < ix->h->n_packs; n++) {
+        uint64_t i = (ix->h->pack_next + n) % ix->h->n_packs;
+        struct ix_pack *p = &ix->packs[i];
+
+        if (p->state != IX_PACK_FREE)
+            continue;
+        ix->h->pack_next = i + 1;
+        *p = (struct ix_pack){.gen = p->gen, .state = IX_PACK_OPEN,
+                              .owner = ix->owner, .end = TFS_INDEX_PAGE,
+                              .acct = TFS_INDEX_PAGE, .atime = ix->h->clock,
+                              .salt = tfs_rand_u64() | 1};
+        ix->h->used_bytes += TFS_INDEX_PAGE;
+        ix->open_pack = (uint32_t)i + 1;
+        ix->open_gen = p->gen;
+        return p;
+    }
+    return NULL;
+}
+
+/*
+ * Room in our open pack for a record of extent bytes, after evicting for
+ * size bytes (and a header page when a new pack is needed): the pack, or
+ * NULL when none could be had (declined).
+ */
+static struct ix_pack *ix_pack_room(struct tfs_index *ix, uint32_t extent,
+                                    uint64_t pack_max)
+{
+    struct ix_pack *p = ix_our_pack(ix);
+
+    if (p != NULL && p->end + extent <= pack_max)
+        return p;
+    if (p != NULL) {
+        p->state = IX_PACK_SEALED;
+        if (p->live == 0)
+            ix_pack_free(ix, p);
+    }
+    return ix_pack_alloc(ix);
+}
+
+static int ix_admit(struct tfs_index *ix, const uint8_t *id, uint32_t size,
+                    uint32_t extent, uint64_t pack_max, uint64_t capacity,
+                    enum tfs_evict_policy policy, struct tfs_victims *v,
+                    struct tfs_disk_loc *loc)
+{
+    struct ix_pack *p = NULL;
+    uint64_t hi;
+    uint64_t lo;
+    uint64_t i;
+    uint32_t bytes = extent > 0 ? extent : size;    /* what it takes */
+    uint32_t need = bytes;
+    bool found;
+    int rc;
+
+    ix_split(id, &hi, &lo);
+    ix_lock(ix);
+    ix_find_live(ix, hi, lo, &found);
+    if (extent > 0) {
+        p = ix_our_pack(ix);
+        if (p == NULL || p->end + extent > pack_max)
+            need += TFS_INDEX_PAGE;
+    }
+    rc = found ? -EEXIST : ix_make_room(ix, lo, need, capacity, policy, v);
+    if (rc == 0 && extent > 0 && (p = ix_pack_room(ix, extent, pack_max))
+                                     == NULL)
+        rc = 1;
+    if (rc == 0) {
+        i = ix_find(ix, hi, lo, &found);
+        ix->slots[i] = (struct ix_slot){
+            .id_hi = hi, .id_lo = lo, .size = size, .state = IX_PENDING,
+            .atime = ++ix->h->clock, .owner = ix->owner};
+        ix->h->used_bytes += bytes;
+        ix->h->n_used++;
+        if (p != NULL) {
+            ix->slots[i].pack = (uint32_t)(p - ix->packs) + 1;
+            ix->slots[i].gen = p->gen;
+            ix->slots[i].page = (uint32_t)(p->end / TFS_INDEX_PAGE);
+            p->end += extent;
+            p->acct += extent;
+            p->live++;
+            p->pending++;
+            p->atime = ix->h->clock;
+        }
+        if (loc != NULL)
+            ix_loc(ix, &ix->slots[i], loc);
+    }
+    ix_unlock(ix);
+    return rc < 0 ? rc : rc == 0;
 }
 
 int tfs_index_admit(struct tfs_index *ix, const uint8_t *id, uint32_t size,
                     uint64_t capacity, enum tfs_evict_policy policy,
                     struct tfs_victims *v)
 {
-    uint64_t hi;
-    uint64_t lo;
-    uint64_t i;
-    bool found;
-    int rc;
-
     if (size > capacity)
         return 0;
-    ix_split(id, &hi, &lo);
-    ix_lock(ix);
-    ix_find(ix, hi, lo, &found);
-    rc = found ? -EEXIST : ix_make_room(ix, lo, size, capacity, policy, v);
-    if (rc == 0) {
-        i = ix_find(ix, hi, lo, &found);
-        ix->slots[i] = (struct ix_slot){
-            .id_hi = hi, .id_lo = lo, .size = size, .state = IX_PENDING,
-            .atime = ++ix->h->clock, .owner = ix->owner};
-        ix->h->used_bytes += size;
-        ix->h->n_used++;
-    }
-    ix_unlock(ix);
-    return rc < 0 ? rc : rc == 0;
+    return ix_admit(ix, id, size, 0, 0, capacity, policy, v, NULL);
 }
 
-void tfs_index_commit(struct tfs_index *ix, const uint8_t *id, bool ok)
+int tfs_index_admit_packed(struct tfs_index *ix, const uint8_t *id,
+                           uint32_t size, uint32_t extent, uint64_t pack_max,
+                           uint64_t capacity, enum tfs_evict_policy policy,
+                           struct tfs_victims *v, struct tfs_disk_loc *loc)
+{
+    if ((uint64_t)size + TFS_INDEX_PAGE > capacity ||
+        extent + TFS_INDEX_PAGE > pack_max || extent % TFS_INDEX_PAGE != 0)
+        return 0;
+    return ix_admit(ix, id, size, extent, pack_max, capacity, policy, v,
+                    loc);
+}
+
+bool tfs_index_commit(struct tfs_index *ix, const uint8_t *id, bool ok)
 {
     uint64_t hi;
     uint64_t lo;
     uint64_t i;
     bool found;
+    bool live = false;
 
     ix_split(id, &hi, &lo);
     ix_lock(ix);
-    i = ix_find(ix, hi, lo, &found);
+    i = ix_find_live(ix, hi, lo, &found);
     if (found && ix->slots[i].state == IX_PENDING) {
+        struct ix_pack *p = ix_pack_of(ix, &ix->slots[i]);
+
+        if (ok && p != NULL)
+            p->pending--;
         if (ok)
             ix->slots[i].state = IX_LIVE;
         else
             ix_delete_at(ix, i);
+        live = ok;
     }
     ix_unlock(ix);
+    return live;
 }
 
-void tfs_index_remove(struct tfs_index *ix, const uint8_t *id)
+void tfs_index_remove(struct tfs_index *ix, const uint8_t *id,
+                      const struct tfs_disk_loc *at)
 {
     uint64_t hi;
     uint64_t lo;
@@ -577,8 +947,11 @@ void tfs_index_remove(struct tfs_index *ix, const uint8_t *id)
 
     ix_split(id, &hi, &lo);
     ix_lock(ix);
-    i = ix_find(ix, hi, lo, &found);
-    if (found && ix->slots[i].state == IX_LIVE)
+    i = ix_find_live(ix, hi, lo, &found);
+    if (found && ix->slots[i].state == IX_LIVE &&
+        (at == NULL || (ix->slots[i].pack == at->pack &&
+                        ix->slots[i].gen == at->gen &&
+                        ix->slots[i].page == at->page)))
         ix_delete_at(ix, i);
     ix_unlock(ix);
 }
@@ -592,7 +965,7 @@ bool tfs_index_contains(struct tfs_index *ix, const uint8_t *id)
 
     ix_split(id, &hi, &lo);
     ix_lock(ix);
-    i = ix_find(ix, hi, lo, &found);
+    i = ix_find_live(ix, hi, lo, &found);
     found = found && ix->slots[i].state == IX_LIVE;
     ix_unlock(ix);
     return found;
@@ -603,6 +976,6 @@ void tfs_index_usage(struct tfs_index *ix, uint64_t *bytes,
 {
     ix_lock(ix);
     *bytes = ix->h->used_bytes;
-    *blocks = ix->h->n_used;
+    *blocks = ix->h->n_used - ix->h->n_stale;
     ix_unlock(ix);
 }

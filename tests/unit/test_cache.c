@@ -269,7 +269,8 @@ TEST(stream_read_once_is_not_kept)
     remove_dirs();
 }
 
-/* Block files under dir whose size is a multiple of a page, and others. */
+/* Block files under dir whose size is a multiple of a page, and others
+ * (packs not counted). */
 static void count_block_files(const char *dir, int *paged, int *other)
 {
     char cmd[300];
@@ -277,8 +278,8 @@ static void count_block_files(const char *dir, int *paged, int *other)
     FILE *p;
 
     *paged = *other = 0;
-    snprintf(cmd, sizeof(cmd), "find %s/blocks -type f -name '[0-9a-f]*'",
-             dir);
+    snprintf(cmd, sizeof(cmd), "find %s/blocks -path '*/packs' -prune -o "
+             "-type f -name '[0-9a-f]*' -print", dir);
     p = popen(cmd, "r");
     CHECK(p != NULL);
     while (fgets(path, sizeof(path), p) != NULL) {
@@ -294,10 +295,27 @@ static void count_block_files(const char *dir, int *paged, int *other)
     pclose(p);
 }
 
+/* Regular files under dir/sub. */
+static int count_files(const char *dir, const char *sub)
+{
+    char cmd[600];
+    char line[512];
+    FILE *p;
+    int n = 0;
+
+    snprintf(cmd, sizeof(cmd), "find %s/%s -type f", dir, sub);
+    p = popen(cmd, "r");
+    CHECK(p != NULL);
+    while (fgets(line, sizeof(line), p) != NULL)
+        n++;
+    pclose(p);
+    return n;
+}
+
 /*
  * Blocks written to the disk tier come back after a reopen, the full
  * ones written and read with O_DIRECT (their files: a header padded to a
- * page, then the data), the short last one through the page cache.
+ * page, then the data), the short last one (1000 bytes) in a pack.
  */
 TEST(disk_tier_survives_reopen)
 {
@@ -321,7 +339,8 @@ TEST(disk_tier_survives_reopen)
     tfs_store_close(st);
     count_block_files(cdir, &paged, &other);
     CHECK_EQ(paged, 3);
-    CHECK_EQ(other, 1);
+    CHECK_EQ(other, 0);
+    CHECK_EQ(count_files(cdir, "blocks/packs"), 1);
     /* The remote is unreachable now: only the disk tier can answer. */
     st = open_remote("partition=0+600000&partition_mode=refuse");
     c = open_cache(st, kv);
@@ -489,6 +508,255 @@ TEST(block_reused_while_loading_is_a_miss)
     tfs_cache_close(c);
     tfs_store_close(st);
     free(data);
+    remove_dirs();
+}
+
+/*
+ * Packs (disk.c).  pk_key/pk_len/pk_data: PK_N small objects of 3000 to
+ * 91500 bytes, a block each, so a record each.
+ */
+enum { PK_N = 60 };
+
+static void pk_key(char *key, size_t n, int i)
+{
+    snprintf(key, n, "pk/%02d", i);
+}
+
+static size_t pk_len(int i)
+{
+    return 3000 + (size_t)i * 1500;
+}
+
+static size_t pk_write_all(void)
+{
+    size_t total = 0;
+    char key[32];
+
+    for (int i = 0; i < PK_N; i++) {
+        unsigned char *d = test_pattern(pk_len(i), 20 + i);
+
+        pk_key(key, sizeof(key), i);
+        write_remote(key, d, pk_len(i));
+        total += pk_len(i);
+        free(d);
+    }
+    return total;
+}
+
+static void pk_read_all(struct tfs_cache *c)
+{
+    char key[32];
+
+    for (int i = 0; i < PK_N; i++) {
+        unsigned char *d = test_pattern(pk_len(i), 20 + i);
+
+        pk_key(key, sizeof(key), i);
+        read_all_check(c, key, d, pk_len(i), 65536);
+        free(d);
+    }
+}
+
+/* Where the record of key lies: its pack, offset and lengths (the test
+ * reads the format as disk.c's comment gives it).  false if none. */
+struct pk_rec {
+    char     path[512];
+    off_t    off;
+    uint32_t hlen;
+    uint32_t len;
+    off_t    pack_len;
+};
+
+static bool pk_find(const char *key, struct pk_rec *out)
+{
+    char cmd[600];
+    char path[512];
+    bool found = false;
+    FILE *p;
+
+    snprintf(cmd, sizeof(cmd), "find %s/blocks/packs -type f", cdir);
+    p = popen(cmd, "r");
+    CHECK(p != NULL);
+    while (!found && fgets(path, sizeof(path), p) != NULL) {
+        unsigned char h[4096];
+        struct stat sb;
+        int fd;
+
+        path[strcspn(path, "\n")] = '\0';
+        fd = open(path, O_RDONLY);
+        CHECK(fd >= 0 && fstat(fd, &sb) == 0);
+        for (off_t off = 4096; !found && off < sb.st_size; off += 4096) {
+            if (pread(fd, h, sizeof(h), off) < 64 ||
+                memcmp(h, "TFSBLK1\n", 8) != 0)
+                continue;
+            if (h[52] == strlen(key) && memcmp(h + 56, key, h[52]) == 0) {
+                snprintf(out->path, sizeof(out->path), "%s", path);
+                out->off = off;
+                memcpy(&out->hlen, h + 8, 4);
+                memcpy(&out->len, h + 12, 4);
+                out->pack_len = sb.st_size;
+                found = true;
+            }
+        }
+        close(fd);
+    }
+    pclose(p);
+    return found;
+}
+
+/*
+ * Small blocks go to packs, no file of their own, and come back after a
+ * reopen (the rebuild reads the packs record by record).  Then records
+ * are damaged in place: a data byte changed (a corrupt block, dropped),
+ * the header's magic lost (a miss: the rebuild skips it a page at a time
+ * and finds the records after it), the pack cut in the middle of its
+ * last record (a miss).  None is served; all come right from the store,
+ * are written again, and a third open serves everything from disk.
+ */
+TEST(small_blocks_packed)
+{
+    const char *kv[] = {"block_size", "1M", "mem_cache", "0", "cache_dir",
+                        NULL, "hedge", "0", "immutable", "1", NULL};
+    const char *refuse = "partition=0+600000&partition_mode=refuse";
+    struct pk_rec flip, lost, cut;
+    int paged;
+    int other;
+    size_t total;
+    size_t lost_bytes;
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    unsigned char b;
+    int fd;
+
+    setup_dirs();
+    kv[5] = cdir;
+    total = pk_write_all();
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    pk_read_all(c);
+    tfs_cache_flush(c);
+    CHECK_EQ(stat_of(c, "cache_blocks_disk"), PK_N);
+    CHECK_EQ(stat_of(c, "disk_write_dropped"), 0);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    count_block_files(cdir, &paged, &other);
+    CHECK_EQ(paged + other, 0);
+    /* 2.8 MB of records: three packs of at most 1 MiB. */
+    CHECK_EQ(count_files(cdir, "blocks/packs"), 3);
+
+    st = open_remote(refuse);
+    c = open_cache(st, kv);
+    CHECK_EQ(stat_of(c, "cache_blocks_disk"), PK_N);
+    pk_read_all(c);
+    CHECK_EQ(remote_reads(st), 0);
+    CHECK_EQ(stat_of(c, "hit_bytes_disk"), total);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+
+    CHECK(pk_find("pk/05", &flip) && pk_find("pk/30", &lost));
+    CHECK(pk_find("pk/59", &cut));
+    fd = open(flip.path, O_RDWR);
+    CHECK(pread(fd, &b, 1, flip.off + flip.hlen + flip.len - 1) == 1);
+    b ^= 0x01;
+    CHECK(pwrite(fd, &b, 1, flip.off + flip.hlen + flip.len - 1) == 1);
+    close(fd);
+    fd = open(lost.path, O_RDWR);
+    CHECK(pwrite(fd, "XXXXXXXX", 8, lost.off) == 8);
+    close(fd);
+    CHECK(cut.off + cut.hlen + cut.len == cut.pack_len);   /* the last */
+    CHECK(truncate(cut.path, cut.off + 100) == 0);
+    lost_bytes = pk_len(5) + pk_len(30) + pk_len(59);
+
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    CHECK_EQ(stat_of(c, "cache_blocks_disk"), PK_N - 2);
+    pk_read_all(c);
+    tfs_cache_flush(c);
+    CHECK_EQ(stat_of(c, "corrupt_blocks"), 1);
+    CHECK_EQ(stat_of(c, "hit_bytes_disk"), total - lost_bytes);
+    CHECK_EQ(stat_of(c, "cache_blocks_disk"), PK_N);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+
+    st = open_remote(refuse);
+    c = open_cache(st, kv);
+    pk_read_all(c);
+    CHECK_EQ(stat_of(c, "hit_bytes_disk"), total);
+    CHECK_EQ(stat_of(c, "corrupt_blocks"), 0);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    remove_dirs();
+}
+
+/* Bytes of the regular files under dir/sub. */
+static uint64_t bytes_of_files(const char *dir, const char *sub)
+{
+    char cmd[600];
+    char line[64];
+    uint64_t n = 0;
+    FILE *p;
+
+    snprintf(cmd, sizeof(cmd), "find %s/%s -type f -printf '%%s\\n'", dir,
+             sub);
+    p = popen(cmd, "r");
+    CHECK(p != NULL);
+    while (fgets(line, sizeof(line), p) != NULL)
+        n += strtoull(line, NULL, 10);
+    pclose(p);
+    return n;
+}
+
+/*
+ * A cache of packed blocks past its bound: packs are evicted whole, their
+ * files removed, so the packs on disk never hold more than the bound
+ * (64 MiB, the smallest cache with packs) nor much less; every read is
+ * right, from the disk tier or the store.
+ */
+TEST(packs_evicted_whole)
+{
+    enum { N = 760, LEN = 100000 };
+    const char *kv[] = {"block_size", "1M", "mem_cache", "0", "cache_dir",
+                        NULL, "cache_size", "64M", "eviction", "lru",
+                        "hedge", "0", NULL};
+    unsigned char *d = test_pattern(LEN, 40);
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    uint64_t on_disk;
+    char key[32];
+
+    setup_dirs();
+    kv[5] = cdir;
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "ev/%03d", i);
+        memcpy(d, &i, sizeof(i));
+        write_remote(key, d, LEN);
+    }
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < N; i++) {
+            snprintf(key, sizeof(key), "ev/%03d", i);
+            memcpy(d, &i, sizeof(i));
+            read_all_check(c, key, d, LEN, 65536);
+            if (i % 32 == 31)
+                tfs_cache_flush(c);     /* the writers' queue: 64 */
+        }
+        tfs_cache_flush(c);
+        on_disk = bytes_of_files(cdir, "blocks/packs");
+        printf("# pass %d: %llu bytes in %d packs, %llu accounted, "
+               "%llu evicted\n", pass,
+               (unsigned long long)on_disk,
+               count_files(cdir, "blocks/packs"),
+               (unsigned long long)stat_of(c, "cache_bytes_disk"),
+               (unsigned long long)stat_of(c, "evicted_bytes"));
+        CHECK(on_disk <= 64u << 20);
+        CHECK(on_disk >= 56u << 20);
+        CHECK(stat_of(c, "cache_bytes_disk") <= 64u << 20);
+        CHECK(stat_of(c, "evicted_bytes") > 0);
+        CHECK_EQ(stat_of(c, "disk_write_dropped"), 0);
+    }
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(d);
     remove_dirs();
 }
 
@@ -1553,12 +1821,13 @@ TEST(note_put_patches_listings)
     remove_dirs();
 }
 
-/* One process of the sharing test: random whole-file reads, verified. */
+/* One process of the sharing tests: reads whole files at random,
+ * verified, through a cache of blocks of bs in a disk tier of cs. */
 static int mp_child(int seed, const unsigned char *data, size_t fsize,
-                    int files)
+                    int files, const char *bs, const char *cs, int reads)
 {
-    const char *kv[] = {"block_size", "128K", "mem_cache", "1M",
-                        "cache_dir", cdir, "cache_size", "8M", NULL};
+    const char *kv[] = {"block_size", bs, "mem_cache", "1M",
+                        "cache_dir", cdir, "cache_size", cs, NULL};
     unsigned char *buf = malloc(fsize);
     struct tfs_store *st = NULL;
     struct tfs_cache *c = NULL;
@@ -1575,7 +1844,7 @@ static int mp_child(int seed, const unsigned char *data, size_t fsize,
     if (tfs_cache_open(c, st) < 0)
         return 102;
     srand((unsigned)seed);
-    for (int i = 0; i < 3 * files; i++) {
+    for (int i = 0; i < reads; i++) {
         struct tfs_file *f = NULL;
         size_t n = 0;
         snprintf(name, sizeof(name), "mp/%03d", rand() % files);
@@ -1592,15 +1861,21 @@ static int mp_child(int seed, const unsigned char *data, size_t fsize,
     return bad > 99 ? 99 : bad;
 }
 
-TEST(multi_process_sharing)
+/*
+ * PROCS processes share a cache dir of cs bytes, each reading files of
+ * FSIZE bytes at random: all reads right, the bound held for all of
+ * them together (5% slack), and every block left behind verifies.
+ */
+static void mp_run(int files, const char *bs, const char *cs,
+                   uint64_t cs_bytes, int reads, bool packed)
 {
-    enum { FILES = 48, FSIZE = 700000, PROCS = 4 };
+    enum { FSIZE = 700000, PROCS = 4 };
     unsigned char *data = test_pattern(FSIZE, 11);
     char name[32];
     pid_t pids[PROCS];
 
     setup_dirs();
-    for (int i = 0; i < FILES; i++) {
+    for (int i = 0; i < files; i++) {
         snprintf(name, sizeof(name), "mp/%03d", i);
         write_remote(name, data, FSIZE);
     }
@@ -1608,7 +1883,7 @@ TEST(multi_process_sharing)
         pids[p] = fork();
         CHECK(pids[p] >= 0);
         if (pids[p] == 0)
-            _exit(mp_child(p + 1, data, FSIZE, FILES));
+            _exit(mp_child(p + 1, data, FSIZE, files, bs, cs, reads));
     }
     for (int p = 0; p < PROCS; p++) {
         int status = 0;
@@ -1616,15 +1891,26 @@ TEST(multi_process_sharing)
         CHECK(WIFEXITED(status));
         CHECK_EQ(WEXITSTATUS(status), 0);
     }
-    /* The bound held for all of them together (5% slack). */
-    printf("# %d processes, cache_size 8 MiB: %llu bytes of blocks\n",
-           PROCS, (unsigned long long)du_bytes(cdir));
-    CHECK(du_bytes(cdir) <= (8u << 20) * 105 / 100);
-    CHECK(du_bytes(cdir) >= (6u << 20));
-    /* And every block left behind verifies. */
-    CHECK_EQ(mp_child(99, data, FSIZE, FILES), 0);
+    printf("# %d processes, cache_size %s, blocks of %s: %llu bytes of "
+           "blocks\n", PROCS, cs, bs, (unsigned long long)du_bytes(cdir));
+    CHECK(du_bytes(cdir) <= cs_bytes * 105 / 100);
+    CHECK(du_bytes(cdir) >= cs_bytes * 3 / 4);
+    CHECK_EQ(count_files(cdir, "blocks/packs") > 0, packed);
+    CHECK_EQ(mp_child(99, data, FSIZE, files, bs, cs, files), 0);
     free(data);
     remove_dirs();
+}
+
+TEST(multi_process_sharing)
+{
+    mp_run(48, "128K", "8M", 8u << 20, 3 * 48, false);
+}
+
+/* The same with packs (64K blocks: a record each), each process
+ * appending to packs of its own, evicted whole by any of them. */
+TEST(multi_process_packs)
+{
+    mp_run(110, "64K", "64M", 64u << 20, 110, true);
 }
 
 /* ---- the shared index across processes (R4, R5) ---- */
@@ -1689,7 +1975,7 @@ static int ix_racer(const char *path, struct ix_race *r, unsigned me,
             tfs_index_commit(ix, id, true);
         if (!tfs_index_contains(ix, id))
             atomic_fetch_add(&r->violations, 1);   /* re-initialised */
-        tfs_index_remove(ix, id);
+        tfs_index_remove(ix, id, NULL);
         tfs_victims_cleanup(&v);
         atomic_fetch_sub(&r->holders, 1);
         tfs_index_close(ix);
@@ -2124,12 +2410,15 @@ TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru), T(span_reads), T(landed_
       T(disk_tier_survives_reopen), T(flush_covers_blocks_just_read),
       T(corrupt_blocks_are_refetched),
       T(block_reused_while_loading_is_a_miss),
+      T(small_blocks_packed),
+      T(packs_evicted_whole),
       T(disk_readahead),
       T(changed_object_never_mixes), T(single_flight), T(capacity_bound),
       T(scan_resistance), T(immutable_snapshot), T(snapshot_alloc_failures),
       T(meta_ttl_and_negative_entries), T(options_table), T(prefetch_hint),
       T(memory_bound_counts_loading),
       T(sequential_readahead), T(hedged_reads), T(multi_process_sharing),
+      T(multi_process_packs),
       T(open_waits_for_request),
       T(queued_reads_promoted_not_hedged), T(cache_dir_settings_adopted),
       T(cache_dir_settings_checked), T(index_open_race),

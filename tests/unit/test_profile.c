@@ -208,7 +208,7 @@ static void both_access(struct both *b, uint64_t j)
     uint8_t id[TFS_BLOCK_ID_LEN];
     uint64_t key = sim_id(j);
     uint64_t hi = ~key;
-    uint32_t size;
+    struct tfs_disk_loc loc;
     bool ix_hit;
     bool ix_admitted = false;
     bool sim_hit;
@@ -216,7 +216,7 @@ static void both_access(struct both *b, uint64_t j)
 
     memcpy(id, &hi, 8);
     memcpy(id + 8, &key, 8);
-    ix_hit = tfs_index_lookup(b->ix, id, &size);
+    ix_hit = tfs_index_lookup(b->ix, id, &loc);
     if (!ix_hit) {
         int rc = tfs_index_admit(b->ix, id, SIM_B, b->cap,
                                  TFS_EVICT_TINYLFU, &v);
