@@ -59,7 +59,10 @@ raw store's own clients, side by side in one run (issue 17 item 4).
    disk tier makes one per small file it caches, on the cores the reader
    and the server share.  On ext4 without a journal (these machines) it
    ranges from 0.03 ms to ten times that, by how many files were deleted
-   in the minutes before.
+   in the minutes before.  Since 2026-12-06 the disk tier appends small
+   blocks to pack files instead (docs/cache.md, "Packs"); each small
+   round also reads its files through a mount with `disk_packs=0` (a
+   file a block, as before), on a copy of its own, side by side.
 
 The 1 GiB copies are put and removed round by round (the local server
 keeps objects in memory), and the small files are staged in /dev/shm:
@@ -367,7 +370,7 @@ def main():
                 f.write(os.urandom(small_kib << 10))
         cfg = os.path.join(work, "put.cfg")
         with open(cfg, "w") as f:
-            for who in ("tierfs", "curl", "noverify"):
+            for who in ("tierfs", "curl", "noverify", "nopacks"):
                 for r in range(rounds):
                     for i, rel in enumerate(rels):
                         f.write(f'upload-file = "{small}/f{i:05d}"\n'
@@ -460,8 +463,9 @@ def main():
         md5_s = md5_secs(small_kib << 10)
         res["md5_ms_per_file"] = md5_s * 1e3
         for r in range(rounds):
-            order = (("tierfs", "noverify", "curl") if r % 2 == 0 else
-                     ("curl", "noverify", "tierfs"))
+            order = (("tierfs", "noverify", "nopacks", "curl")
+                     if r % 2 == 0 else
+                     ("curl", "nopacks", "noverify", "tierfs"))
             row = {"create_ms": create_cost(f"{cache}-probe{r}",
                                             small_kib << 10)}
             for who in order + ("floor",):
@@ -492,8 +496,11 @@ def main():
                                    (srv.now() - s0) / len(keys) * 1e3}
                 else:
                     q = "?verify=off" if who == "noverify" else ""
+                    extra = (["--set", "disk_packs=0"] if who == "nopacks"
+                             else [])
                     with Mount(f"s3://{bucket}/{prefix}{q}", mnt,
-                               f"{cache}-small{r}{who}", *mount_args) as m:
+                               f"{cache}-small{r}{who}", *mount_args,
+                               *extra) as m:
                         names = walk(mnt)
                         d0, s0, r0 = proc_cpu(m.pid), srv.now(), self_cpu()
                         busy = Busy()
@@ -522,7 +529,7 @@ def main():
             # ETag also spends that MD5 on the reader's path
             row["verify_ceiling_files_s"] = 1 / (
                 1 / row["fuse_ceiling_files_s"] + md5_s)
-            nv = row["noverify"]
+            nv, npk = row["noverify"], row["nopacks"]
             log(f"small round {r}: tierfs {t['files_s']:.0f} files/s "
                 f"(daemon {t['cpu_ms_per_file']:.2f} + reader "
                 f"{t['reader_cpu_ms_per_file']:.2f} ms CPU/file, server "
@@ -546,7 +553,10 @@ def main():
                 f"{nv['files_s'] / c['files_s']:.2f}x the loop, "
                 f"{nv['files_s'] / row['fuse_ceiling_files_s']:.2f}x the "
                 f"FUSE ceiling; a new {small_kib} KiB file on the cache "
-                f"dirs' file system {row['create_ms']:.2f} ms CPU")
+                f"dirs' file system {row['create_ms']:.2f} ms CPU; tierfs "
+                f"with disk_packs=0 (a file a block) {npk['files_s']:.0f} "
+                f"files/s (daemon {npk['cpu_ms_per_file']:.2f} ms CPU/file),"
+                f" tierfs {t['files_s'] / npk['files_s']:.2f}x of it")
             res["small"].append(row)
 
         big = statistics.median(r["tierfs"]["mbps"] / r["curl"]["mbps"]
@@ -568,7 +578,10 @@ def main():
                                 for s in res["small"])
         nvc = statistics.median(s["noverify"]["files_s"] /
                                 s["fuse_ceiling_files_s"] for s in res["small"])
+        pk = statistics.median(s["tierfs"]["files_s"] /
+                               s["nopacks"]["files_s"] for s in res["small"])
         res["small_of_verify_ceiling"] = smv
+        res["small_packs_gain"] = pk
         res["small_noverify_of_ceiling"] = nvc
         bb = statistics.median(r["bound_mbps"] / r["curl"]["mbps"]
                                for r in res["rounds"])
@@ -596,7 +609,8 @@ def main():
             f"files: tierfs/curl loop median {sm:.2f}x (target 0.90; the "
             f"FUSE ceiling is {cs:.2f}x, tierfs {smc:.2f}x of it; with the "
             f"MD5 that verifying costs it is {vs:.2f}x, tierfs {smv:.2f}x of "
-            f"it; tierfs with verify=off {nvc:.2f}x of the FUSE ceiling)")
+            f"it; tierfs with verify=off {nvc:.2f}x of the FUSE ceiling; "
+            f"tierfs {pk:.2f}x itself with disk_packs=0)")
         print(json.dumps(res))
     finally:
         subprocess.run(f"{TIERFS} rm -r s3://{bucket}/{run}/", shell=True,

@@ -73,9 +73,9 @@ TFS_API int tfs_cache_create(struct tfs_cache **out);
  *   hedge_min_ms   never hedge earlier than this (default 20; at most
  *                  600000)
  *   disk_packs     1: the disk tier appends blocks of at most 128K
- *                  (header included) to pack files of 1M instead of a
- *                  file each, in caches from 64M (default 1; 0: a file
- *                  per block, as before; docs/cache.md)
+ *                  (header included) to pack files of 4M (1M in caches
+ *                  below 1G) instead of a file each, in caches from 64M
+ *                  (default 1; 0: a file per block; docs/cache.md)
  *   trace          write an access trace to this file (trace.h)
  *   manifest       the listing comes from this file (written by
  *                  `tierfs manifest`; docs/fuse.md "Manifests"), read at

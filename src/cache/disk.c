@@ -42,7 +42,9 @@
  * (a third of a cold 48 KiB file's; docs/performance-cold.md).  So a
  * block whose record (header + data) takes at most DISK_PACK_RECORD is
  * appended to this process's open pack instead: a file of at most
- * DISK_PACK_MAX bytes, written by its owner only, never rewritten.
+ * DISK_PACK_MAX bytes (DISK_PACK_SMALL in caches below DISK_PACK_BIG),
+ * written by its owner only, never rewritten, its pages written out in
+ * one go when the owner moves on to its next pack.
  *
  *   page 0:  magic "TFSPACK1", page size (le32, 4096), pack index (le32),
  *            generation (le32), zero (le32), salt (le64), zeros, and at
@@ -99,7 +101,9 @@ _Static_assert(DISK_CHUNK == TFS_CSUM_CHUNK,
 #define DISK_PAGE 4096u                 /* O_DIRECT alignment */
 _Static_assert(DISK_PAGE == TFS_INDEX_PAGE, "records start on pages");
 #define DISK_PACK_MAGIC "TFSPACK1"
-#define DISK_PACK_MAX (1u << 20)        /* a pack's bytes, at most */
+#define DISK_PACK_MAX (4u << 20)        /* a pack's bytes, at most, */
+#define DISK_PACK_SMALL (1u << 20)      /* or this below DISK_PACK_BIG */
+#define DISK_PACK_BIG (1ull << 30)
 #define DISK_PACK_RECORD (128u << 10)   /* a packed record's extent, at most */
 #define DISK_PACK_CACHE (64ull << 20)   /* no packs in smaller caches */
 #define DISK_PACK_SCAN (16u << 20)      /* records the rebuild believes */
@@ -610,16 +614,35 @@ static int disk_pack_head(int fd, const struct tfs_disk_loc *loc)
 }
 
 /*
+ * A pack this process is done appending to: its pages written out and
+ * dropped from the page cache, as a block file's are (one write of the
+ * whole pack, not one a record), then closed.
+ */
+static void disk_pack_done(int fd)
+{
+    if (fd < 0)
+        return;
+    if (sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE |
+                        SYNC_FILE_RANGE_WRITE |
+                        SYNC_FILE_RANGE_WAIT_AFTER) == 0)
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+}
+
+/*
  * A descriptor of the pack loc names, to write a record into (the
  * caller closes it).  This process's writers share one open pack's
  * descriptor; whichever comes first creates the file and its first page.
+ * The descriptor it replaces is handed back in *done (disk_pack_done).
  */
-static int disk_pack_fd(struct tfs_disk *d, const struct tfs_disk_loc *loc)
+static int disk_pack_fd(struct tfs_disk *d, const struct tfs_disk_loc *loc,
+                        int *done)
 {
     unsigned fmode = TFS_CACHE_FILE_MODE(d->mode);
     int fd;
     int rc = 0;
 
+    *done = -1;
     pthread_mutex_lock(&d->pack_lock);
     if (d->pack_fd < 0 || d->pack_no != loc->pack ||
         d->pack_gen != loc->gen) {
@@ -640,8 +663,7 @@ static int disk_pack_fd(struct tfs_disk *d, const struct tfs_disk_loc *loc)
         if (rc < 0 && fd >= 0)
             close(fd);
         if (rc == 0) {
-            if (d->pack_fd >= 0)
-                close(d->pack_fd);
+            *done = d->pack_fd;
             d->pack_fd = fd;
             d->pack_no = loc->pack;
             d->pack_gen = loc->gen;
@@ -654,7 +676,11 @@ static int disk_pack_fd(struct tfs_disk *d, const struct tfs_disk_loc *loc)
     return fd;
 }
 
-/* Encode block b and write it as a record where loc says. */
+/*
+ * Encode block b and write it as a record where loc says.  Its pages go
+ * out with the rest of the pack when the process moves on to the next
+ * one (disk_pack_done), or when the kernel writes them back.
+ */
 static int disk_put_record(struct tfs_cache *c, const struct tfs_block_ref *r,
                            const struct tfs_block *b, size_t hlen,
                            const struct tfs_disk_loc *loc)
@@ -664,13 +690,14 @@ static int disk_put_record(struct tfs_cache *c, const struct tfs_block_ref *r,
     off_t off = (off_t)loc->page * DISK_PAGE;
     struct iovec iov[2] = {{h, hlen}, {(void *)b->data, r->len}};
     ssize_t n;
+    int done;
     int fd;
     int rc;
 
     if (h == NULL)
         return -ENOMEM;
     disk_encode(h, hlen, b->id, r, b->data, b->sums, loc->salt);
-    fd = disk_pack_fd(d, loc);
+    fd = disk_pack_fd(d, loc, &done);
     rc = fd < 0 ? fd : 0;
     if (rc == 0) {
         do {
@@ -679,14 +706,9 @@ static int disk_put_record(struct tfs_cache *c, const struct tfs_block_ref *r,
         if (n != (ssize_t)(hlen + r->len))
             rc = n < 0 ? -errno : -ENOSPC;
     }
-    /* Out of the page cache once written, as a block file is. */
-    if (rc == 0 && sync_file_range(fd, off, (off_t)(hlen + r->len),
-                                   SYNC_FILE_RANGE_WRITE |
-                                   SYNC_FILE_RANGE_WAIT_AFTER) == 0)
-        (void)posix_fadvise(fd, off, (off_t)disk_page_up(hlen + r->len),
-                            POSIX_FADV_DONTNEED);
     if (fd >= 0 && close(fd) < 0 && rc == 0)
         rc = -errno;
+    disk_pack_done(done);
     tfs_free(h);
     return rc;
 }
@@ -1294,8 +1316,11 @@ int tfs_disk_open(struct tfs_cache *c)
     }
     d->mode = c->cfg.cache_mode;
     d->pack_fd = -1;
-    d->pack_max = c->cfg.disk_packs && c->cfg.cache_size >= DISK_PACK_CACHE
-                      ? DISK_PACK_MAX : 0;
+    /* Packs are evicted whole: a cache holds 64 of them or more. */
+    d->pack_max = !c->cfg.disk_packs || c->cfg.cache_size < DISK_PACK_CACHE
+                      ? 0
+                  : c->cfg.cache_size < DISK_PACK_BIG ? DISK_PACK_SMALL
+                                                      : DISK_PACK_MAX;
     pthread_mutex_init(&d->pack_lock, NULL);
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->cond, NULL);
@@ -1334,8 +1359,7 @@ void tfs_disk_close(struct tfs_cache *c)
     for (unsigned i = 0; i < d->n_writers; i++)
         pthread_join(d->writer[i], NULL);   /* they drain the queue first */
     tfs_index_close(d->ix);
-    if (d->pack_fd >= 0)
-        close(d->pack_fd);
+    disk_pack_done(d->pack_fd);
     pthread_mutex_destroy(&d->pack_lock);
     tfs_free(d->packs);
     pthread_cond_destroy(&d->idle);

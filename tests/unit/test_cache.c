@@ -615,7 +615,8 @@ static bool pk_find(const char *key, struct pk_rec *out)
 TEST(small_blocks_packed)
 {
     const char *kv[] = {"block_size", "1M", "mem_cache", "0", "cache_dir",
-                        NULL, "hedge", "0", "immutable", "1", NULL};
+                        NULL, "hedge", "0", "immutable", "1", "cache_size",
+                        "512M", NULL};
     const char *refuse = "partition=0+600000&partition_mode=refuse";
     struct pk_rec flip, lost, cut;
     int paged;
@@ -640,7 +641,8 @@ TEST(small_blocks_packed)
     tfs_store_close(st);
     count_block_files(cdir, &paged, &other);
     CHECK_EQ(paged + other, 0);
-    /* 2.8 MB of records: three packs of at most 1 MiB. */
+    /* 2.8 MB of records: three packs of at most 1 MiB (caches below
+     * 1 GiB; 4 MiB above). */
     CHECK_EQ(count_files(cdir, "blocks/packs"), 3);
 
     st = open_remote(refuse);
