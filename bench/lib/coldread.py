@@ -144,7 +144,8 @@ class ServerCPU:
 
 
 class Busy:
-    """All cores' busy share between start and now (/proc/stat)."""
+    """All cores' busy share between start and now (/proc/stat), and the
+    share of that time some task waited for I/O (/proc/pressure/io)."""
 
     @staticmethod
     def _read():
@@ -153,12 +154,25 @@ class Busy:
         idle = v[3] + v[4]
         return sum(v) - idle, sum(v)
 
+    @staticmethod
+    def _io_us():
+        try:
+            with open("/proc/pressure/io") as f:
+                return int(f.readline().split("total=")[1])
+        except (OSError, IndexError, ValueError):
+            return 0
+
     def __init__(self):
         self.b0, self.t0 = self._read()
+        self.io0, self.w0 = self._io_us(), time.monotonic()
 
     def share(self):
         b, t = self._read()
         return (b - self.b0) / max(1, t - self.t0)
+
+    def io_stall(self):
+        wall = max(1e-6, time.monotonic() - self.w0)
+        return (self._io_us() - self.io0) / 1e6 / wall
 
 
 def self_cpu():
@@ -478,7 +492,7 @@ def main():
                         t = time.monotonic()
                         read_files(names, small_kib << 10)
                         wall = time.monotonic() - t
-                        bshare = busy.share()
+                        bshare, bio = busy.share(), busy.io_stall()
                         row["floor"] = {
                             "files_s": len(names) / wall,
                             "cpu_ms_per_file":
@@ -489,7 +503,7 @@ def main():
                     keys = [f"{prefix}/{rel}" for rel in rels]
                     s0, busy = srv.now(), Busy()
                     wall, cpu = curl_loop(ep, bucket, keys, work)
-                    bshare = busy.share()
+                    bshare, bio = busy.share(), busy.io_stall()
                     row["curl"] = {"files_s": len(keys) / wall,
                                    "cpu_ms_per_file": cpu / len(keys) * 1e3,
                                    "server_cpu_ms_per_file":
@@ -507,7 +521,7 @@ def main():
                         t = time.monotonic()
                         read_files(names, small_kib << 10)
                         wall = time.monotonic() - t
-                        bshare = busy.share()
+                        bshare, bio = busy.share(), busy.io_stall()
                         row[who] = {
                             "files_s": len(names) / wall,
                             "cpu_ms_per_file":
@@ -517,6 +531,7 @@ def main():
                             "server_cpu_ms_per_file":
                             (srv.now() - s0) / len(names) * 1e3}
                 row[who]["busy"] = bshare     # the timed part's
+                row[who]["io_stall"] = bio
             t, c, fl = row["tierfs"], row["curl"], row["floor"]
             # one reader, one file after another: a client that cannot
             # know the next file spends the GET's time and the FUSE
@@ -556,7 +571,11 @@ def main():
                 f"dirs' file system {row['create_ms']:.2f} ms CPU; tierfs "
                 f"with disk_packs=0 (a file a block) {npk['files_s']:.0f} "
                 f"files/s (daemon {npk['cpu_ms_per_file']:.2f} ms CPU/file),"
-                f" tierfs {t['files_s'] / npk['files_s']:.2f}x of it")
+                f" tierfs {t['files_s'] / npk['files_s']:.2f}x of it; some "
+                f"task waiting for I/O during tierfs / verify=off / "
+                f"disk_packs=0 / curl: {t['io_stall']:.0%} / "
+                f"{nv['io_stall']:.0%} / {npk['io_stall']:.0%} / "
+                f"{c['io_stall']:.0%}")
             res["small"].append(row)
 
         big = statistics.median(r["tierfs"]["mbps"] / r["curl"]["mbps"]
