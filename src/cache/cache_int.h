@@ -43,18 +43,19 @@ enum tfs_evict_policy {
 
 struct tfs_index;
 
-#define TFS_INDEX_PAGE 4096u            /* pack records start on pages */
+#define TFS_INDEX_PAGE 4096u            /* a pack's first page */
+#define TFS_INDEX_UNIT 512u             /* pack records start on these */
 
 /*
  * Where a disk-tier block is: a file of its own (pack 0), or a record of
- * size bytes at page * TFS_INDEX_PAGE in pack file tfs_index_pack_path
+ * size bytes at unit * TFS_INDEX_UNIT in pack file tfs_index_pack_path
  * (pack, gen), whose header sum is xor'ed with salt (disk.c).
  */
 struct tfs_disk_loc {
     uint32_t size;                      /* header + data bytes */
     uint32_t pack;                      /* 0, or the pack's index + 1 */
     uint32_t gen;                       /* the pack's generation */
-    uint32_t page;
+    uint32_t unit;
     uint64_t salt;
 };
 
@@ -78,7 +79,7 @@ void tfs_index_add(struct tfs_index *ix, const uint8_t *id, uint32_t size);
 int tfs_index_add_pack(struct tfs_index *ix, uint32_t pack, uint32_t gen,
                        uint64_t end, uint64_t salt);
 void tfs_index_add_record(struct tfs_index *ix, const uint8_t *id,
-                          uint32_t size, uint32_t pack, uint32_t page);
+                          uint32_t size, uint32_t pack, uint32_t unit);
 /* Rebuild: done with a pack; false (and freed) when it holds nothing. */
 bool tfs_index_pack_loaded(struct tfs_index *ix, uint32_t pack);
 int tfs_index_ready(struct tfs_index *ix);
@@ -113,7 +114,7 @@ int tfs_index_admit(struct tfs_index *ix, const uint8_t *id, uint32_t size,
                     struct tfs_victims *v);
 /*
  * The same for a record of size bytes taking extent (a multiple of
- * TFS_INDEX_PAGE, the bytes it counts against capacity) in this
+ * TFS_INDEX_UNIT, the bytes it counts against capacity) in this
  * process's open pack, a new one when it has no room below pack_max:
  * *loc says where to write it.
  */

@@ -49,16 +49,16 @@
  *   page 0:  magic "TFSPACK1", page size (le32, 4096), pack index (le32),
  *            generation (le32), zero (le32), salt (le64), zeros, and at
  *            4088 the XXH3-64 of the page's bytes before it
- *   page n:  a record: the block format above with its exact header,
- *            whose last 8 bytes are the header's XXH3-64 xor the salt,
- *            then zeros to the next page
+ *   then:    records, each starting on a multiple of DISK_UNIT (512):
+ *            the block format above with its exact header, whose last 8
+ *            bytes are the header's XXH3-64 xor the salt
  *
- * The index gives a record's place (pack, generation, page) when it is
+ * The index gives a record's place (pack, generation, unit) when it is
  * admitted; the owner writes it there and commits it.  A load reads and
  * checks it as it does a file (id, key, version, chunk sums, the salted
  * header sum), so a torn append is a miss, never served.  The rebuild
- * reads each pack record by record: a page that is not a valid header
- * is skipped one page at a time, and the salt (random per pack, kept in
+ * reads each pack record by record: where no valid header starts, it
+ * tries the next unit, and the salt (random per pack, kept in
  * the index and the pack's first page) keeps the data of a record that
  * lost its header from passing for a header.  A pack leaves whole: the
  * index evicts it as one region or frees it when no entry names it, and
@@ -99,7 +99,8 @@ _Static_assert(DISK_CHUNK == TFS_CSUM_CHUNK,
  */
 #define DISK_WRITERS 2
 #define DISK_PAGE 4096u                 /* O_DIRECT alignment */
-_Static_assert(DISK_PAGE == TFS_INDEX_PAGE, "records start on pages");
+_Static_assert(DISK_PAGE == TFS_INDEX_PAGE, "a pack's first page");
+#define DISK_UNIT TFS_INDEX_UNIT        /* pack records start on these */
 #define DISK_PACK_MAGIC "TFSPACK1"
 #define DISK_PACK_MAX (4u << 20)        /* a pack's bytes, at most, */
 #define DISK_PACK_SMALL (1u << 20)      /* or this below DISK_PACK_BIG */
@@ -153,6 +154,11 @@ static size_t disk_header_len(size_t key_len, size_t ver_len,
 static size_t disk_page_up(size_t n)
 {
     return (n + DISK_PAGE - 1) & ~(size_t)(DISK_PAGE - 1);
+}
+
+static size_t disk_unit_up(size_t n)
+{
+    return (n + DISK_UNIT - 1) & ~(size_t)(DISK_UNIT - 1);
 }
 
 /* Can len bytes at data move with O_DIRECT at file offset off (all three
@@ -368,9 +374,9 @@ static int disk_read_file(struct tfs_disk *d, const char *path,
     return rc;
 }
 
-/* Read a packed record (header and data) at page of pack file path. */
+/* Read a packed record (header and data) at unit of pack file path. */
 static int disk_read_record(const char *path, uint8_t *h, size_t hlen,
-                            uint8_t *data, size_t len, uint32_t page)
+                            uint8_t *data, size_t len, uint32_t unit)
 {
     struct iovec iov[2] = {{h, hlen}, {data, len}};
     ssize_t n;
@@ -380,7 +386,7 @@ static int disk_read_record(const char *path, uint8_t *h, size_t hlen,
     if (fd < 0)
         return -errno;
     do {
-        n = preadv(fd, iov, 2, (off_t)page * DISK_PAGE);
+        n = preadv(fd, iov, 2, (off_t)unit * DISK_UNIT);
     } while (n < 0 && errno == EINTR);
     rc = n < 0 ? -errno : n == (ssize_t)(hlen + len) ? 0 : TFS_ECORRUPT;
     close(fd);
@@ -428,7 +434,7 @@ int tfs_disk_load(struct tfs_cache *c, const struct tfs_block_ref *r,
         data = tfs_blockbuf_get(c, r->len);
         rc = h == NULL || data == NULL ? -ENOMEM
              : loc.pack != 0
-                 ? disk_read_record(path, h, hlen, data, r->len, loc.page)
+                 ? disk_read_record(path, h, hlen, data, r->len, loc.unit)
                  : disk_read_file(d, path, h, hlen, data, r->len,
                                   disk_direct_ok(d, data, r->len, hlen), &st);
     }
@@ -687,7 +693,7 @@ static int disk_put_record(struct tfs_cache *c, const struct tfs_block_ref *r,
 {
     struct tfs_disk *d = c->disk;
     uint8_t *h = tfs_malloc(hlen);
-    off_t off = (off_t)loc->page * DISK_PAGE;
+    off_t off = (off_t)loc->unit * DISK_UNIT;
     struct iovec iov[2] = {{h, hlen}, {(void *)b->data, r->len}};
     ssize_t n;
     int done;
@@ -726,7 +732,7 @@ static bool disk_write_packed(struct tfs_cache *c,
     int rc;
 
     admit = tfs_index_admit_packed(d->ix, b->id, size,
-                                   (uint32_t)disk_page_up(size), d->pack_max,
+                                   (uint32_t)disk_unit_up(size), d->pack_max,
                                    disk_capacity(c), c->cfg.eviction, &v,
                                    &loc);
     disk_unlink_victims(c, &v, false);
@@ -763,7 +769,7 @@ static bool disk_write_block(struct tfs_cache *c,
     int admit;
     int rc;
 
-    if (d->pack_max != 0 && disk_page_up(hlen + r->len) <= DISK_PACK_RECORD)
+    if (d->pack_max != 0 && disk_unit_up(hlen + r->len) <= DISK_PACK_RECORD)
         return disk_write_packed(c, r, b, hlen);
     if (disk_direct_ok(d, b->data, r->len, 0))
         hlen = disk_page_up(hlen);      /* data on a page: O_DIRECT */
@@ -966,15 +972,15 @@ static bool disk_parse_pack(const char *name, uint32_t *pack, uint32_t *gen)
 }
 
 /*
- * The record whose header starts page (buf: that page) in a pack of
- * file_len bytes: its size (header + data) and id, or 0 when the page
- * holds no valid header.
+ * The record whose header starts unit (buf: DISK_PAGE bytes from there,
+ * zeros past the file's end) in a pack of file_len bytes: its size
+ * (header + data) and id, or 0 when no valid header starts there.
  */
-static uint32_t disk_scan_record(int fd, const uint8_t *buf, uint64_t page,
+static uint32_t disk_scan_record(int fd, const uint8_t *buf, uint64_t unit,
                                  uint64_t file_len, uint64_t salt,
                                  uint8_t *id)
 {
-    uint64_t off = page * DISK_PAGE;
+    uint64_t off = unit * DISK_UNIT;
     uint32_t hlen = tfs_get_le32(buf + 8);
     uint32_t len = tfs_get_le32(buf + 12);
     uint8_t *h;
@@ -996,9 +1002,10 @@ static uint32_t disk_scan_record(int fd, const uint8_t *buf, uint64_t page,
 }
 
 /*
- * Index the records of pack file name in packs dir pfd, record by record;
- * remove it when it is not a pack of ours, its number is taken, or it
- * holds no valid record.
+ * Index the records of pack file name in packs dir pfd, record by record
+ * (where a unit holds no valid header, the next unit is tried); remove
+ * it when it is not a pack of ours, its number is taken, or it holds no
+ * valid record.
  */
 static void disk_scan_pack(struct tfs_index *ix, int pfd, const char *name)
 {
@@ -1007,6 +1014,7 @@ static void disk_scan_pack(struct tfs_index *ix, int pfd, const char *name)
     uint32_t gen;
     struct stat sb;
     uint64_t salt = 0;
+    uint64_t len = 0;
     bool keep = false;
     int fd;
 
@@ -1021,30 +1029,27 @@ static void disk_scan_pack(struct tfs_index *ix, int pfd, const char *name)
         tfs_get_le32(buf + 8) == DISK_PAGE &&
         tfs_get_le32(buf + 12) == pack - 1 && tfs_get_le32(buf + 16) == gen &&
         tfs_get_le64(buf + DISK_PAGE - 8) == tfs_xxh3(buf, DISK_PAGE - 8)) {
+        len = (uint64_t)sb.st_size;
         salt = tfs_get_le64(buf + 24);
-        keep = tfs_index_add_pack(ix, pack, gen,
-                                  disk_page_up((uint64_t)sb.st_size),
-                                  salt) == 0;
+        keep = tfs_index_add_pack(ix, pack, gen, disk_unit_up(len), salt) == 0;
     }
     /* Headers only: no readahead of the data between them. */
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-    for (uint64_t page = 1; keep && (page + 1) * DISK_PAGE <= disk_page_up(
-                                        (uint64_t)sb.st_size);) {
+    for (uint64_t unit = DISK_PAGE / DISK_UNIT; keep && unit * DISK_UNIT < len;) {
         uint8_t id[TFS_BLOCK_ID_LEN];
-        uint64_t off = page * DISK_PAGE;
         size_t n = 0;
         uint32_t size = 0;
 
         memset(buf, 0, sizeof(buf));
-        if (tfs_pread_full(fd, buf, DISK_PAGE, off, &n) == 0 && n >= 64)
-            size = disk_scan_record(fd, buf, page, (uint64_t)sb.st_size,
-                                    salt, id);
+        if (tfs_pread_full(fd, buf, DISK_PAGE, unit * DISK_UNIT, &n) == 0 &&
+            n >= 64)
+            size = disk_scan_record(fd, buf, unit, len, salt, id);
         if (size == 0) {
-            page++;
+            unit++;
             continue;
         }
-        tfs_index_add_record(ix, id, size, pack, (uint32_t)page);
-        page += disk_page_up(size) / DISK_PAGE;
+        tfs_index_add_record(ix, id, size, pack, (uint32_t)unit);
+        unit += disk_unit_up(size) / DISK_UNIT;
     }
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);

@@ -83,7 +83,7 @@ struct ix_slot {
     uint32_t owner;                     /* owner of a pending entry */
     uint32_t pack;                      /* 0: a file; else pack index + 1 */
     uint32_t gen;                       /* the pack's generation */
-    uint32_t page;                      /* the record's first page */
+    uint32_t unit;                      /* the record's offset / 512 */
 };
 
 struct ix_pack {
@@ -533,7 +533,7 @@ int tfs_index_add_pack(struct tfs_index *ix, uint32_t pack, uint32_t gen,
 }
 
 void tfs_index_add_record(struct tfs_index *ix, const uint8_t *id,
-                          uint32_t size, uint32_t pack, uint32_t page)
+                          uint32_t size, uint32_t pack, uint32_t unit)
 {
     struct ix_pack *p = &ix->packs[pack - 1];
     uint64_t hi;
@@ -549,7 +549,7 @@ void tfs_index_add_record(struct tfs_index *ix, const uint8_t *id,
         return;                         /* a copy elsewhere came first */
     ix->slots[i] = (struct ix_slot){.id_hi = hi, .id_lo = lo, .size = size,
                                     .state = IX_LIVE, .pack = pack,
-                                    .gen = p->gen, .page = page};
+                                    .gen = p->gen, .unit = unit};
     p->live++;
     ix->h->n_used++;
 }
@@ -619,7 +619,7 @@ static void ix_loc(struct tfs_index *ix, const struct ix_slot *s,
     struct ix_pack *p = ix_pack_of(ix, s);
 
     *loc = (struct tfs_disk_loc){.size = s->size, .pack = s->pack,
-                                 .gen = s->gen, .page = s->page,
+                                 .gen = s->gen, .unit = s->unit,
                                  .salt = p != NULL ? p->salt : 0};
 }
 
@@ -876,7 +876,7 @@ static int ix_admit(struct tfs_index *ix, const uint8_t *id, uint32_t size,
         if (p != NULL) {
             ix->slots[i].pack = (uint32_t)(p - ix->packs) + 1;
             ix->slots[i].gen = p->gen;
-            ix->slots[i].page = (uint32_t)(p->end / TFS_INDEX_PAGE);
+            ix->slots[i].unit = (uint32_t)(p->end / TFS_INDEX_UNIT);
             p->end += extent;
             p->acct += extent;
             p->live++;
@@ -905,7 +905,7 @@ int tfs_index_admit_packed(struct tfs_index *ix, const uint8_t *id,
                            struct tfs_victims *v, struct tfs_disk_loc *loc)
 {
     if ((uint64_t)size + TFS_INDEX_PAGE > capacity ||
-        extent + TFS_INDEX_PAGE > pack_max || extent % TFS_INDEX_PAGE != 0)
+        extent + TFS_INDEX_PAGE > pack_max || extent % TFS_INDEX_UNIT != 0)
         return 0;
     return ix_admit(ix, id, size, extent, pack_max, capacity, policy, v,
                     loc);
@@ -951,7 +951,7 @@ void tfs_index_remove(struct tfs_index *ix, const uint8_t *id,
     if (found && ix->slots[i].state == IX_LIVE &&
         (at == NULL || (ix->slots[i].pack == at->pack &&
                         ix->slots[i].gen == at->gen &&
-                        ix->slots[i].page == at->page)))
+                        ix->slots[i].unit == at->unit)))
         ix_delete_at(ix, i);
     ix_unlock(ix);
 }

@@ -584,7 +584,7 @@ static bool pk_find(const char *key, struct pk_rec *out)
         path[strcspn(path, "\n")] = '\0';
         fd = open(path, O_RDONLY);
         CHECK(fd >= 0 && fstat(fd, &sb) == 0);
-        for (off_t off = 4096; !found && off < sb.st_size; off += 4096) {
+        for (off_t off = 4096; !found && off < sb.st_size; off += 512) {
             if (pread(fd, h, sizeof(h), off) < 64 ||
                 memcmp(h, "TFSBLK1\n", 8) != 0)
                 continue;
