@@ -908,9 +908,10 @@ static uint32_t le32(const unsigned char *p)
 }
 
 /*
- * Flip one byte in the middle of the data of every block file under dir
- * (format in src/cache/disk.c: magic, header length H at 8, data length
- * L at 12, data at H).  Returns how many it changed.
+ * Flip one byte in the middle of the data of every block under dir, in
+ * block files and in packs (format in src/cache/disk.c: magic, header
+ * length H at 8, data length L at 12, data at H).  Returns how many it
+ * changed.
  */
 static unsigned flip_blocks(const char *dir)
 {
@@ -934,14 +935,28 @@ static unsigned flip_blocks(const char *dir)
             continue;
         }
         fd = open(path, O_RDWR);
-        if (fd >= 0 && pread(fd, h, 16, 0) == 16 &&
-            memcmp(h, "TFSBLK1\n", 8) == 0 && le32(h + 12) > 0) {
-            off_t at = (off_t)le32(h + 8) + le32(h + 12) / 2;
+        /* a block file: one record at 0; a pack: records from 4096, each
+         * on a multiple of 512 */
+        for (off_t off = 0; fd >= 0 && pread(fd, h, 16, off) == 16;) {
+            if (off == 0 && memcmp(h, "TFSPACK1", 8) == 0) {
+                off = 4096;
+                continue;
+            }
+            if (memcmp(h, "TFSBLK1\n", 8) != 0 || le32(h + 12) == 0) {
+                if (off == 0)
+                    break;
+                off += 512;
+                continue;
+            }
+            off_t at = off + (off_t)le32(h + 8) + le32(h + 12) / 2;
             unsigned char c;
             if (pread(fd, &c, 1, at) == 1) {
                 c ^= 0x5a;
                 n += pwrite(fd, &c, 1, at) == 1;
             }
+            if (off == 0)
+                break;
+            off += ((off_t)le32(h + 8) + le32(h + 12) + 511) / 512 * 512;
         }
         if (fd >= 0)
             close(fd);
