@@ -331,6 +331,19 @@ static int disk_pread(int fd, void *buf, size_t len, uint64_t off)
     return rc < 0 ? rc : n == len ? 0 : TFS_ECORRUPT;
 }
 
+/* Header and data, h then data, from off: 0, -errno or TFS_ECORRUPT. */
+static int disk_pread_hd(int fd, uint8_t *h, size_t hlen, uint8_t *data,
+                         size_t len, uint64_t off)
+{
+    struct iovec iov[2] = {{h, hlen}, {data, len}};
+    ssize_t n;
+
+    do {
+        n = preadv(fd, iov, 2, (off_t)off);
+    } while (n < 0 && errno == EINTR);
+    return n < 0 ? -errno : n == (ssize_t)(hlen + len) ? 0 : TFS_ECORRUPT;
+}
+
 /*
  * Read header and data of a block file; 0 or -errno/TFS_ECORRUPT.  With
  * direct, the data (page-aligned at a page-aligned hlen) is read with
@@ -343,8 +356,6 @@ static int disk_read_file(struct tfs_disk *d, const char *path,
                           uint8_t *h, size_t hlen, uint8_t *data, size_t len,
                           bool direct, struct stat *st)
 {
-    struct iovec iov[2] = {{h, hlen}, {data, len}};
-    ssize_t n;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     int rc;
 
@@ -366,10 +377,7 @@ static int disk_read_file(struct tfs_disk *d, const char *path,
             return rc;
         }
     }
-    do {
-        n = preadv(fd, iov, 2, 0);
-    } while (n < 0 && errno == EINTR);
-    rc = n < 0 ? -errno : n == (ssize_t)(hlen + len) ? 0 : TFS_ECORRUPT;
+    rc = disk_pread_hd(fd, h, hlen, data, len, 0);
     close(fd);
     return rc;
 }
@@ -378,17 +386,12 @@ static int disk_read_file(struct tfs_disk *d, const char *path,
 static int disk_read_record(const char *path, uint8_t *h, size_t hlen,
                             uint8_t *data, size_t len, uint32_t unit)
 {
-    struct iovec iov[2] = {{h, hlen}, {data, len}};
-    ssize_t n;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     int rc;
 
     if (fd < 0)
         return -errno;
-    do {
-        n = preadv(fd, iov, 2, (off_t)unit * DISK_UNIT);
-    } while (n < 0 && errno == EINTR);
-    rc = n < 0 ? -errno : n == (ssize_t)(hlen + len) ? 0 : TFS_ECORRUPT;
+    rc = disk_pread_hd(fd, h, hlen, data, len, (uint64_t)unit * DISK_UNIT);
     close(fd);
     return rc;
 }
@@ -925,31 +928,37 @@ static bool disk_parse_id(const char *name, uint8_t *id)
     return true;
 }
 
-/* Index the block files of one XX directory; remove leftovers. */
-static void disk_scan_sub(struct tfs_index *ix, int sub_fd)
+/* Call fn for every entry of directory fd (taken: closed after). */
+static void disk_scan_dir(struct tfs_index *ix, int fd,
+                          void (*fn)(struct tfs_index *ix, int dfd,
+                                     const char *name))
 {
-    DIR *dir = fdopendir(sub_fd);
+    DIR *dir = fdopendir(fd);
     struct dirent *de;
 
     if (dir == NULL) {
-        close(sub_fd);
+        close(fd);
         return;
     }
-    while ((de = readdir(dir)) != NULL) {
-        uint8_t id[TFS_BLOCK_ID_LEN];
-        struct stat sb;
-
-        if (strncmp(de->d_name, ".tmp-", 5) == 0) {
-            unlinkat(dirfd(dir), de->d_name, 0);
-            continue;
-        }
-        if (!disk_parse_id(de->d_name, id) ||
-            fstatat(dirfd(dir), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
-            !S_ISREG(sb.st_mode))
-            continue;
-        tfs_index_add(ix, id, (uint32_t)sb.st_size);
-    }
+    while ((de = readdir(dir)) != NULL)
+        fn(ix, dirfd(dir), de->d_name);
     closedir(dir);
+}
+
+/* Index block file name of an XX directory; remove a leftover. */
+static void disk_scan_file(struct tfs_index *ix, int dfd, const char *name)
+{
+    uint8_t id[TFS_BLOCK_ID_LEN];
+    struct stat sb;
+
+    if (strncmp(name, ".tmp-", 5) == 0) {
+        unlinkat(dfd, name, 0);
+        return;
+    }
+    if (disk_parse_id(name, id) &&
+        fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(sb.st_mode))
+        tfs_index_add(ix, id, (uint32_t)sb.st_size);
 }
 
 /* "PPPPPPPP-GGGGGGGG": a pack's index and generation. */
@@ -1057,21 +1066,6 @@ static void disk_scan_pack(struct tfs_index *ix, int pfd, const char *name)
         unlinkat(pfd, name, 0);
 }
 
-/* Index every pack in CACHE_DIR/blocks/packs. */
-static void disk_scan_packs(struct tfs_index *ix, int pfd)
-{
-    DIR *dir = fdopendir(pfd);
-    struct dirent *de;
-
-    if (dir == NULL) {
-        close(pfd);
-        return;
-    }
-    while ((de = readdir(dir)) != NULL)
-        disk_scan_pack(ix, dirfd(dir), de->d_name);
-    closedir(dir);
-}
-
 /*
  * Give subdirectory name of dfd exactly mode if it is ours: a new one
  * past the umask (group mode), an old one made 0755 by an older version.
@@ -1108,7 +1102,7 @@ static int disk_scan(struct tfs_disk *d, bool rebuild)
             continue;
         sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (sub >= 0)
-            disk_scan_sub(d->ix, sub);
+            disk_scan_dir(d->ix, sub, disk_scan_file);
     }
     if (mkdirat(dfd, "packs", d->mode) < 0 && errno != EEXIST) {
         int rc = tfs_err(-errno, "cannot create %s/packs", d->dir);
@@ -1120,7 +1114,7 @@ static int disk_scan(struct tfs_disk *d, bool rebuild)
         int pfd = openat(dfd, "packs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
                          O_CLOEXEC);
         if (pfd >= 0)
-            disk_scan_packs(d->ix, pfd);
+            disk_scan_dir(d->ix, pfd, disk_scan_pack);
     }
     close(dfd);
     return 0;

@@ -498,23 +498,33 @@ void tfs_index_reset(struct tfs_index *ix)
     ix->h->sketch_ops = 0;
 }
 
-void tfs_index_add(struct tfs_index *ix, const uint8_t *id, uint32_t size)
+/*
+ * Rebuild: a live entry for id as s says (id and state filled in here);
+ * false when the table is full (the file or record stays an orphan) or
+ * id is there already (a copy elsewhere came first).
+ */
+static bool ix_add(struct tfs_index *ix, const uint8_t *id,
+                   struct ix_slot s)
 {
-    uint64_t hi;
-    uint64_t lo;
     uint64_t i;
     bool found;
 
-    ix_split(id, &hi, &lo);
+    ix_split(id, &s.id_hi, &s.id_lo);
     if (ix->h->n_used >= tfs_tinylfu_max_entries(ix->h->n_slots))
-        return;                         /* full: the file stays an orphan */
-    i = ix_find(ix, hi, lo, &found);
+        return false;
+    i = ix_find(ix, s.id_hi, s.id_lo, &found);
     if (found)
-        return;
-    ix->slots[i] = (struct ix_slot){.id_hi = hi, .id_lo = lo,
-                                    .size = size, .state = IX_LIVE};
-    ix->h->used_bytes += size;
+        return false;
+    s.state = IX_LIVE;
+    ix->slots[i] = s;
     ix->h->n_used++;
+    return true;
+}
+
+void tfs_index_add(struct tfs_index *ix, const uint8_t *id, uint32_t size)
+{
+    if (ix_add(ix, id, (struct ix_slot){.size = size}))
+        ix->h->used_bytes += size;
 }
 
 int tfs_index_add_pack(struct tfs_index *ix, uint32_t pack, uint32_t gen,
@@ -536,22 +546,10 @@ void tfs_index_add_record(struct tfs_index *ix, const uint8_t *id,
                           uint32_t size, uint32_t pack, uint32_t unit)
 {
     struct ix_pack *p = &ix->packs[pack - 1];
-    uint64_t hi;
-    uint64_t lo;
-    uint64_t i;
-    bool found;
 
-    ix_split(id, &hi, &lo);
-    if (ix->h->n_used >= tfs_tinylfu_max_entries(ix->h->n_slots))
-        return;                         /* full: an orphan record */
-    i = ix_find(ix, hi, lo, &found);
-    if (found)
-        return;                         /* a copy elsewhere came first */
-    ix->slots[i] = (struct ix_slot){.id_hi = hi, .id_lo = lo, .size = size,
-                                    .state = IX_LIVE, .pack = pack,
-                                    .gen = p->gen, .unit = unit};
-    p->live++;
-    ix->h->n_used++;
+    if (ix_add(ix, id, (struct ix_slot){.size = size, .pack = pack,
+                                        .gen = p->gen, .unit = unit}))
+        p->live++;                      /* its bytes: the pack's, all */
 }
 
 bool tfs_index_pack_loaded(struct tfs_index *ix, uint32_t pack)
