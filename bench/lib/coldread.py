@@ -71,6 +71,14 @@ makes that file system skip their inodes for minutes (without a journal,
 on these machines), a cost that would land on tierfs's cache files and
 not on the curls.
 
+Each timed read (every tool's, and each bound's) starts on a quiet
+machine: the bench first waits for a second in which the cores were at
+most 15% busy and no task waited for I/O more than 5% of it (at most
+30 s; the waits are printed at the end).  Without it, the first small
+rounds after the 1 GiB rounds ran 0.41-0.67x the curl loop and the last
+two 0.85-0.97x in one run (2026-12-06, fifteenth session): whichever
+tool was timed while the machine settled paid for it.
+
 Needs a running S3 server (scripts/s3-server start; its env file in
 S3_DIR), build/tierfs, build/nullfs and build/keepw.  Prints one line
 per measurement with the load average, and a summary with the ratios;
@@ -175,6 +183,29 @@ class Busy:
         return (self._io_us() - self.io0) / 1e6 / wall
 
 
+QUIET_LIMIT = 30   # s: the longest quiet() waits
+QUIET_WAITS = []   # what each quiet() waited, s; None: it gave up
+
+
+def quiet():
+    """Wait for a quiet machine before a timed read: a second in which
+    the cores were at most 15% busy and no task waited for I/O more than
+    5% of it.  What the step before leaves behind (a daemon's exit and
+    its disk tier's last writes, the server freeing a deleted 1 GiB copy,
+    a cache dir or staged files removed) otherwise lands on whichever
+    tool is timed next.  At most QUIET_LIMIT s; the waits are reported."""
+    t0 = time.monotonic()
+    while True:
+        b = Busy()
+        time.sleep(1.0)
+        if b.share() <= 0.15 and b.io_stall() <= 0.05:
+            QUIET_WAITS.append(time.monotonic() - t0)
+            return
+        if time.monotonic() - t0 >= QUIET_LIMIT:
+            QUIET_WAITS.append(None)
+            return
+
+
 def self_cpu():
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -213,6 +244,7 @@ def read_big(path, pid, size, srv=None):
     all cores were during the dd."""
     gib = size / (1 << 30)
     os.stat(path)
+    quiet()
     d0, c0 = proc_cpu(pid), children_cpu()
     s0 = srv.now() if srv is not None else 0
     busy = Busy()
@@ -318,6 +350,7 @@ def together(path, ep, bucket, key, size, keep_dir=None):
     number of bytes into keep_dir beside them (started first, not timed:
     waited for after)."""
     keep = None
+    quiet()
     if keep_dir is not None:
         keep = subprocess.Popen([KEEPW, keep_dir, str(size)])
     t = time.monotonic()
@@ -422,6 +455,7 @@ def main():
                                         size, f"{cache}-keep{r}")
                         row["keep_bound_mbps"] = size / wall / 1e6
                 elif who == "curl":
+                    quiet()
                     s0, busy = srv.now(), Busy()
                     wall, cpu = curl_ceiling(ep, bucket, key, size)
                     row["curl"] = {"mbps": size / wall / 1e6,
@@ -487,6 +521,7 @@ def main():
                 if who == "floor":
                     with NullFS(mnt, small_kib << 10, n_small, 20) as m:
                         names = walk(mnt)
+                        quiet()
                         d0, r0 = proc_cpu(m.pid), self_cpu()
                         busy = Busy()
                         t = time.monotonic()
@@ -501,6 +536,7 @@ def main():
                             (self_cpu() - r0) / len(names) * 1e3}
                 elif who == "curl":
                     keys = [f"{prefix}/{rel}" for rel in rels]
+                    quiet()
                     s0, busy = srv.now(), Busy()
                     wall, cpu = curl_loop(ep, bucket, keys, work)
                     bshare, bio = busy.share(), busy.io_stall()
@@ -516,6 +552,7 @@ def main():
                                f"{cache}-small{r}{who}", *mount_args,
                                *extra) as m:
                         names = walk(mnt)
+                        quiet()
                         d0, s0, r0 = proc_cpu(m.pid), srv.now(), self_cpu()
                         busy = Busy()
                         t = time.monotonic()
@@ -630,6 +667,14 @@ def main():
             f"MD5 that verifying costs it is {vs:.2f}x, tierfs {smv:.2f}x of "
             f"it; tierfs with verify=off {nvc:.2f}x of the FUSE ceiling; "
             f"tierfs {pk:.2f}x itself with disk_packs=0)")
+        waits = [w for w in QUIET_WAITS if w is not None]
+        res["quiet_waits"] = QUIET_WAITS
+        log(f"before each of {len(QUIET_WAITS)} timed reads the bench "
+            f"waited for a quiet machine: median "
+            f"{statistics.median(waits) if waits else 0:.1f} s, longest "
+            f"{max(waits) if waits else 0:.1f} s, "
+            f"{len(QUIET_WAITS) - len(waits)} not quiet after "
+            f"{QUIET_LIMIT} s")
         print(json.dumps(res))
     finally:
         subprocess.run(f"{TIERFS} rm -r s3://{bucket}/{run}/", shell=True,

@@ -418,12 +418,14 @@ extern void (*tfs_disk_load_hook)(const char *path);
 bool tfs_disk_has(struct tfs_cache *c, const uint8_t *id);
 /*
  * Queue a READY block for writing (it is pinned until written), or write
- * it now when sync.  Admission is decided here.  A queued write waits
- * for tfs_disk_kick (or a flush): the caller first answers the readers
- * of the block, then wakes a writer, which would otherwise take a core
- * from them (fetch.c).
+ * it now when sync.  Admission is decided here.  True when the queued
+ * write waits for tfs_disk_kick (or a flush): the caller first answers
+ * the readers of the block, then wakes a writer, which would otherwise
+ * take a core from them (fetch.c).  False when a writer at work or
+ * lingering for more small blocks will take it anyway (disk.c), and for
+ * a write done now.
  */
-void tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
+bool tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
                     struct tfs_block *b, bool sync);
 void tfs_disk_kick(struct tfs_cache *c);
 void tfs_disk_usage(struct tfs_cache *c, uint64_t *bytes, uint64_t *blocks,

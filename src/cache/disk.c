@@ -108,6 +108,20 @@ _Static_assert(DISK_PAGE == TFS_INDEX_PAGE, "a pack's first page");
 #define DISK_PACK_RECORD (128u << 10)   /* a packed record's extent, at most */
 #define DISK_PACK_CACHE (64ull << 20)   /* no packs in smaller caches */
 #define DISK_PACK_SCAN (16u << 20)      /* records the rebuild believes */
+/*
+ * A writer woken for a queue of small blocks waits this long for more
+ * before it writes them, unless DISK_LINGER_BYTES or DISK_LINGER_JOBS
+ * are queued (a large block is more than that alone), a flush asks, or
+ * the tier closes.
+ * One wake-up then writes the blocks of several cold small files: a
+ * wake-up for each cost the daemon two futex calls and two context
+ * switches a file, on the cores the reader and the server share
+ * (docs/performance-cold.md).  A block waiting there is in the RAM tier
+ * already; only its copy on disk comes later.
+ */
+#define DISK_LINGER_MS 4
+#define DISK_LINGER_BYTES (1u << 20)
+#define DISK_LINGER_JOBS (DISK_QUEUE_MAX / 4)   /* far from a full queue */
 
 struct disk_job {
     struct disk_job  *next;
@@ -130,6 +144,9 @@ struct tfs_disk {
     struct disk_job  *head;             /* protected by lock */
     struct disk_job  *tail;             /* protected by lock */
     unsigned          queued;           /* protected by lock */
+    uint64_t          queued_bytes;     /* protected by lock */
+    unsigned          lingering;        /* writers in DISK_LINGER_MS; lock */
+    unsigned          flushing;         /* flushes waiting; lock */
     bool              stopping;         /* protected by lock */
     uint64_t          cap_checked_ns;   /* protected by lock */
     uint64_t          capacity;         /* protected by lock */
@@ -821,10 +838,19 @@ static void disk_job_free(struct tfs_cache *c, struct disk_job *j)
     tfs_free(j);
 }
 
+/* Enough queued to write without lingering for more (d->lock held). */
+static bool disk_linger_full(const struct tfs_disk *d)
+{
+    return d->queued_bytes >= DISK_LINGER_BYTES ||
+           d->queued >= DISK_LINGER_JOBS;
+}
+
 static void *disk_writer(void *arg)
 {
     struct tfs_cache *c = arg;
     struct tfs_disk *d = c->disk;
+    bool lingered = false;              /* once a batch */
+    bool batch = false;                 /* taking jobs since a wait */
 
     pthread_mutex_lock(&d->lock);
     for (;;) {
@@ -834,14 +860,30 @@ static void *disk_writer(void *arg)
         if (j == NULL && d->stopping)
             break;
         if (j == NULL) {
+            lingered = false;
+            batch = false;
             pthread_cond_broadcast(&d->idle);
             pthread_cond_wait(&d->cond, &d->lock);
             continue;
         }
+        if (!lingered && !d->stopping && d->flushing == 0 &&
+            !disk_linger_full(d)) {
+            lingered = true;
+            d->lingering++;
+            tfs_cond_wait_ms(&d->cond, &d->lock, DISK_LINGER_MS);
+            d->lingering--;
+            continue;
+        }
+        if (!batch) {
+            batch = true;
+            TFS_COUNT(&c->ctr, disk_write_batches, 1);
+        }
+        lingered = true;
         d->head = j->next;
         if (d->head == NULL)
             d->tail = NULL;
         d->queued--;
+        d->queued_bytes -= j->b->len;
         d->busy++;
         pthread_mutex_unlock(&d->lock);
         r = (struct tfs_block_ref){.key = j->key, .version = j->version,
@@ -856,17 +898,18 @@ static void *disk_writer(void *arg)
     return NULL;
 }
 
-void tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
+bool tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
                     struct tfs_block *b, bool sync)
 {
     struct tfs_disk *d = c->disk;
     struct disk_job *j;
+    bool kick;
 
     if (d == NULL)
-        return;
+        return false;
     if (sync) {
         disk_write_note(c, r, b);
-        return;
+        return false;
     }
     j = tfs_calloc(1, sizeof(*j));
     if (j != NULL) {
@@ -880,7 +923,7 @@ void tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
             tfs_free(j->version);
             tfs_free(j);
         }
-        return;
+        return false;
     }
     j->b = b;
     j->obj_size = r->obj_size;
@@ -893,7 +936,7 @@ void tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
         pthread_mutex_unlock(&d->lock);
         TFS_COUNT(&c->ctr, disk_write_dropped, 1);
         disk_job_free(c, j);
-        return;
+        return false;
     }
     if (d->tail != NULL)
         d->tail->next = j;
@@ -901,7 +944,11 @@ void tfs_disk_store(struct tfs_cache *c, const struct tfs_block_ref *r,
         d->head = j;
     d->tail = j;
     d->queued++;
+    d->queued_bytes += b->len;
+    /* a writer at work or lingering gets to it without a wake-up */
+    kick = disk_linger_full(d) || (d->busy == 0 && d->lingering == 0);
     pthread_mutex_unlock(&d->lock);
+    return kick;
 }
 
 /* A writer checks the queue under d->lock before it waits, so a signal
@@ -1322,10 +1369,11 @@ int tfs_disk_open(struct tfs_cache *c)
                                                       : DISK_PACK_MAX;
     pthread_mutex_init(&d->pack_lock, NULL);
     pthread_mutex_init(&d->lock, NULL);
-    pthread_cond_init(&d->cond, NULL);
+    rc = tfs_cond_init_mono(&d->cond);  /* the writers' linger */
     pthread_cond_init(&d->idle, NULL);
     c->disk = d;
-    rc = disk_open_index(c, d);
+    if (rc == 0)
+        rc = disk_open_index(c, d);
     for (unsigned i = 0; rc == 0 && i < DISK_WRITERS; i++)
         if (pthread_create(&d->writer[i], NULL, disk_writer, c) == 0)
             d->n_writers++;
@@ -1376,10 +1424,12 @@ void tfs_disk_flush(struct tfs_cache *c)
     if (d == NULL)
         return;
     pthread_mutex_lock(&d->lock);
+    d->flushing++;                      /* no writer lingers meanwhile */
     if (d->head != NULL)                /* queued, not yet kicked */
-        pthread_cond_signal(&d->cond);
+        pthread_cond_broadcast(&d->cond);
     while (d->head != NULL || d->busy > 0)
         pthread_cond_wait(&d->idle, &d->lock);
+    d->flushing--;
     pthread_mutex_unlock(&d->lock);
 }
 

@@ -303,6 +303,7 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
 {
     struct tfs_block *b = j->b;
     bool winner = false;
+    bool kick = false;
     bool failed = false;
 
     pthread_mutex_lock(&c->ram_lock);
@@ -343,10 +344,10 @@ static void fetch_complete(struct tfs_cache *c, struct fetch_job *j, int rc)
         struct tfs_block_ref r = {
             .key = j->key, .version = j->version, .obj_size = j->obj_size,
             .index = j->index, .off = j->off, .len = j->len};
-        tfs_disk_store(c, &r, b, false);
+        kick = tfs_disk_store(c, &r, b, false);
     }
     tfs_block_publish(c, b, 0, j->src);
-    if (!j->fill)
+    if (kick)
         tfs_disk_kick(c);
 }
 

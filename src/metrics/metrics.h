@@ -222,6 +222,8 @@ extern const size_t tfs_metric_registry_len;
     X(admission_rejects, COUNT, "blocks the disk tier declined to admit")  \
     X(disk_write_bytes, BYTES, "bytes written to the disk tier")           \
     X(disk_write_dropped, COUNT, "disk writes skipped (queue full or error)") \
+    X(disk_write_batches, COUNT,                                           \
+      "disk writer wake-ups that wrote queued blocks")                     \
     X(corrupt_blocks, COUNT, "disk blocks that failed their checksum")     \
     X(store_checksum_mismatch, COUNT,                                      \
       "store reads that failed end-to-end checks")                         \

@@ -397,6 +397,53 @@ TEST(flush_covers_blocks_just_read)
     remove_dirs();
 }
 
+/*
+ * Small blocks queued for the disk one after another are written in few
+ * wake-ups of the writers (each lingers DISK_LINGER_MS for more), and
+ * none is left in the queue without a flush: all are on disk soon after
+ * the reads, with nothing else happening.
+ */
+TEST(disk_writes_batched)
+{
+    enum { N = 200, LEN = 8192 };
+    unsigned char *data = test_pattern(LEN, 11);
+    const char *kv[] = {"block_size", "1M", "mem_cache", "16M", "cache_dir",
+                        NULL, NULL};
+    struct tfs_store *st;
+    struct tfs_cache *c;
+    char key[32];
+    uint64_t batches;
+    int waited = 0;
+
+    setup_dirs();
+    kv[5] = cdir;
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "bt/%03d", i);
+        data[0] = (unsigned char)i;
+        write_remote(key, data, LEN);
+    }
+    st = open_remote(NULL);
+    c = open_cache(st, kv);
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof(key), "bt/%03d", i);
+        data[0] = (unsigned char)i;
+        read_all_check(c, key, data, LEN, LEN);
+    }
+    while (stat_of(c, "cache_blocks_disk") < N && waited < 5000) {
+        tfs_sleep_ns(10 * 1000000ull);  /* no flush: the linger ends */
+        waited += 10;
+    }
+    CHECK_EQ(stat_of(c, "cache_blocks_disk"), N);
+    CHECK_EQ(stat_of(c, "disk_write_dropped"), 0);
+    batches = stat_of(c, "disk_write_batches");
+    CHECK(batches >= 1);
+    CHECK(batches < N);
+    tfs_cache_close(c);
+    tfs_store_close(st);
+    free(data);
+    remove_dirs();
+}
+
 /* Flip one byte in the data part of every block file under dir. */
 static int flip_blocks(const char *dir)
 {
@@ -2413,6 +2460,7 @@ TEST(read_only_cache_dir_reads_from_store)
 TESTS(T(read_through_and_ram_hits), T(ram_tier_is_lru), T(span_reads), T(landed_sums),
       T(stream_read_once_is_not_kept),
       T(disk_tier_survives_reopen), T(flush_covers_blocks_just_read),
+      T(disk_writes_batched),
       T(corrupt_blocks_are_refetched),
       T(block_reused_while_loading_is_a_miss),
       T(small_blocks_packed),
