@@ -96,12 +96,12 @@ import tempfile
 import time
 
 import tfsbench
+from tfsbench import Busy, proc_cpu
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 TIERFS = os.environ.get("TIERFS", os.path.join(TOP, "build", "tierfs"))
 MIB = 1 << 20
-TICK = os.sysconf("SC_CLK_TCK")
 NULLFS = os.path.join(os.path.dirname(TIERFS), "nullfs")
 KEEPW = os.path.join(os.path.dirname(TIERFS), "keepw")
 NCPU = os.cpu_count()
@@ -117,16 +117,6 @@ def log(msg):
 def sh(cmd, **kw):
     return subprocess.run(cmd, shell=True, check=True, text=True,
                           capture_output=True, **kw).stdout
-
-
-def proc_cpu(pid):
-    """utime + stime of a process (all its threads), seconds."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def pids_named(*names):
@@ -149,38 +139,6 @@ class ServerCPU:
 
     def now(self):
         return sum(proc_cpu(p) for p in self.pids)
-
-
-class Busy:
-    """All cores' busy share between start and now (/proc/stat), and the
-    share of that time some task waited for I/O (/proc/pressure/io)."""
-
-    @staticmethod
-    def _read():
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        idle = v[3] + v[4]
-        return sum(v) - idle, sum(v)
-
-    @staticmethod
-    def _io_us():
-        try:
-            with open("/proc/pressure/io") as f:
-                return int(f.readline().split("total=")[1])
-        except (OSError, IndexError, ValueError):
-            return 0
-
-    def __init__(self):
-        self.b0, self.t0 = self._read()
-        self.io0, self.w0 = self._io_us(), time.monotonic()
-
-    def share(self):
-        b, t = self._read()
-        return (b - self.b0) / max(1, t - self.t0)
-
-    def io_stall(self):
-        wall = max(1e-6, time.monotonic() - self.w0)
-        return (self._io_us() - self.io0) / 1e6 / wall
 
 
 QUIET_LIMIT = 30   # s: the longest quiet() waits

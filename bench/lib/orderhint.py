@@ -81,6 +81,13 @@ def main():
     ap.add_argument("--compute-ms", type=float, default=10)
     ap.add_argument("--max-inflight", type=int, default=256)
     ap.add_argument("--mem-cache", default="512M")
+    ap.add_argument("--list-first", action="store_true",
+                    help="list the mount's directories before each mount's "
+                    "first epoch (untimed), as a Dataset that walks its "
+                    "root does")
+    ap.add_argument("--mount-args", default="",
+                    help="more tierfs mount options, e.g. "
+                    "'--set hint_window_files=512'")
     ap.add_argument("--ram-only", action="store_true",
                     help="no disk tier (what filling it costs)")
     ap.add_argument("--quick", action="store_true",
@@ -103,7 +110,7 @@ def main():
           f"{a.bw}B/s; job: DataLoader, {a.workers} workers, batches of "
           f"{a.batch}, {a.compute_ms:g} ms compute a batch; "
           f"--immutable --max-inflight {a.max_inflight} --mem-cache "
-          f"{a.mem_cache}; "
+          f"{a.mem_cache}{' ' + a.mount_args if a.mount_args else ''}; "
           f"load {load} on {os.cpu_count()} CPUs")
     rows = []
 
@@ -113,9 +120,12 @@ def main():
         args = ["--read-only", "--immutable"] + \
             ([] if a.ram_only else ["--cache-dir", cache]) + ["--mem-cache",
                 a.mem_cache, "--max-inflight", str(a.max_inflight),
-                "--block-size", "1M"]
+                "--block-size", "1M"] + a.mount_args.split()
         with tfsbench.Mount(uri, mnt, *args) as m:
             ds = Files(m.mnt, names, expect)
+            if a.list_first:
+                for d in sorted({os.path.dirname(n) for n in names}):
+                    os.listdir(os.path.join(m.mnt, d))
             out = []
             for t, h in ((tag, hinted),) if not isinstance(tag, tuple) \
                     else zip(tag, hinted):
@@ -125,11 +135,17 @@ def main():
                 if h:
                     s = OrderedPrefetch(s, names, mount=m.mnt)
                 before = m.stats()
+                pid = before["fuse"]["pid"]
+                d0, busy = tfsbench.proc_cpu(pid), tfsbench.Busy()
                 r = epoch(ds, s, a)
+                r["busy"] = busy.share()
+                r["daemon_cpu"] = tfsbench.proc_cpu(pid) - d0
                 after = m.stats()
                 if h:
                     s.close()
                 r["hit"] = tfsbench.hit_rate(after, before)
+                r["store_ops"] = {k: after["store"][k] - before["store"][k]
+                                  for k in ("stats", "lists", "reads")}
                 r["waited"] = (after["fuse"]["async_reads"] -
                                before["fuse"]["async_reads"])
                 r["hints"] = {k: after["hints"][k] - before["hints"].get(k, 0)
@@ -147,18 +163,26 @@ def main():
     run(("cold + hint", "warm + hint"), os.path.join(a.dir, "cache-b"),
         (True, True))
     print(f"\n{'epoch':14} {'wall s':>7} {'samples/s':>10} {'MiB/s':>7} "
-          f"{'hit':>5} {'stall':>6} {'waited':>7}  hints")
+          f"{'hit':>5} {'stall':>6} {'waited':>7} {'cores':>6} "
+          f"{'daemon':>7}  hints")
     for t, r in rows:
         print(f"{t:14} {r['wall']:7.2f} {r['samples'] / r['wall']:10.0f} "
               f"{r['bytes'] / r['wall'] / 2**20:7.1f} {r['hit']:5.0%} "
-              f"{r['stall'] / r['wall']:6.0%} {r['waited']:7d}  "
+              f"{r['stall'] / r['wall']:6.0%} {r['waited']:7d} "
+              f"{r['busy']:6.0%} {r['daemon_cpu']:6.2f}s  "
               f"{r['hints'] if t != 'cold' else '-'}")
+    print("store requests in each epoch (stat / list / read): " +
+          ", ".join(f"{t} {r['store_ops']['stats']} / "
+                    f"{r['store_ops']['lists']} / {r['store_ops']['reads']}"
+                    for t, r in rows))
     cold, hint, warm = (r for _, r in rows)
     speedup = cold["wall"] / hint["wall"]
     vs_warm = hint["wall"] / warm["wall"]
     floor = total / tfsbench_bw(a.bw)
     print(f"\n(every sample verified: size + CRC32; 'waited': reads that "
-          f"waited for the store; the bandwidth cap alone needs "
+          f"waited for the store; 'cores': how busy all "
+          f"{os.cpu_count()} cores were, 'daemon': its CPU seconds; the "
+          f"bandwidth cap alone needs "
           f"{floor:.2f} s for the dataset, the compute "
           f"{a.files / a.batch * a.compute_ms / 1000:.2f} s)")
     ok1 = speedup >= 8

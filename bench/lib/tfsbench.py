@@ -3,6 +3,7 @@
 
 - make_dataset(): a synthetic, image-like dataset of random files;
 - Mount: `tierfs mount` in the background, its stats, and unmounting;
+- proc_cpu(), Busy: a process's CPU seconds, how busy all cores were;
 - run_epoch(): a training-loop emulation: loader threads read samples in a
   shuffled order into a bounded queue; a trainer takes batches and
   "computes" for a fixed time per batch; the time the trainer waits for
@@ -20,6 +21,49 @@ import zlib
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 TIERFS = os.environ.get("TIERFS", os.path.join(TOP, "build", "tierfs"))
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid):
+    """utime + stime of a process (all its threads), seconds."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class Busy:
+    """All cores' busy share between start and now (/proc/stat), and the
+    share of that time some task waited for I/O (/proc/pressure/io)."""
+
+    @staticmethod
+    def _read():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + v[4]
+        return sum(v) - idle, sum(v)
+
+    @staticmethod
+    def _io_us():
+        try:
+            with open("/proc/pressure/io") as f:
+                return int(f.readline().split("total=")[1])
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    def __init__(self):
+        self.b0, self.t0 = self._read()
+        self.io0, self.w0 = self._io_us(), time.monotonic()
+
+    def share(self):
+        b, t = self._read()
+        return (b - self.b0) / max(1, t - self.t0)
+
+    def io_stall(self):
+        wall = max(1e-6, time.monotonic() - self.w0)
+        return (self._io_us() - self.io0) / 1e6 / wall
 
 
 def make_dataset(root, n_files, min_size, max_size, seed=1):

@@ -185,6 +185,44 @@ def test_stream_window_and_end(dataset):
         assert _delta(after, before, "hints", "opens_hinted") == 5
 
 
+def test_directories_ahead_listed_together(dataset):
+    """The hint thread lists the directories of the files ahead of its
+    window together (16 at a time), not one as it reaches each: with a
+    window of one file, 40 files in 40 directories, the first issue has
+    16 directories listed already."""
+    root, _, _, _ = dataset
+    data = os.path.join(root, "spread")
+    paths = []
+    for i in range(40):
+        rel = f"s{i:02d}/f.bin"
+        os.makedirs(os.path.join(data, f"s{i:02d}"), exist_ok=True)
+        with open(os.path.join(data, rel), "wb") as f:
+            f.write(bytes([i]) * 4096)
+        paths.append(rel)
+    with Mount(data, root, "--set", "hint_window_files=1") as m:
+        before = m.stats()
+        with OrderHint(m.mnt) as h:
+            h.add(paths)
+            deadline = time.monotonic() + 10
+            while h.state()["issued"] < 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            time.sleep(0.5)
+            assert h.state()["issued"] == 1
+            lists = _delta(m.stats(), before, "store", "lists")
+            assert lists >= 16, lists
+            for p in paths[:20]:                # the reader moves on
+                with open(os.path.join(m.mnt, p), "rb") as f:
+                    assert f.read() == bytes([int(p[1:3])]) * 4096
+            deadline = time.monotonic() + 10
+            while h.state()["issued"] < 21:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            # each directory listed once: by the thread ahead of the
+            # reader, whose lookups found the listings in the cache
+            assert _delta(m.stats(), before, "store", "lists") <= 41
+
+
 def test_unfollowed_stream_dropped(dataset):
     root, data, paths, _ = dataset
     with Mount(data, root, "--set", "hint_idle=1") as m:

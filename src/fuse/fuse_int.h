@@ -294,6 +294,8 @@ struct fs_hstream {
                                            hint thread's alone */
     size_t                 consumed;    /* the reader is past [0, this) */
     size_t                 issued;      /* [0, this) issued or passed */
+    size_t                 dirs_seen;   /* [0, this): directories listed
+                                           or being listed; the thread's */
     uint64_t               ahead;       /* bytes fetched ahead for the
                                            files at >= consumed */
     uint64_t               last_ns;     /* last write or hinted open */

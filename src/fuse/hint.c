@@ -37,6 +37,9 @@
 static void *fs_hint_main(void *arg);
 
 #define HINT_MAX_PATHS (16u << 20)      /* entries a stream may hold */
+#define HINT_LIST_AHEAD 1024u           /* entries whose directories are
+                                           listed before they are issued */
+#define HINT_LIST_PAR 16u               /* directory listings at once */
 #define HINT_BUCKETS 64
 
 struct fs_hint_entry {
@@ -82,40 +85,146 @@ static void hint_entries_free(struct fs_hstream *s)
     tfs_hmap_cleanup(&s->dirs);
 }
 
+/* The directory part of key ("a/b/" of "a/b/c", "" of "c") into dkey
+   (FS_KEY_MAX + 2 bytes); its length. */
+static size_t hint_dir_key(const char *key, char *dkey)
+{
+    const char *slash = strrchr(key, '/');
+    size_t len = slash ? (size_t)(slash - key) + 1 : 0;
+
+    memcpy(dkey, key, len);
+    dkey[len] = '\0';
+    return len;
+}
+
+static struct hint_dir *hint_dir_find(struct fs_hstream *s, const char *dkey)
+{
+    if (s->dirs.b == NULL)
+        return NULL;
+    return (struct hint_dir *)(void *)tfs_hmap_find_str(&s->dirs, dkey);
+}
+
+/* s's entry for directory dkey, not listed yet; NULL without memory. */
+static struct hint_dir *hint_dir_new(struct fs_hstream *s, const char *dkey)
+{
+    size_t len = strlen(dkey);
+    struct hint_dir *d;
+
+    if (s->dirs.b == NULL && tfs_hmap_init(&s->dirs, 16, tfs_hstr_eq) < 0)
+        return NULL;
+    d = tfs_calloc(1, sizeof(*d) + len + 1);
+    if (d == NULL)
+        return NULL;
+    d->h.key = (char *)(d + 1);
+    memcpy(d->h.key, dkey, len + 1);
+    if (tfs_hmap_insert_str(&s->dirs, &d->h) < 0) {
+        tfs_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* One directory's listing, on a thread of its own or the caller's. */
+struct hint_listing {
+    struct tfs_fs   *fs;
+    struct hint_dir *d;
+    pthread_t        t;
+    bool             threaded;
+};
+
+static void *hint_list_main(void *arg)
+{
+    struct hint_listing *l = arg;
+
+    if (tfs_cache_opendir(l->fs->cache, l->d->h.key, &l->d->dir) < 0)
+        l->d->dir = NULL;               /* stat each file instead */
+    return NULL;
+}
+
+/*
+ * The directories of the entries ahead of s's next file (up to
+ * HINT_LIST_AHEAD of them) that are not listed yet, at most
+ * HINT_LIST_PAR, into dk; each entry is looked at once (s->dirs_seen).
+ * The lock is held: s->e may grow meanwhile.
+ */
+static unsigned hint_dirs_ahead(struct fs_hstream *s,
+                                char (*dk)[FS_KEY_MAX + 2])
+{
+    size_t end = TFS_MIN(s->n, s->issued + HINT_LIST_AHEAD);
+    size_t i = TFS_MAX(s->dirs_seen, s->issued);
+    unsigned k = 0;
+
+    for (; i < end && k < HINT_LIST_PAR; i++) {
+        bool dup = false;
+
+        hint_dir_key(s->e[i]->h.key, dk[k]);
+        if (hint_dir_find(s, dk[k]) != NULL)
+            continue;
+        for (unsigned j = 0; j < k && !dup; j++)
+            dup = strcmp(dk[j], dk[k]) == 0;
+        if (!dup)
+            k++;
+    }
+    s->dirs_seen = i;
+    return k;
+}
+
+/*
+ * List the k directories in dk at once, a thread each (the lock not
+ * held).  A hinted order of files spread over many directories met a
+ * new directory every few files at its start, and each listing held the
+ * thread for one store request: over a store at 20 ms a request, 50
+ * directories kept the window from filling for a second of a 3 s epoch
+ * (docs/performance-hints.md).
+ */
+static void hint_list_dirs(struct tfs_fs *fs, struct fs_hstream *s,
+                           char (*dk)[FS_KEY_MAX + 2], unsigned k)
+{
+    struct hint_listing l[HINT_LIST_PAR];
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < k; i++) {
+        struct hint_dir *d = hint_dir_new(s, dk[i]);
+
+        if (d == NULL)
+            continue;
+        l[n] = (struct hint_listing){.fs = fs, .d = d};
+        l[n].threaded = k > 1 &&
+                        pthread_create(&l[n].t, NULL, hint_list_main,
+                                       &l[n]) == 0;
+        if (!l[n].threaded)
+            hint_list_main(&l[n]);
+        n++;
+    }
+    for (unsigned i = 0; i < n; i++)
+        if (l[i].threaded)
+            pthread_join(l[i].t, NULL);
+}
+
 /*
  * The stat of hinted file key from its directory's listing: before the
  * first file of a directory is issued the directory is listed once
  * (through the cache's listing cache, which the readers' lookups use
  * too), and the stream keeps that listing, so the thread never waits on
- * a store request a file.  false: no listing (or no such entry), stat
+ * a store request a file; the directories of the files ahead are listed
+ * together (hint_list_dirs).  false: no listing (or no such entry), stat
  * it.  Lock not held.
  */
 static bool hint_dir_stat(struct tfs_fs *fs, struct fs_hstream *s,
                           const char *key, struct tfs_stat *st)
 {
-    const char *slash = strrchr(key, '/');
-    size_t len = slash ? (size_t)(slash - key) + 1 : 0;
-    const struct tfs_dirent *de;
-    struct hint_dir *d;
     char dkey[FS_KEY_MAX + 2];
+    size_t len = hint_dir_key(key, dkey);
+    struct hint_dir *d = hint_dir_find(s, dkey);
+    const struct tfs_dirent *de;
 
-    if (s->dirs.b == NULL && tfs_hmap_init(&s->dirs, 16, tfs_hstr_eq) < 0)
-        return false;
-    memcpy(dkey, key, len);
-    dkey[len] = '\0';
-    d = (struct hint_dir *)(void *)tfs_hmap_find_str(&s->dirs, dkey);
     if (d == NULL) {
-        d = tfs_calloc(1, sizeof(*d) + len + 1);
-        if (d == NULL)
+        struct hint_listing l = {.fs = fs, .d = hint_dir_new(s, dkey)};
+
+        if (l.d == NULL)
             return false;
-        d->h.key = (char *)(d + 1);
-        memcpy(d->h.key, dkey, len + 1);
-        if (tfs_hmap_insert_str(&s->dirs, &d->h) < 0) {
-            tfs_free(d);
-            return false;
-        }
-        if (tfs_cache_opendir(fs->cache, d->h.key, &d->dir) < 0)
-            d->dir = NULL;              /* stat each file instead */
+        hint_list_main(&l);
+        d = l.d;
     }
     de = d->dir != NULL ? tfs_dir_find(d->dir, key + len) : NULL;
     if (de == NULL || de->is_dir)
@@ -132,7 +241,7 @@ static void hint_stream_end(struct fs_hints *hs, struct fs_hstream *s)
         if (s->e[i]->issued && !s->e[i]->opened)
             hs->c.bytes_abandoned += s->e[i]->queued;
     hint_entries_free(s);
-    s->consumed = s->issued = 0;
+    s->consumed = s->issued = s->dirs_seen = 0;
     s->ahead = 0;
 }
 
@@ -448,12 +557,16 @@ static void hint_issue(struct tfs_fs *fs, struct fs_hstream *s)
     struct fs_hint_entry *e = s->e[s->issued];
     uint64_t size = 0, queued = 0;
     char key[FS_KEY_MAX + 2];
+    char dk[HINT_LIST_PAR][FS_KEY_MAX + 2];
+    unsigned k = hint_dirs_ahead(s, dk);
     struct tfs_stat st;
     int rc;
 
     snprintf(key, sizeof(key), "%s", e->h.key);
     s->issued++;                        /* taken: opens may pass it */
     pthread_mutex_unlock(&hs->lock);
+    if (k > 0)
+        hint_list_dirs(fs, s, dk, k);
     rc = tfs_cache_prefetch_misses(fs->cache, key,
                                    hint_dir_stat(fs, s, key, &st) ? &st
                                                                   : NULL,
