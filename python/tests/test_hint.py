@@ -185,6 +185,37 @@ def test_stream_window_and_end(dataset):
         assert _delta(after, before, "hints", "opens_hinted") == 5
 
 
+def test_files_behind_the_furthest_open_still_issued(dataset):
+    """A loader's workers open one order interleaved: an open past files
+    not issued yet leaves those within a window behind it to be issued
+    (another worker reads them next); only older ones are passed over."""
+    root, data, paths, crcs = dataset
+    with Mount(data, root, "--set", "hint_window_files=10") as m:
+        before = m.stats()
+        with OrderHint(m.mnt) as h:
+            h.add(paths[:100])
+            deadline = time.monotonic() + 10
+            while h.state()["issued"] < 10:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            time.sleep(0.3)
+            with open(os.path.join(m.mnt, paths[30]), "rb") as f:
+                assert zlib.crc32(f.read()) == crcs[30]
+            deadline = time.monotonic() + 10
+            while h.state()["issued"] < 41:     # 21-30 behind, 31-40 ahead
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            time.sleep(0.3)
+            s = h.state()
+            assert s["issued"] == 41 and s["consumed"] == 31, s
+            mid = m.stats()
+            assert _delta(mid, before, "hints", "files_passed") == 11
+            for i in range(21, 30):             # prefetched: no request
+                with open(os.path.join(m.mnt, paths[i]), "rb") as f:
+                    assert zlib.crc32(f.read()) == crcs[i]
+            assert _delta(m.stats(), mid, "store", "reads") == 0
+
+
 def test_directories_ahead_listed_together(dataset):
     """The hint thread lists the directories of the files ahead of its
     window together (16 at a time), not one as it reaches each: with a

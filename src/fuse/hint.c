@@ -237,7 +237,7 @@ static bool hint_dir_stat(struct tfs_fs *fs, struct fs_hstream *s,
    (it may take hints again).  hints lock held. */
 static void hint_stream_end(struct fs_hints *hs, struct fs_hstream *s)
 {
-    for (size_t i = s->consumed; i < s->issued && i < s->n; i++)
+    for (size_t i = 0; i < s->issued && i < s->n; i++)
         if (s->e[i]->issued && !s->e[i]->opened)
             hs->c.bytes_abandoned += s->e[i]->queued;
     hint_entries_free(s);
@@ -501,9 +501,22 @@ static void hint_advance(struct fs_hints *hs, struct fs_hstream *s,
             s->ahead -= s->e[i]->queued;
     if (idx + 1 > s->consumed)
         s->consumed = idx + 1;
-    if (s->issued < s->consumed) {      /* got there first: passed over */
-        hs->c.files_passed += s->consumed - s->issued;
-        s->issued = s->consumed;
+    /*
+     * The reader got past files not issued yet.  A loader's workers open
+     * the files of one order interleaved, each a batch of its own: the
+     * files just behind the furthest open are still to come, and stay to
+     * be issued.  Only those more than a window behind it are passed
+     * over (read on demand if at all): passing all of them made the
+     * first batches of an epoch, opened before the thread had issued
+     * them, wait for the store a file at a time (docs/performance-
+     * hints.md).
+     */
+    if (s->consumed > s->issued &&
+        s->consumed - s->issued > hs->window_files) {
+        size_t to = s->consumed - hs->window_files;
+
+        hs->c.files_passed += to - s->issued;
+        s->issued = to;
     }
 }
 
@@ -546,7 +559,8 @@ void fs_hint_opened(struct tfs_fs *fs, const char *key)
 static bool hint_room(const struct fs_hints *hs, const struct fs_hstream *s)
 {
     return !s->closed && !s->dropped && s->issued < s->n &&
-           s->issued - s->consumed < hs->window_files &&
+           (s->issued < s->consumed ||  /* files behind the reader's */
+            s->issued - s->consumed < hs->window_files) &&
            s->ahead < hs->window_bytes;
 }
 
