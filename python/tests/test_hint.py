@@ -148,6 +148,16 @@ def test_control_file_rules(dataset):
             OrderHint(data)                     # not a mount
 
 
+def _wait_issued(h, n):
+    """Until the stream has issued n files (10 s at most), then 0.3 s
+    more, so that a thread about to issue past n would have done so."""
+    deadline = time.monotonic() + 10
+    while h.state()["issued"] < n:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.3)
+
+
 def test_stream_window_and_end(dataset):
     """The window bounds what is fetched ahead; a stream's close
     abandons what it had issued and not yet seen opened."""
@@ -157,21 +167,13 @@ def test_stream_window_and_end(dataset):
         h = OrderHint(m.mnt)
         m.closing = h
         h.add(paths[:100])
-        deadline = time.monotonic() + 10
-        while h.state()["issued"] < 10:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        time.sleep(0.3)
+        _wait_issued(h, 10)
         s = h.state()
         assert s["issued"] == 10 and s["consumed"] == 0, s
         for p in paths[:5]:                     # the reader moves: 5 more
             with open(os.path.join(m.mnt, p), "rb") as f:
                 f.read()
-        deadline = time.monotonic() + 10
-        while h.state()["issued"] < 15:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        time.sleep(0.3)
+        _wait_issued(h, 15)
         assert h.state()["issued"] == 15 and h.state()["consumed"] == 5
         h.close()
         deadline = time.monotonic() + 10
@@ -194,18 +196,10 @@ def test_files_behind_the_furthest_open_still_issued(dataset):
         before = m.stats()
         with OrderHint(m.mnt) as h:
             h.add(paths[:100])
-            deadline = time.monotonic() + 10
-            while h.state()["issued"] < 10:
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
-            time.sleep(0.3)
+            _wait_issued(h, 10)
             with open(os.path.join(m.mnt, paths[30]), "rb") as f:
                 assert zlib.crc32(f.read()) == crcs[30]
-            deadline = time.monotonic() + 10
-            while h.state()["issued"] < 41:     # 21-30 behind, 31-40 ahead
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
-            time.sleep(0.3)
+            _wait_issued(h, 41)                 # 21-30 behind, 31-40 ahead
             s = h.state()
             assert s["issued"] == 41 and s["consumed"] == 31, s
             mid = m.stats()
@@ -234,21 +228,14 @@ def test_directories_ahead_listed_together(dataset):
         before = m.stats()
         with OrderHint(m.mnt) as h:
             h.add(paths)
-            deadline = time.monotonic() + 10
-            while h.state()["issued"] < 1:
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
-            time.sleep(0.5)
+            _wait_issued(h, 1)
             assert h.state()["issued"] == 1
             lists = _delta(m.stats(), before, "store", "lists")
             assert lists >= 16, lists
             for p in paths[:20]:                # the reader moves on
                 with open(os.path.join(m.mnt, p), "rb") as f:
                     assert f.read() == bytes([int(p[1:3])]) * 4096
-            deadline = time.monotonic() + 10
-            while h.state()["issued"] < 21:
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
+            _wait_issued(h, 21)
             # each directory listed once: by the thread ahead of the
             # reader, whose lookups found the listings in the cache
             assert _delta(m.stats(), before, "store", "lists") <= 41

@@ -355,6 +355,31 @@ TEST(disk_tier_survives_reopen)
     remove_dirs();
 }
 
+/* n objects PREFIX/000... of len bytes: data with its first byte the
+   object's number (data is left with n - 1 there). */
+static void numbered_write(const char *prefix, int n, unsigned char *data,
+                           size_t len)
+{
+    char key[64];
+
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof(key), "%s/%03d", prefix, i);
+        data[0] = (unsigned char)i;
+        write_remote(key, data, len);
+    }
+}
+
+/* Read object i of numbered_write through c, checked. */
+static void numbered_read(struct tfs_cache *c, const char *prefix, int i,
+                          unsigned char *data, size_t len)
+{
+    char key[64];
+
+    snprintf(key, sizeof(key), "%s/%03d", prefix, i);
+    data[0] = (unsigned char)i;
+    read_all_check(c, key, data, len, len);
+}
+
 /*
  * tfs_cache_flush right after a read covers the blocks that read brought
  * in: the fetch queues the disk write before it wakes the reader (the
@@ -369,22 +394,15 @@ TEST(flush_covers_blocks_just_read)
                         NULL, NULL};
     struct tfs_store *st;
     struct tfs_cache *c;
-    char key[32];
     int short_count = 0;
 
     setup_dirs();
     kv[5] = cdir;
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof(key), "fl/%03d", i);
-        data[0] = (unsigned char)i;
-        write_remote(key, data, LEN);
-    }
+    numbered_write("fl", N, data, LEN);
     st = open_remote(NULL);
     c = open_cache(st, kv);
     for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof(key), "fl/%03d", i);
-        data[0] = (unsigned char)i;
-        read_all_check(c, key, data, LEN, LEN);
+        numbered_read(c, "fl", i, data, LEN);
         tfs_cache_flush(c);
         if (stat_of(c, "cache_blocks_disk") != (uint64_t)i + 1)
             short_count++;
@@ -411,24 +429,16 @@ TEST(disk_writes_batched)
                         NULL, NULL};
     struct tfs_store *st;
     struct tfs_cache *c;
-    char key[32];
     uint64_t batches;
     int waited = 0;
 
     setup_dirs();
     kv[5] = cdir;
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof(key), "bt/%03d", i);
-        data[0] = (unsigned char)i;
-        write_remote(key, data, LEN);
-    }
+    numbered_write("bt", N, data, LEN);
     st = open_remote(NULL);
     c = open_cache(st, kv);
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof(key), "bt/%03d", i);
-        data[0] = (unsigned char)i;
-        read_all_check(c, key, data, LEN, LEN);
-    }
+    for (int i = 0; i < N; i++)
+        numbered_read(c, "bt", i, data, LEN);
     while (stat_of(c, "cache_blocks_disk") < N && waited < 5000) {
         tfs_sleep_ns(10 * 1000000ull);  /* no flush: the linger ends */
         waited += 10;
