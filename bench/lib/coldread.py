@@ -86,7 +86,7 @@ page reporting, /sys/module/page_reporting): a page the host took back
 costs a trip through it on its next first touch, 2.4-2.7 s a GiB of
 fresh memory against 0.15-0.2 s for memory the host still backs
 (2026-12-06, sixteenth session), and the host takes freed memory back
-within 1-3 s.  Each round puts and removes 3-4 GiB of copies on a
+from 1-3 s after the free (all of it within 10 s).  Each round puts and removes 3-4 GiB of copies on a
 server that keeps them in memory, so which state a tool's fresh memory
 is in (the reader's page cache, tierfs's block buffers) was a lottery,
 and it moved a 1 GiB read through tierfs from 429 to 897 MB/s between
@@ -169,8 +169,16 @@ def back_memory(gib):
     """Touch gib GiB of new memory (huge pages where the kernel gives
     them: the order-9 blocks the balloon reports) and free it, so that
     the next read's fresh memory is memory the host backs; returns and
-    records the seconds a GiB the touch took."""
-    n = int(gib * (1 << 30))
+    records the seconds a GiB the touch took.  Never more than leaves
+    1 GiB available (/proc/meminfo): the server keeps its objects in
+    memory too."""
+    with open("/proc/meminfo") as f:
+        avail = next(int(line.split()[1]) << 10 for line in f
+                     if line.startswith("MemAvailable:"))
+    gib = min(gib, (avail - (1 << 30)) / (1 << 30))
+    if gib < 0.25:
+        return None
+    n = int(gib * (1 << 30)) & ~(MIB - 1)
     m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     try:
         m.madvise(mmap.MADV_HUGEPAGE)
