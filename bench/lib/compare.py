@@ -115,6 +115,13 @@ class Mounts:
         self.procs = []
 
     def __enter__(self):
+        try:
+            return self._mount_all()
+        except BaseException:
+            self.__exit__(None, None, None)     # what did mount goes
+            raise
+
+    def _mount_all(self):
         w, srv = self.work, self.srv
         for d in self.dirs.values():
             os.makedirs(d, exist_ok=True)
